@@ -1,0 +1,2 @@
+"""tfs-stack."""
+__all__: list[str] = []

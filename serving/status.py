@@ -1,0 +1,193 @@
+"""One error taxonomy for the whole stack, mapped once per edge.
+
+Inside, every failure is a canonical code (the absl/TF ``error::Code`` set,
+numerically equal to gRPC's status codes). Exactly one function maps a code to
+an HTTP status (``to_http_status``, TF Serving ``http_server.cc``
+``ToHTTPStatusCode``) and one to a gRPC status (``to_grpc_status``, TF Serving
+``grpc_status_util.cc``, which copies the code numerically). The reverse maps
+serve the client SDK, so the same server condition raises the same exception
+over gRPC and REST.
+
+``ServingError`` and its subclasses are raised by the server's data plane and
+by the client SDK alike. Each carries ``.code`` (a ``Code``) and ``.details``
+(the server's message).
+"""
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+__all__ = [
+    "Code",
+    "ServingError",
+    "Cancelled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+    "error_for",
+    "to_http_status",
+    "from_http_status",
+    "to_grpc_status",
+    "from_grpc_status",
+    "truncate_for_grpc",
+]
+
+
+class Code(enum.IntEnum):
+    """Canonical status codes; values equal gRPC's and absl's."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class ServingError(Exception):
+    """A failed call: a canonical ``code`` and the server's ``details``."""
+
+    code: Code = Code.UNKNOWN
+
+    def __init__(self, details: str = "", *, code: Optional[Code] = None) -> None:
+        super().__init__(details)
+        if code is not None:
+            self.code = Code(code)
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.details}"
+
+
+def _subclass(name: str, code: Code) -> type:
+    return type(name, (ServingError,), {"code": code, "__doc__": f"{code.name}."})
+
+
+Cancelled = _subclass("Cancelled", Code.CANCELLED)
+Unknown = _subclass("Unknown", Code.UNKNOWN)
+InvalidArgument = _subclass("InvalidArgument", Code.INVALID_ARGUMENT)
+DeadlineExceeded = _subclass("DeadlineExceeded", Code.DEADLINE_EXCEEDED)
+NotFound = _subclass("NotFound", Code.NOT_FOUND)
+AlreadyExists = _subclass("AlreadyExists", Code.ALREADY_EXISTS)
+PermissionDenied = _subclass("PermissionDenied", Code.PERMISSION_DENIED)
+ResourceExhausted = _subclass("ResourceExhausted", Code.RESOURCE_EXHAUSTED)
+FailedPrecondition = _subclass("FailedPrecondition", Code.FAILED_PRECONDITION)
+Aborted = _subclass("Aborted", Code.ABORTED)
+OutOfRange = _subclass("OutOfRange", Code.OUT_OF_RANGE)
+Unimplemented = _subclass("Unimplemented", Code.UNIMPLEMENTED)
+Internal = _subclass("Internal", Code.INTERNAL)
+Unavailable = _subclass("Unavailable", Code.UNAVAILABLE)
+DataLoss = _subclass("DataLoss", Code.DATA_LOSS)
+Unauthenticated = _subclass("Unauthenticated", Code.UNAUTHENTICATED)
+
+_BY_CODE = {cls.code: cls for cls in (
+    Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,
+    PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange,
+    Unimplemented, Internal, Unavailable, DataLoss, Unauthenticated)}
+
+
+def error_for(code: Code | int, details: str) -> ServingError:
+    """The exception of the subclass that owns ``code``."""
+    code = Code(code)
+    cls = _BY_CODE.get(code, ServingError)
+    return cls(details, code=code)
+
+
+# TF Serving http_server.cc ToHTTPStatusCode.
+_HTTP = {
+    Code.OK: 200,
+    Code.CANCELLED: 499,
+    Code.UNKNOWN: 500,
+    Code.INVALID_ARGUMENT: 400,
+    Code.DEADLINE_EXCEEDED: 504,
+    Code.NOT_FOUND: 404,
+    Code.ALREADY_EXISTS: 409,
+    Code.PERMISSION_DENIED: 403,
+    Code.RESOURCE_EXHAUSTED: 429,
+    Code.FAILED_PRECONDITION: 400,
+    Code.ABORTED: 409,
+    Code.OUT_OF_RANGE: 400,
+    Code.UNIMPLEMENTED: 501,
+    Code.INTERNAL: 500,
+    Code.UNAVAILABLE: 503,
+    Code.DATA_LOSS: 500,
+    Code.UNAUTHENTICATED: 401,
+}
+
+# HTTP statuses several codes share decode to the most common of them.
+_FROM_HTTP = {
+    400: Code.INVALID_ARGUMENT,
+    401: Code.UNAUTHENTICATED,
+    403: Code.PERMISSION_DENIED,
+    404: Code.NOT_FOUND,
+    408: Code.DEADLINE_EXCEEDED,
+    409: Code.ABORTED,
+    429: Code.RESOURCE_EXHAUSTED,
+    499: Code.CANCELLED,
+    500: Code.INTERNAL,
+    501: Code.UNIMPLEMENTED,
+    502: Code.UNAVAILABLE,
+    503: Code.UNAVAILABLE,
+    504: Code.DEADLINE_EXCEEDED,
+}
+
+
+def to_http_status(code: Code | int) -> int:
+    """HTTP status for a canonical code, as TF Serving's REST server maps it."""
+    return _HTTP.get(Code(code), 500)
+
+
+def from_http_status(status: int) -> Code:
+    """Best canonical code for an HTTP status (used by the REST client)."""
+    if 200 <= status < 300:
+        return Code.OK
+    return _FROM_HTTP.get(status, Code.UNKNOWN)
+
+
+def to_grpc_status(code: Code | int):
+    """The ``grpc.StatusCode`` with the same number (TF Serving ``ToGRPCStatus``)."""
+    import grpc  # local: REST-only users of this module need not load grpc
+
+    return _grpc_by_value(grpc)[int(code)]
+
+
+def from_grpc_status(status) -> Code:
+    """Canonical code for a ``grpc.StatusCode``."""
+    return Code(status.value[0])
+
+
+def _grpc_by_value(grpc) -> dict:
+    return {sc.value[0]: sc for sc in grpc.StatusCode}
+
+
+_GRPC_MESSAGE_LIMIT = 1024
+
+
+def truncate_for_grpc(message: str) -> str:
+    """TF Serving truncates gRPC error messages to 1024 chars plus a marker."""
+    if len(message) <= _GRPC_MESSAGE_LIMIT:
+        return message
+    return message[:_GRPC_MESSAGE_LIMIT] + "...TRUNCATED"

@@ -1,0 +1,61 @@
+"""Shared fixtures: a model repository exported by the real exporter.
+
+Exports are cached under ``.cache/test-models/<hash of the exporter's code>``,
+so editing the exporter re-exports and a clean clone exports once. A file lock
+lets concurrent test runs share the cache. Tests that change a repository
+take ``model_repo_copy`` instead of writing into the cache.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import REPO_ROOT
+
+SMALL_MODELS = ("digits", "text", "ranker")
+
+
+def _exporter_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((REPO_ROOT / "exporter").rglob("*.py")) + [REPO_ROOT / "serving" / "codec.py"]:
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _cached_export(names: tuple[str, ...], variant: str = "fp32") -> Path:
+    from exporter.export import export_model
+
+    root = REPO_ROOT / ".cache" / "test-models" / _exporter_hash()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in names:
+            published = name if variant == "fp32" else f"{name}_{variant.replace('-', '_')}"
+            if not (root / published / "1").is_dir():
+                export_model(name, variant=variant, version=1, out=root, progress=False)
+    return root
+
+
+@pytest.fixture(scope="session")
+def model_repo() -> Path:
+    """A read-only repository with digits, text and ranker at version 1 (fp32)."""
+    return _cached_export(SMALL_MODELS)
+
+
+@pytest.fixture(scope="session")
+def resnet50_repo() -> Path:
+    """The same cache with resnet50 version 1 exported too (slow the first time)."""
+    return _cached_export(("resnet50",))
+
+
+@pytest.fixture
+def model_repo_copy(model_repo: Path, tmp_path: Path) -> Path:
+    """A writable copy of ``model_repo`` for tests that publish or delete versions."""
+    dest = tmp_path / "models"
+    shutil.copytree(model_repo, dest, ignore=shutil.ignore_patterns(".lock"))
+    return dest

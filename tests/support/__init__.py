@@ -1,0 +1,1 @@
+"""Shared test support: free ports, a subprocess launcher for the embedded server."""
