@@ -3,6 +3,11 @@
 The compose stack (real TF Serving) and the embedded server read the same
 files: ``models.config`` (``ModelServerConfig``), ``batching.config``
 (``BatchingParameters``) and ``monitoring.config`` (``MonitoringConfig``).
+
+Submodules: ``models`` (the zoo's published names, rendering and checking
+``models.config``), ``compose`` (the compose ``tfserving`` service's arguments
+remapped for the embedded server) and ``cli`` (``python -m serving.config
+check|render``).
 """
 from __future__ import annotations
 
@@ -38,13 +43,13 @@ def load_model_server_config(path: PathLike):
 
 def load_batching_parameters(path: PathLike):
     """A ``tensorflow.serving.BatchingParameters`` from a text-proto file."""
-    from tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
+    from serving.config.protos import batching_parameters_class
 
-    return parse_text_proto(Path(path).read_text(), session_bundle_config_pb2.BatchingParameters())
+    return parse_text_proto(Path(path).read_text(), batching_parameters_class()())
 
 
 def load_monitoring_config(path: PathLike):
     """A ``tensorflow.serving.MonitoringConfig`` from a text-proto file."""
-    from tensorflow_serving.config import monitoring_config_pb2
+    from serving.config.protos import monitoring_config_class
 
-    return parse_text_proto(Path(path).read_text(), monitoring_config_pb2.MonitoringConfig())
+    return parse_text_proto(Path(path).read_text(), monitoring_config_class()())

@@ -1,0 +1,258 @@
+"""Is the load generator the bottleneck? Measured side by side in one run; prints ratios.
+
+1. The locust gRPC user (``loadtest/locustfiles/steady.py``, ``GrpcUser``) and
+   2. the sweep's thread generator each fire at a trivial gRPC servicer that
+   answers every Predict with one canned PredictResponse (a separate process,
+   pinned to another core, that never decodes the request), so the server is
+   not the limit. Reported: requests/s, the generator's CPU use, and
+   requests per CPU-second of the generator = its maximum rate per core.
+3. The sweep's throughput against the embedded server (a real model) compared
+   with an independent measurement at the same concurrency: a plain threaded
+   loop over the official ``tensorflow_serving`` stubs (``PredictionServiceStub``
+   with ``predict_pb2`` messages), interleaved A/B/A/B.
+
+    python -m benchmarks.loadgen --model-repo models            # all three
+    python -m benchmarks.loadgen --model-repo models --skip-server
+
+Needs an exported model in ``--model-repo`` (``python -m exporter export --model digits``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["main", "serve_canned", "independent_predict_rate"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- the canned servicer
+
+def serve_canned(port: int, threads: int = 16) -> None:
+    """Serve ``PredictionService/Predict`` with one canned response (bytes in, bytes out) until SIGTERM."""
+    import grpc
+    import numpy as np
+
+    from serving.codec import ndarray_to_tensor_proto
+    from serving.wire import apis
+
+    response = apis.PredictResponse()
+    response.model_spec.name = "canned"
+    ndarray_to_tensor_proto(np.full((1, 10), 0.1, np.float32), response.outputs["probabilities"])
+    canned = response.SerializeToString()
+    handler = grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {
+        "Predict": grpc.unary_unary_rpc_method_handler(lambda request, context: canned)})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), handlers=[handler])
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    server.stop(1)
+
+
+class CannedServer:
+    """The canned servicer in its own process, pinned to ``cpus``."""
+
+    def __init__(self, cpus: set[int]) -> None:
+        from loadtest.servers import free_port
+
+        self.port = free_port()
+        self.cpus = cpus
+
+    def __enter__(self) -> "CannedServer":
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", "serve-canned", str(self.port)],
+                                     cwd=REPO_ROOT, preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
+        _wait_port(self.port)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+
+
+def _wait_port(port: int, timeout: float = 30.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+# ---------------------------------------------------------------- 1. locust gRPC user
+
+def locust_rate(target: str, model_repo: Path, model: str, users: int, duration: int, cpu: int) -> dict:
+    """Run the steady scenario's GrpcUser pinned to ``cpu``; requests/s and CPU over the middle of the run."""
+    import psutil
+
+    out = Path(tempfile.mkdtemp(prefix="loadgen-locust-"))
+    cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest/locustfiles/steady.py"), "--headless",
+           "--host", target, "-u", str(users), "-r", str(users), "--run-time", f"{duration}s", "--stop-timeout", "2",
+           "--csv", str(out / "run"), "--csv-full-history", "--model", model, "--model-repo", str(model_repo),
+           "--exit-code-on-error", "0", "GrpcUser"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    ps = psutil.Process(proc.pid)
+    time.sleep(duration * 0.3)
+    t1, c1 = time.time(), sum(ps.cpu_times()[:2])
+    time.sleep(duration * 0.5)
+    t2, c2 = time.time(), sum(ps.cpu_times()[:2])
+    proc.wait(timeout=duration + 60)
+    n1, n2 = _count_at(out / "run_stats_history.csv", t1), _count_at(out / "run_stats_history.csv", t2)
+    rate = (n2 - n1) / (t2 - t1)
+    cpu_share = (c2 - c1) / (t2 - t1)
+    return {"rps": rate, "cpu": cpu_share, "per_core": rate / cpu_share if cpu_share else 0.0}
+
+
+def _count_at(history: Path, when: float) -> float:
+    """Total requests at time ``when``, interpolated from locust's per-second history."""
+    points = []
+    with open(history, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["Name"] == "Aggregated":
+                points.append((float(row["Timestamp"]), float(row["Total Request Count"])))
+    before = [p for p in points if p[0] <= when] or points[:1]
+    after = [p for p in points if p[0] >= when] or points[-1:]
+    (ta, na), (tb, nb) = before[-1], after[0]
+    return na if tb == ta else na + (nb - na) * (when - ta) / (tb - ta)
+
+
+# ---------------------------------------------------------------- 2. the sweep's generator
+
+def sweep_rate(target: str, payload, concurrency: int, seconds: float) -> dict:
+    from loadtest.generator import grpc_transport
+    from loadtest.sweep import SweepSettings, measure_level
+
+    settings = SweepSettings(levels=(concurrency,), window_s=seconds / 3, stable_windows=3, max_level_s=seconds,
+                             warmup_s=1.0)
+    result = measure_level(grpc_transport(target, payload), concurrency, settings)
+    cpu = result.client_cpu_pct / 100.0
+    return {"rps": result.throughput_rps, "cpu": cpu, "per_core": result.throughput_rps / cpu if cpu else 0.0,
+            "p99_ms": result.p99_ms}
+
+
+# ---------------------------------------------------------------- 3. independent measurement
+
+def independent_predict_rate(target: str, payload, concurrency: int, seconds: float) -> float:
+    """Successful Predicts per second from a plain threaded loop over the official TF Serving stubs."""
+    import grpc
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    from serving.codec import ndarray_to_tensor_proto
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = payload.model_name
+    request.model_spec.signature_name = payload.signature_name
+    for name, array in payload.inputs.items():
+        ndarray_to_tensor_proto(array, request.inputs[name])
+    counts = [0] * concurrency
+    stop = threading.Event()
+
+    def worker(i: int) -> None:
+        with grpc.insecure_channel(target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            stub.Predict(request, timeout=30)  # connect before the clock starts
+            barrier.wait()
+            while not stop.is_set():
+                stub.Predict(request, timeout=30)
+                if not stop.is_set():
+                    counts[i] += 1
+
+    barrier = threading.Barrier(concurrency + 1)
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    time.sleep(1.0)  # warm-up, as the sweep discards its first second
+    start_counts, start = sum(counts), time.perf_counter()
+    time.sleep(seconds)
+    done, elapsed = sum(counts) - start_counts, time.perf_counter() - start
+    stop.set()
+    for t in threads:
+        t.join(60)
+    return done / elapsed
+
+
+def compare_with_server(model_repo: Path, model: str, concurrency: int, seconds: float, rounds: int) -> list:
+    from loadtest.generator import grpc_transport
+    from loadtest.payloads import Target, build_payload
+    from loadtest.servers import EmbeddedServer
+    from loadtest.sweep import SweepSettings, measure_level
+
+    target = Target(model=model, model_repo=model_repo)
+    payload = build_payload(target)
+    settings = SweepSettings(levels=(concurrency,), window_s=seconds / 3, stable_windows=3, max_level_s=seconds + 1,
+                             warmup_s=1.0, stability_pct=100.0)
+    pairs = []
+    with EmbeddedServer({target.name: model_repo / target.name}) as server:
+        for _ in range(rounds):
+            sweep = measure_level(grpc_transport(server.grpc_target, payload), concurrency, settings).throughput_rps
+            plain = independent_predict_rate(server.grpc_target, payload, concurrency, seconds)
+            pairs.append((sweep, plain))
+            print(f"  sweep {sweep:8.1f} req/s   official-stub loop {plain:8.1f} req/s   ratio {sweep / plain:.3f}",
+                  flush=True)
+    return pairs
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve-canned"]:
+        serve_canned(int(argv[1]))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.loadgen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-repo", type=Path, default=Path("models"))
+    parser.add_argument("--model", default="digits")
+    parser.add_argument("--duration", type=int, default=12, help="seconds per generator measurement")
+    parser.add_argument("--users", type=int, default=16, help="locust users / sweep threads against the canned server")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrency of the sweep-vs-independent check")
+    parser.add_argument("--rounds", type=int, default=2, help="A/B rounds of the sweep-vs-independent check")
+    parser.add_argument("--skip-server", action="store_true", help="skip part 3 (needs the embedded server)")
+    args = parser.parse_args(argv)
+
+    from loadtest.payloads import Target, build_payload
+
+    cpus = sorted(os.sched_getaffinity(0))
+    gen_cpu, srv_cpus = cpus[0], set(cpus[1:]) or {cpus[0]}
+    payload = build_payload(Target(model=args.model, model_repo=args.model_repo))
+    print(f"cores {len(cpus)}: generator pinned to CPU {gen_cpu}, canned servicer to CPUs {sorted(srv_cpus)}; "
+          f"payload {payload.label}, {len(payload.grpc_request)} request bytes")
+    with CannedServer(srv_cpus) as canned:
+        target = f"127.0.0.1:{canned.port}"
+        loc = locust_rate(target, args.model_repo.resolve(), args.model, args.users, args.duration + 6, gen_cpu)
+        print(f"1. locust GrpcUser x{args.users} -> canned servicer: {loc['rps']:8.1f} req/s at "
+              f"{100 * loc['cpu']:5.1f}% of one core = {loc['per_core']:8.1f} req/s per core")
+        os.sched_setaffinity(0, {gen_cpu})
+        try:
+            gen = sweep_rate(target, payload, args.users, args.duration)
+        finally:
+            os.sched_setaffinity(0, set(cpus))
+        print(f"2. sweep generator x{args.users} -> canned servicer: {gen['rps']:8.1f} req/s at "
+              f"{100 * gen['cpu']:5.1f}% of one core = {gen['per_core']:8.1f} req/s per core")
+    if not args.skip_server:
+        print(f"3. sweep vs independent measurement, embedded server, {args.model}, concurrency {args.concurrency}:")
+        pairs = compare_with_server(args.model_repo, args.model, args.concurrency, args.duration / 2, args.rounds)
+        sweep_total, plain_total = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        print(f"   mean ratio sweep/independent = {sweep_total / plain_total:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""The embedded server against the model run in-process: one run, side by side, with ratios.
+
+Measured, in this order, in one invocation:
+
+1. in-process: each model loaded exactly as the server loads it
+   (``SavedModelLoader``), ``Servable.run_direct`` timed at several batch
+   sizes — the ceiling for the server's throughput, and the floor for its latency;
+2. the embedded server (``python -m serving.server``) without batching, then
+   again with ``--enable_batching --batching_parameters_file=...``: closed-loop
+   clients over gRPC and REST at each concurrency (one row per request).
+
+Then it prints the table and PASS/FAIL per target:
+
+- ``resnet50``: gRPC with batching, best concurrency, ≥ 0.9 × in-process best rows/s;
+- ``digits``: gRPC at concurrency 32, batching ≥ 3 × no batching;
+- ``digits``: p50 at concurrency 1 (server, no batching) minus in-process p50 at batch 1 ≤ 2 ms.
+
+Clients are built to cost the server as little CPU as possible (the machine is
+shared): gRPC sends one pre-serialized request through callbacks (no client
+threads); REST uses one keep-alive ``http.client`` connection per client thread.
+
+    python -m benchmarks.server                                   # digits and resnet50
+    python -m benchmarks.server --models digits --duration 2
+    python -m benchmarks.server --model-repo models --batching-config serving/batching.cpu.config
+
+``--model-repo`` defaults to the test suite's export cache (exported on first use).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["main", "Point", "measure_in_process", "measure_server"]
+
+logger = logging.getLogger("benchmarks.server")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
+IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 8, 32)}
+DEFAULT_BATCHING = """\
+# benchmarks/server.py default: TF Serving's CPU advice (batching/README.md):
+# threads = cores, a large batch, no timeout; a generous queue while measuring.
+max_batch_size { value: 32 }
+batch_timeout_micros { value: 0 }
+max_enqueued_batches { value: 1000 }
+num_batch_threads { value: %d }
+"""
+
+
+@dataclass
+class Point:
+    """One measurement: rows/s and per-call latency percentiles (seconds)."""
+
+    model: str
+    path: str            # "in-process", "grpc", "rest"
+    batching: str        # "-", "off", "on"
+    load: int            # batch size (in-process) or concurrency (server)
+    rows_per_s: float
+    latencies: list[float] = field(repr=False, default_factory=list)
+    errors: int = 0
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies:
+            return float("nan")
+        return float(np.percentile(self.latencies, q))
+
+
+# ---------------------------------------------------------------------------- in-process
+
+def measure_in_process(model: str, version_dir: Path, duration: float,
+                       batch_sizes: Sequence[int]) -> list[Point]:
+    """``Servable.run_direct`` on one thread at each batch size, model loaded as the server loads it."""
+    from exporter.manifest import load_manifest
+    from serving.server.loader import LoaderOptions, SavedModelLoader
+
+    manifest = load_manifest(version_dir)
+    servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(
+        model, int(version_dir.name), str(version_dir))
+    outputs = list(servable.signatures["serving_default"].outputs)
+    points = []
+    try:
+        for batch in batch_sizes:
+            inputs = manifest.sample_inputs(batch_size=batch)
+            for _ in range(2):  # build the callable, touch the kernels
+                servable.run_direct("serving_default", inputs, outputs)
+            latencies = _time_calls(lambda: servable.run_direct("serving_default", inputs, outputs), duration)
+            rows = batch * len(latencies) / sum(latencies)
+            points.append(Point(model, "in-process", "-", batch, rows, latencies))
+            logger.info("in-process %s batch %d: %.1f rows/s", model, batch, rows)
+    finally:
+        servable.close()
+    return points
+
+
+def _time_calls(call: Callable[[], object], duration: float, min_calls: int = 3) -> list[float]:
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration
+    while time.perf_counter() < deadline or len(latencies) < min_calls:
+        start = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+# ---------------------------------------------------------------------------- clients
+
+def _predict_request_bytes(model: str, inputs: dict[str, np.ndarray]) -> bytes:
+    from tensorflow_serving.apis import predict_pb2
+
+    from serving.codec import ndarray_to_tensor_proto
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.model_spec.signature_name = "serving_default"
+    for name, array in inputs.items():
+        ndarray_to_tensor_proto(array, request.inputs[name])
+    return request.SerializeToString()
+
+
+def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, duration: float) -> tuple[list, int]:
+    """Closed loop: ``concurrency`` calls in flight, each completion sends the next one.
+
+    Returns latencies of calls that completed inside the measured window, and the error count.
+    """
+    import grpc
+
+    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                     ("grpc.max_send_message_length", 64 << 20)])
+    call = channel.unary_unary(PREDICT_METHOD)  # bytes in, bytes out: no client-side (de)serialization
+    begin = time.perf_counter()
+    window = (begin + warmup, begin + warmup + duration)
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    finished = threading.Event()
+    in_flight = [concurrency]
+
+    def send() -> None:
+        start = time.perf_counter()
+        call.future(payload, timeout=120).add_done_callback(lambda f: done(f, start))
+
+    def done(future, start: float) -> None:
+        end = time.perf_counter()
+        failed = future.exception() is not None
+        with lock:
+            if failed:
+                errors[0] += 1
+            elif window[0] <= end <= window[1]:
+                latencies.append(end - start)
+            if end >= window[1]:
+                in_flight[0] -= 1
+                if not in_flight[0]:
+                    finished.set()
+                return
+        send()
+
+    for _ in range(concurrency):
+        send()
+    finished.wait(warmup + duration + 300)
+    channel.close()
+    return latencies, errors[0]
+
+
+def run_rest(base_url: str, model: str, body: bytes, concurrency: int, warmup: float,
+             duration: float) -> tuple[list, int]:
+    """Closed loop over ``concurrency`` threads, each with one keep-alive connection."""
+    host, port = base_url.split("//")[1].split(":")
+    begin = time.perf_counter()
+    window = (begin + warmup, begin + warmup + duration)
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    path = f"/v1/models/{model}:predict"
+
+    def client() -> None:
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            while True:
+                start = time.perf_counter()
+                try:
+                    connection.request("POST", path, body, {"Content-Type": "application/json"})
+                    response = connection.getresponse()
+                    response.read()
+                    ok = response.status == 200
+                except (OSError, http.client.HTTPException):
+                    ok = False
+                    connection.close()
+                    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+                end = time.perf_counter()
+                with lock:
+                    if not ok:
+                        errors[0] += 1
+                    elif window[0] <= end <= window[1]:
+                        latencies.append(end - start)
+                if end >= window[1]:
+                    return
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(warmup + duration + 300)
+    return latencies, errors[0]
+
+
+# ---------------------------------------------------------------------------- the server
+
+def _model_config(repo: Path, models: Sequence[str], directory: Path) -> Path:
+    entries = "\n".join(
+        f"  config {{ name: '{m}' base_path: '{(repo / m).resolve()}' model_platform: 'tensorflow' }}"
+        for m in models)
+    path = directory / "models.config"
+    path.write_text(f"model_config_list {{\n{entries}\n}}\n")
+    return path
+
+
+def measure_server(repo: Path, models: Sequence[str], batching_file: Optional[Path], durations: dict,
+                   concurrencies: Sequence[int], protocols: Sequence[str], warmup: float,
+                   workdir: Path) -> list[Point]:
+    """Start the embedded server once and measure every (model, protocol, concurrency)."""
+    from exporter.manifest import load_manifest
+    from serving.codec import inputs_to_rest_request
+    from tests.support.servers import EmbeddedServer
+
+    args = [f"--model_config_file={_model_config(repo, models, workdir)}", "--file_system_poll_wait_seconds=0"]
+    if batching_file is not None:
+        args += ["--enable_batching", f"--batching_parameters_file={batching_file}"]
+    label = "on" if batching_file is not None else "off"
+    log_path = workdir / f"server-batching-{label}.log"
+    points = []
+    with EmbeddedServer(args, wait_for=models, log_path=log_path, timeout=600) as server:
+        for model in models:
+            inputs = load_manifest(repo / model / "1").sample_inputs(batch_size=1)
+            grpc_payload = _predict_request_bytes(model, inputs)
+            rest_body = inputs_to_rest_request(inputs)
+            _check_answers(server, model, grpc_payload, rest_body)
+            for protocol in protocols:
+                for concurrency in concurrencies:
+                    if protocol == "grpc":
+                        latencies, errors = run_grpc(server.grpc_target, grpc_payload, concurrency, warmup,
+                                                     durations[model])
+                    else:
+                        latencies, errors = run_rest(server.rest_url, model, rest_body, concurrency, warmup,
+                                                     durations[model])
+                    point = Point(model, protocol, label, concurrency, len(latencies) / durations[model],
+                                  latencies, errors)
+                    logger.info("%s %s batching=%s c=%d: %.1f req/s p50 %.2f ms errors %d", model, protocol,
+                                label, concurrency, point.rows_per_s, point.percentile(50) * 1e3, errors)
+                    points.append(point)
+    return points
+
+
+def _check_answers(server, model: str, grpc_payload: bytes, rest_body: bytes) -> None:
+    """One real, decoded answer over each protocol before anything is timed."""
+    import grpc
+    from tensorflow_serving.apis import predict_pb2
+
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        raw = channel.unary_unary(PREDICT_METHOD)(grpc_payload, timeout=120)
+    response = predict_pb2.PredictResponse.FromString(raw)
+    if not response.outputs:
+        raise RuntimeError(f"{model}: gRPC Predict returned no outputs")
+    host, port = server.rest_url.split("//")[1].split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    connection.request("POST", f"/v1/models/{model}:predict", rest_body, {"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    text = answer.read()
+    connection.close()
+    if answer.status != 200 or b"predictions" not in text:
+        raise RuntimeError(f"{model}: REST predict answered {answer.status}: {text[:200]!r}")
+
+
+# ---------------------------------------------------------------------------- report
+
+@dataclass
+class Target:
+    name: str
+    ratio: float
+    limit: float
+    higher_is_better: bool = True
+    unit: str = "x"
+
+    @property
+    def passed(self) -> bool:
+        if np.isnan(self.ratio):
+            return False
+        return self.ratio >= self.limit if self.higher_is_better else self.ratio <= self.limit
+
+
+def _find(points: Sequence[Point], **match) -> list[Point]:
+    return [p for p in points if all(getattr(p, k) == v for k, v in match.items())]
+
+
+def evaluate(points: Sequence[Point]) -> list[Target]:
+    """The three targets, from whatever points were measured."""
+    targets = []
+    in_process_best = {p.model: max(q.rows_per_s for q in _find(points, model=p.model, path="in-process"))
+                       for p in _find(points, path="in-process")}
+    served = _find(points, model="resnet50", path="grpc", batching="on")
+    if served and "resnet50" in in_process_best:
+        best = max(p.rows_per_s for p in served)
+        targets.append(Target("resnet50 gRPC+batching / in-process best (rows/s)",
+                              best / in_process_best["resnet50"], 0.9))
+    on, off = _find(points, model="digits", path="grpc", batching="on", load=32), \
+        _find(points, model="digits", path="grpc", batching="off", load=32)
+    if on and off:
+        targets.append(Target("digits gRPC c=32: batching / no batching (req/s)",
+                              on[0].rows_per_s / max(off[0].rows_per_s, 1e-9), 3.0))
+    local = _find(points, model="digits", path="in-process", load=1)
+    for protocol in ("grpc", "rest"):
+        served = _find(points, model="digits", path=protocol, batching="off", load=1)
+        if local and served:
+            added_ms = (served[0].percentile(50) - local[0].percentile(50)) * 1e3
+            targets.append(Target(f"digits {protocol} c=1 added p50 (server - in-process)", added_ms, 2.0,
+                                  higher_is_better=False, unit=" ms"))
+    return targets
+
+
+def print_report(points: Sequence[Point], targets: Sequence[Target]) -> None:
+    header = f"{'model':<10} {'path':<11} {'batching':<8} {'load':>5} {'rows/s':>10} {'p50 ms':>9} " \
+             f"{'p99 ms':>9} {'calls':>7} {'errors':>6}"
+    print(header)
+    print("-" * len(header))
+    for p in points:
+        load = f"b{p.load}" if p.path == "in-process" else f"c{p.load}"
+        print(f"{p.model:<10} {p.path:<11} {p.batching:<8} {load:>5} {p.rows_per_s:>10.1f} "
+              f"{p.percentile(50) * 1e3:>9.2f} {p.percentile(99) * 1e3:>9.2f} {len(p.latencies):>7} "
+              f"{p.errors:>6}")
+    print()
+    for t in targets:
+        sign = ">=" if t.higher_is_better else "<="
+        print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} (target {sign} {t.limit}{t.unit})")
+
+
+# ---------------------------------------------------------------------------- main
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.server", description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="digits,resnet50", help="comma-separated zoo models")
+    parser.add_argument("--model-repo", type=Path, default=None,
+                        help="repository with <model>/1 (default: the test export cache)")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds measured per point (digits)")
+    parser.add_argument("--resnet50-duration", type=float, default=8.0,
+                        help="seconds measured per point for resnet50 (a batch takes seconds on CPU)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each window")
+    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client concurrencies")
+    parser.add_argument("--protocols", default="grpc,rest", help="grpc, rest or both")
+    parser.add_argument("--batching-config", type=Path, default=None,
+                        help="BatchingParameters for the batching run (default: threads = cores, "
+                             "max_batch_size 32, timeout 0)")
+    parser.add_argument("--skip-in-process", action="store_true")
+    parser.add_argument("--skip-server", action="store_true")
+    return parser
+
+
+def _model_repo(path: Optional[Path], models: Sequence[str]) -> Path:
+    if path is not None:
+        return path
+    from tests.conftest import _cached_export  # the suite's cache: each model exported once
+
+    return _cached_export(tuple(models))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = _parser().parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    protocols = [p for p in args.protocols.split(",") if p]
+    durations = {m: (args.resnet50_duration if m == "resnet50" else args.duration) for m in models}
+    repo = _model_repo(args.model_repo, models)
+    logger.info("models %s from %s; load average %s", models, repo, os.getloadavg())
+    points: list[Point] = []
+    with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
+        workdir = Path(tmp)
+        if not args.skip_in_process:
+            for model in models:
+                points += measure_in_process(model, repo / model / "1", durations[model],
+                                             IN_PROCESS_BATCH_SIZES.get(model, (1, 8, 32)))
+        if not args.skip_server:
+            batching_file = args.batching_config
+            if batching_file is None:
+                batching_file = workdir / "batching.config"
+                batching_file.write_text(DEFAULT_BATCHING % len(os.sched_getaffinity(0)))
+            for batching in (None, batching_file):
+                points += measure_server(repo, models, batching, durations, concurrencies, protocols,
+                                         args.warmup, workdir)
+    logger.info("load average at the end %s", os.getloadavg())
+    targets = evaluate(points)
+    print_report(points, targets)
+    return 0 if all(t.passed for t in targets) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

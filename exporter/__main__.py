@@ -1,0 +1,103 @@
+"""``python -m exporter``: export, ensure and validate zoo models.
+
+Exit codes: 0 success; 1 validation or export failure; 2 usage error;
+3 the variant cannot be built on this machine (e.g. trt-fp16 without a GPU
+and TensorRT) — checked before any work, nothing is written.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+__all__ = ["main", "EXIT_FAILED", "EXIT_UNAVAILABLE"]
+
+EXIT_FAILED = 1
+EXIT_UNAVAILABLE = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    from exporter.variants import VARIANTS
+    from exporter.zoo import MODELS
+
+    parser = argparse.ArgumentParser(prog="python -m exporter", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--variant", choices=list(VARIANTS), default="fp32")
+        p.add_argument("--out", type=Path, default=Path("models"), help="model repository (default: models)")
+        p.add_argument("--batching-config", type=Path, default=None,
+                       help="BatchingParameters text proto whose allowed_batch_sizes the warmup covers "
+                            "(default: serving/batching.config, else 1,2,4,8,16,32)")
+        p.add_argument("--quiet", action="store_true", help="no progress output")
+
+    export = sub.add_parser("export", help="export one model as a new version")
+    export.add_argument("--model", required=True, choices=list(MODELS))
+    export.add_argument("--version", type=int, default=None, help="default: the next integer")
+    common(export)
+    ensure = sub.add_parser("ensure", help="export version 1 of each model that has no version yet")
+    ensure.add_argument("models", nargs="+", choices=list(MODELS), metavar="NAME")
+    common(ensure)
+    check = sub.add_parser("validate", help="check a version directory against its manifest")
+    check.add_argument("path", type=Path, help="a version directory, or a model directory (latest version)")
+    return parser
+
+
+def _export(args: argparse.Namespace) -> int:
+    from exporter.export import export_model
+
+    path = export_model(args.model, variant=args.variant, version=args.version, out=args.out,
+                        progress=not args.quiet, batching_config=args.batching_config)
+    print(path)
+    return 0
+
+
+def _ensure(args: argparse.Namespace) -> int:
+    from exporter.export import ensure_model
+
+    for name in args.models:
+        path = ensure_model(name, variant=args.variant, out=args.out, progress=not args.quiet,
+                            batching_config=args.batching_config)
+        print(path if path else f"{name}: already has a version under {args.out}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from exporter.validate import validate
+
+    report = validate(args.path)
+    print(f"OK {report.path} ({report.variant}): signatures {', '.join(report.signatures)}")
+    for sig, measures in sorted(report.golden.items()):
+        top1 = measures["top1_agreement"]
+        print(f"  golden {sig}: max abs error {measures['max_abs_error']:.3g}"
+              + ("" if top1 is None else f", top-1 agreement {top1:.3f}"))
+    print(f"  warmup: {report.warmup_records} records, batch sizes {report.warmup_batch_sizes}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI; return the exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from exporter.export import ExportError
+    from exporter.publish import VersionExists
+    from exporter.validate import ValidationError
+    from exporter.variants import VariantUnavailable
+
+    try:
+        return {"export": _export, "ensure": _ensure, "validate": _validate}[args.command](args)
+    except VariantUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except ValidationError as exc:
+        print(f"validation failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except (ExportError, VersionExists, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""``resnet50``: the Keras ResNet-50 architecture with seeded random weights.
+
+No pretrained weights are downloaded (``weights=None``); it is the
+performance model, so its answers mean nothing, but its cost is real.
+``serving_default``: ``images`` float32 [batch, 224, 224, 3] with pixel
+values 0..255 (RGB; the Keras ResNet preprocessing runs in-graph) →
+``probabilities`` float32 [batch, 1000] and ``classes`` int64 [batch].
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from exporter.zoo.base import SEED, BuiltModel
+
+__all__ = ["build", "IMAGE_SIZE"]
+
+IMAGE_SIZE = 224
+GOLDEN_ROWS = 2
+
+
+def build(*, progress: bool = True) -> BuiltModel:
+    """Build ResNet-50 with seeded initial weights (no training)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(SEED)
+    model = keras.applications.ResNet50(weights=None, input_shape=(IMAGE_SIZE, IMAGE_SIZE, 3),
+                                        classes=1000, classifier_activation=None)
+    module = tf.Module()
+    module.model = model
+
+    def core(images):
+        return module.model(keras.applications.resnet50.preprocess_input(images), training=False)
+
+    def make_signatures(core_fn):
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32, name="images")])
+        def serving_default(images):
+            logits = core_fn(images)
+            return {"probabilities": tf.nn.softmax(logits), "classes": tf.argmax(logits, axis=-1)}
+
+        return {"serving_default": serving_default}
+
+    rng = np.random.default_rng(SEED)
+    images = rng.integers(0, 256, size=(GOLDEN_ROWS, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+    return BuiltModel(
+        name="resnet50", module=module, core=core, make_signatures=make_signatures,
+        golden_inputs={"serving_default": {"images": images}},
+        top1_outputs={"serving_default": "probabilities"},
+        metrics={"weights": f"seeded random initialisation (seed {SEED}), weights=None; no accuracy"},
+        notes=("resnet50 has random weights: it measures serving cost, not quality.",))

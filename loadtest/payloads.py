@@ -1,0 +1,151 @@
+"""Request payloads built once from an exported model's manifest.
+
+The exporter records real sample inputs in each version's ``manifest.json``
+(digits images, strings for ``text``, ranker features). A load generator must
+stay cheap, so everything a request needs is encoded here once: the
+serialized ``PredictRequest`` bytes for gRPC (sent with identity serializers)
+and the JSON body for REST. Nothing is encoded per request.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+__all__ = [
+    "Target",
+    "Payload",
+    "build_payload",
+    "published_name",
+    "latest_version_dir",
+]
+
+_VARIANT_SUFFIX = {"fp32": "", "xla": "_xla", "trt-fp16": "_trt_fp16"}
+
+
+def published_name(model: str, variant: str = "fp32") -> str:
+    """The name the exporter publishes a variant under (``digits_xla`` for xla)."""
+    try:
+        return model + _VARIANT_SUFFIX[variant]
+    except KeyError:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(_VARIANT_SUFFIX)}") from None
+
+
+def latest_version_dir(model_dir: Path) -> Path:
+    """The highest numeric version directory under ``model_dir``."""
+    versions = [p for p in Path(model_dir).iterdir() if p.is_dir() and p.name.isdigit()]
+    if not versions:
+        raise FileNotFoundError(f"no numeric version directory under {model_dir}")
+    return max(versions, key=lambda p: int(p.name))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the load is aimed at: model, variant, signature, version or label.
+
+    ``version`` and ``version_label`` are exclusive (a ``ModelSpec`` holds one);
+    with neither, the server's latest version answers. ``batch_size`` is the
+    number of rows per request, taken from the manifest's samples (repeated
+    when the manifest holds fewer).
+    """
+
+    model: str = "digits"
+    variant: str = "fp32"
+    signature: Optional[str] = None
+    version: Optional[int] = None
+    version_label: Optional[str] = None
+    batch_size: int = 1
+    model_repo: Path = Path("models")
+
+    def __post_init__(self) -> None:
+        if self.version is not None and self.version_label:
+            raise ValueError("give a version or a version label, not both")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.version_label and not re.fullmatch(r"[A-Za-z0-9_]+", self.version_label):
+            raise ValueError(f"version labels are [a-zA-Z0-9_]+, got {self.version_label!r}")
+
+    @property
+    def name(self) -> str:
+        return published_name(self.model, self.variant)
+
+    def version_dir(self) -> Path:
+        model_dir = Path(self.model_repo) / self.name
+        if self.version is not None:
+            return model_dir / str(self.version)
+        return latest_version_dir(model_dir)
+
+    def replace(self, **changes: Any) -> "Target":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One prebuilt request, in both wire forms."""
+
+    model_name: str
+    signature_name: str
+    inputs: Mapping[str, np.ndarray]
+    grpc_method: str
+    grpc_request: bytes
+    rest_path: str
+
+    @functools.cached_property
+    def rest_body(self) -> bytes:
+        """The REST ``:predict`` JSON body (row format), encoded on first use."""
+        return _rest_body(self.signature_name, self.inputs)
+
+    @property
+    def label(self) -> str:
+        """A short name for stats tables: ``digits:serving_default``."""
+        return f"{self.model_name}:{self.signature_name}"
+
+
+def build_payload(target: Target) -> Payload:
+    """Read the manifest of ``target`` and encode one request (gRPC bytes now, the REST body on first use)."""
+    from exporter.manifest import load_manifest
+
+    manifest = load_manifest(target.version_dir())
+    signature = target.signature or "serving_default"
+    inputs = manifest.sample_inputs(signature, batch_size=target.batch_size)
+    return Payload(
+        model_name=target.name,
+        signature_name=signature,
+        inputs=inputs,
+        grpc_method=_predict_method(),
+        grpc_request=_predict_request_bytes(target, signature, inputs),
+        rest_path=_rest_path(target),
+    )
+
+
+def _rest_path(target: Target) -> str:
+    path = f"/v1/models/{target.name}"
+    if target.version is not None:
+        path += f"/versions/{target.version}"
+    elif target.version_label:
+        path += f"/labels/{target.version_label}"
+    return path + ":predict"
+
+
+def _rest_body(signature: str, inputs: Mapping[str, np.ndarray]) -> bytes:
+    from serving.codec import inputs_to_rest_request
+
+    return inputs_to_rest_request(dict(inputs), signature_name=signature, row_format=True)
+
+
+def _predict_request_bytes(target: Target, signature: str, inputs: Mapping[str, np.ndarray]) -> bytes:
+    from serving.codec import encode_predict_request
+
+    return encode_predict_request(target.name, dict(inputs), version=target.version,
+                                  version_label=target.version_label, signature_name=signature)
+
+
+def _predict_method() -> str:
+    from serving.wire import PREDICT
+
+    return PREDICT

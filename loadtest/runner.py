@@ -1,0 +1,243 @@
+"""Headless scenario runner: locust as a bounded subprocess, CSV/HTML/JSON out, SLO gates checked.
+
+Locust never runs in this process (it monkey-patches with gevent); the
+runner builds the command line, waits at most ``run_time + grace``, then
+reads locust's CSV files into a JSON summary and checks the gates.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from loadtest.payloads import Target
+from loadtest.slo import Gates, GateResult, evaluate
+
+__all__ = [
+    "SCENARIOS",
+    "RunSpec",
+    "RunOutcome",
+    "locustfile_path",
+    "locust_command",
+    "parse_duration",
+    "run_scenario",
+    "summarize_csv",
+    "EXIT_OK",
+    "EXIT_GATE_BROKEN",
+    "EXIT_RUN_FAILED",
+]
+
+SCENARIOS = ("steady", "ramp", "spike", "soak")
+EXIT_OK, EXIT_GATE_BROKEN, EXIT_RUN_FAILED = 0, 1, 2
+_USER_CLASS = {"grpc": "GrpcUser", "rest": "RestUser"}
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a locust-style duration: ``"90"``, ``"30s"``, ``"2m"``, ``"1h30m"``."""
+    text = str(text).strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 2m, 1h30m)")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def locustfile_path(scenario: str) -> Path:
+    """The locustfile of a named scenario, or ``scenario`` itself if it is a path."""
+    if scenario in SCENARIOS:
+        return Path(__file__).resolve().parent / "locustfiles" / f"{scenario}.py"
+    path = Path(scenario)
+    if path.suffix == ".py" and path.is_file():
+        return path.resolve()
+    raise ValueError(f"unknown scenario {scenario!r}; expected one of {SCENARIOS} or a locustfile path")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One headless locust run. ``host`` is ``HOST:PORT`` for gRPC or a URL for REST."""
+
+    scenario: str
+    host: str
+    protocol: str = "grpc"
+    run_time: float = 30.0
+    users: int = 8
+    spawn_rate: float = 8.0
+    target: Target = field(default_factory=Target)
+    out_dir: Path = Path("out/loadtest")
+    processes: int = 1
+    stop_timeout: float = 5.0
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.protocol not in _USER_CLASS:
+            raise ValueError(f"protocol must be grpc or rest, got {self.protocol!r}")
+
+    @property
+    def prefix(self) -> Path:
+        return Path(self.out_dir) / f"{Path(self.scenario).stem}_{self.protocol}"
+
+
+@dataclass
+class RunOutcome:
+    """What a run produced: the summary (also written as JSON), gate verdicts and the exit code."""
+
+    summary: dict[str, Any]
+    gates: list[GateResult]
+    exit_code: int
+    summary_path: Path
+
+    @property
+    def broken(self) -> list[GateResult]:
+        return [g for g in self.gates if not g.passed]
+
+
+def _host_for(spec: RunSpec) -> str:
+    if spec.protocol == "rest" and not spec.host.startswith(("http://", "https://")):
+        return f"http://{spec.host}"
+    return spec.host
+
+
+def locust_command(spec: RunSpec) -> list[str]:
+    """The ``python -m locust`` command line for ``spec``."""
+    target = spec.target
+    cmd = [
+        sys.executable, "-m", "locust", "-f", str(locustfile_path(spec.scenario)),
+        "--headless", "--host", _host_for(spec),
+        "-u", str(spec.users), "-r", str(spec.spawn_rate), "--run-time", f"{int(round(spec.run_time))}s",
+        "--stop-timeout", str(spec.stop_timeout), "--exit-code-on-error", "0",
+        "--csv", str(spec.prefix), "--html", f"{spec.prefix}.html",
+        "--model", target.model, "--variant", target.variant, "--batch-size", str(target.batch_size),
+        "--model-repo", str(Path(target.model_repo).resolve()),
+    ]
+    if target.signature:
+        cmd += ["--signature", target.signature]
+    if target.version is not None:
+        cmd += ["--model-version", str(target.version)]
+    if target.version_label:
+        cmd += ["--version-label", target.version_label]
+    if spec.processes > 1:
+        cmd += ["--processes", str(spec.processes)]
+    return [*cmd, *spec.extra_args, _USER_CLASS[spec.protocol]]
+
+
+def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutcome:
+    """Run ``spec`` as a subprocess bounded by ``run_time + stop_timeout + grace`` seconds; check ``gates``.
+
+    Exit codes: ``EXIT_OK`` (all gates met), ``EXIT_GATE_BROKEN``, ``EXIT_RUN_FAILED``
+    (locust failed, was killed at the bound, or made no requests).
+    """
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    log_path = Path(f"{spec.prefix}.log")
+    returncode, timed_out = _run_bounded(locust_command(spec), log_path,
+                                         spec.run_time + spec.stop_timeout + grace)
+    summary = _summary(spec, returncode, timed_out, log_path)
+    results = evaluate(gates, summary) if summary["requests"] > 0 else []
+    summary["gates"] = [asdict(g) for g in results]
+    summary["passed"] = summary["run_ok"] and all(g.passed for g in results)
+    summary_path = Path(f"{spec.prefix}_summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+    if not summary["run_ok"]:
+        code = EXIT_RUN_FAILED
+    else:
+        code = EXIT_OK if all(g.passed for g in results) else EXIT_GATE_BROKEN
+    return RunOutcome(summary, results, code, summary_path)
+
+
+def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float) -> tuple[int, bool]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO_ROOT, env=env,
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=bound), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return proc.returncode, True
+
+
+def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) -> dict[str, Any]:
+    stats = summarize_csv(spec.prefix)
+    run_ok = returncode == 0 and not timed_out and stats["requests"] > 0
+    reason = None
+    if timed_out:
+        reason = "locust did not stop within its bound and was killed"
+    elif returncode != 0:
+        reason = f"locust exited with {returncode} (see {log_path})"
+    elif stats["requests"] == 0:
+        reason = "no requests were made"
+    return {
+        "scenario": Path(spec.scenario).stem, "protocol": spec.protocol, "host": _host_for(spec),
+        "target": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec.target).items()},
+        "users": spec.users, "run_time_s": spec.run_time, **stats,
+        "run_ok": run_ok, "error": reason, "locust_exit_code": returncode,
+        "files": {"csv_prefix": str(spec.prefix), "html": f"{spec.prefix}.html", "log": str(log_path)},
+    }
+
+
+def summarize_csv(prefix: Path) -> dict[str, Any]:
+    """Totals and percentiles (ms) from locust's ``PREFIX_stats.csv``, failures, and latency drift."""
+    row = _aggregated_row(Path(f"{prefix}_stats.csv"))
+    requests = int(row.get("Request Count", 0) or 0)
+    failures = int(row.get("Failure Count", 0) or 0)
+    pct = {f"p{k}_ms": _num(row.get(f"{k}%")) for k in ("50", "90", "95", "99")}
+    return {
+        "requests": requests, "failures": failures,
+        "failure_ratio": failures / requests if requests else 0.0,
+        "rps": _num(row.get("Requests/s")), "avg_ms": _num(row.get("Average Response Time")),
+        **pct, "max_ms": _num(row.get("Max Response Time")),
+        "failures_by_error": _failures(Path(f"{prefix}_failures.csv")),
+        "drift": _drift(Path(f"{prefix}_stats_history.csv")),
+    }
+
+
+def _aggregated_row(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("Name") == "Aggregated":
+                return row
+    return {}
+
+
+def _failures(path: Path) -> dict[str, int]:
+    if not path.exists():
+        return {}
+    with open(path, newline="") as handle:
+        return {row["Error"]: int(row["Occurrences"]) for row in csv.DictReader(handle)}
+
+
+def _drift(path: Path) -> Optional[dict[str, float]]:
+    """Median of the per-second p95 in the first and last quarter of the run (soak: does latency creep?)."""
+    if not path.exists():
+        return None
+    with open(path, newline="") as handle:
+        values = [_num(r.get("95%")) for r in csv.DictReader(handle) if r.get("Name") == "Aggregated"]
+    values = [v for v in values if v > 0]
+    if len(values) < 8:
+        return None
+    quarter = len(values) // 4
+    first, last = statistics.median(values[:quarter]), statistics.median(values[-quarter:])
+    return {"p95_first_quarter_ms": first, "p95_last_quarter_ms": last, "ratio": last / first if first else 0.0}
+
+
+def _num(value: Optional[str]) -> float:
+    try:
+        return float(value) if value not in (None, "", "N/A") else 0.0
+    except ValueError:
+        return 0.0

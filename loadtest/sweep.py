@@ -1,0 +1,390 @@
+"""A perf_analyzer-style sweep: each concurrency (or request-rate) level measured until stable.
+
+A level runs in time windows; it is stable when the last ``stable_windows``
+windows agree on throughput and mean latency within ``stability_pct`` (or
+``max_level_s`` passes, and it is marked unstable). Reported per level:
+throughput, p50/p90/p95/p99, errors, the server-side split of queueing
+against runtime (delta of the server's histograms over the counted windows)
+and the generator's own CPU use (to show it was not the bottleneck).
+
+One run can compare batching on/off, gRPC/REST and fp32/xla: the sweep
+starts the embedded server once per batching mode (or targets a running
+one) and sweeps every (variant, protocol) pair against it.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from loadtest.generator import Load, Transport, transport_for
+from loadtest.metrics import Scrape, scrape, split_between
+from loadtest.payloads import Target, build_payload
+
+__all__ = [
+    "SweepSettings",
+    "LevelResult",
+    "Series",
+    "measure_level",
+    "sweep_levels",
+    "run_sweep",
+    "write_outputs",
+    "add_arguments",
+    "format_table",
+]
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """How each level is measured. ``mode`` is ``concurrency`` or ``rate`` (requests/s, open loop)."""
+
+    levels: tuple[float, ...] = (1, 2, 4, 8, 16)
+    mode: str = "concurrency"
+    window_s: float = 2.0
+    stable_windows: int = 3
+    stability_pct: float = 10.0
+    max_level_s: float = 30.0
+    warmup_s: float = 1.0
+    latency_threshold_ms: Optional[float] = None
+    max_in_flight: int = 64
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("concurrency", "rate"):
+            raise ValueError(f"mode must be concurrency or rate, got {self.mode!r}")
+        if self.stable_windows < 2:
+            raise ValueError("stable_windows must be at least 2")
+
+
+@dataclass
+class LevelResult:
+    """One level's numbers (latencies in ms, throughput in successful requests/s)."""
+
+    level: float
+    mode: str
+    throughput_rps: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    avg_ms: float
+    requests: int
+    errors: int
+    error_kinds: dict[str, int]
+    stable: bool
+    windows: int
+    measured_s: float
+    client_cpu_pct: float
+    server_cpu_pct: Optional[float] = None
+    late_starts: int = 0
+    server: dict[str, Optional[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Series:
+    """One curve: a model variant over one protocol against one server configuration."""
+
+    label: str
+    model: str
+    protocol: str
+    batching: str
+    levels: list[LevelResult] = field(default_factory=list)
+
+
+@dataclass
+class _Window:
+    start: float
+    end: float
+    records: list
+    cpu: float
+    server_cpu: Optional[float]
+    before: Optional[Scrape]
+    after: Optional[Scrape]
+
+    @property
+    def ok_latencies(self) -> list[float]:
+        return [lat for _, lat, err in self.records if err is None]
+
+    @property
+    def throughput(self) -> float:
+        return len(self.ok_latencies) / (self.end - self.start)
+
+
+def _cpu_seconds(process: Any) -> Optional[float]:
+    if process is None:
+        return None
+    try:
+        times = process.cpu_times()
+        return times.user + times.system
+    except Exception:  # the server went away; the split is still reported
+        return None
+
+
+def measure_level(transport: Transport, level: float, settings: SweepSettings, *,
+                  metrics_url: Optional[str] = None, model_name: Optional[str] = None,
+                  server_pid: Optional[int] = None) -> LevelResult:
+    """Run one level until stable (or ``max_level_s``) and summarise its last windows."""
+    server = _process(server_pid)
+    concurrency = int(level) if settings.mode == "concurrency" else settings.max_in_flight
+    rate = float(level) if settings.mode == "rate" else None
+    windows: list[_Window] = []
+    with Load(transport, concurrency=concurrency, rate=rate) as load:
+        time.sleep(settings.warmup_s)
+        marks = [len(r) for r in load.records]
+        start, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server)
+        before = scrape(metrics_url, model_name) if metrics_url else None
+        late0 = load.late
+        while True:
+            time.sleep(max(0.0, start + settings.window_s - time.perf_counter()))
+            end, new_marks = time.perf_counter(), [len(r) for r in load.records]
+            after = scrape(metrics_url, model_name) if metrics_url else None
+            records = [rec for r, a, b in zip(load.records, marks, new_marks) for rec in r[a:b]]
+            now_cpu, now_server = time.process_time(), _cpu_seconds(server)
+            windows.append(_Window(start, end, records, now_cpu - cpu,
+                                   None if server_cpu is None or now_server is None else now_server - server_cpu,
+                                   before, after))
+            start, marks, cpu, server_cpu, before = end, new_marks, now_cpu, now_server, after
+            stable = _stable(windows[-settings.stable_windows:], settings)
+            if stable or sum(w.end - w.start for w in windows) + settings.warmup_s >= settings.max_level_s:
+                break
+        late = load.late - late0
+    return _summarise(level, settings, windows[-settings.stable_windows:], stable, len(windows), late)
+
+
+def _process(pid: Optional[int]):
+    if pid is None:
+        return None
+    try:
+        import psutil
+
+        return psutil.Process(pid)
+    except Exception:
+        return None
+
+
+def _stable(windows: Sequence[_Window], settings: SweepSettings) -> bool:
+    if len(windows) < settings.stable_windows:
+        return False
+    for values in ([w.throughput for w in windows],
+                   [float(np.mean(w.ok_latencies)) if w.ok_latencies else 0.0 for w in windows]):
+        mean = float(np.mean(values))
+        if mean <= 0 or any(abs(v - mean) > mean * settings.stability_pct / 100.0 for v in values):
+            return False
+    return True
+
+
+def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window], stable: bool,
+               count: int, late: int) -> LevelResult:
+    span = windows[-1].end - windows[0].start
+    records = [rec for w in windows for rec in w.records]
+    ok = np.array([lat for _, lat, err in records if err is None]) * 1000.0
+    kinds: dict[str, int] = {}
+    for _, _, err in records:
+        if err is not None:
+            kinds[err] = kinds.get(err, 0) + 1
+    pct = np.percentile(ok, [50, 90, 95, 99]) if ok.size else [float("nan")] * 4
+    server_cpu = [w.server_cpu for w in windows]
+    return LevelResult(
+        level=level, mode=settings.mode, throughput_rps=ok.size / span,
+        p50_ms=float(pct[0]), p90_ms=float(pct[1]), p95_ms=float(pct[2]), p99_ms=float(pct[3]),
+        avg_ms=float(ok.mean()) if ok.size else float("nan"), requests=len(records), errors=sum(kinds.values()),
+        error_kinds=kinds, stable=stable, windows=count, measured_s=span,
+        client_cpu_pct=100.0 * sum(w.cpu for w in windows) / span,
+        server_cpu_pct=None if None in server_cpu else 100.0 * sum(server_cpu) / span,
+        late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict())
+
+
+def sweep_levels(transport: Transport, settings: SweepSettings, *, metrics_url: Optional[str] = None,
+                 model_name: Optional[str] = None, server_pid: Optional[int] = None,
+                 on_level: Callable[[LevelResult], None] = lambda r: None) -> list[LevelResult]:
+    """Measure every level in order; stop early once p99 passes ``latency_threshold_ms``."""
+    results = []
+    for level in settings.levels:
+        result = measure_level(transport, level, settings, metrics_url=metrics_url, model_name=model_name,
+                               server_pid=server_pid)
+        results.append(result)
+        on_level(result)
+        if settings.latency_threshold_ms is not None and result.p99_ms > settings.latency_threshold_ms:
+            break
+    return results
+
+
+# ---------------------------------------------------------------- orchestration (CLI)
+
+_COLUMNS = ("series", "level", "throughput_rps", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "avg_ms", "requests",
+            "errors", "stable", "server_request_ms", "server_queue_ms", "server_runtime_ms",
+            "server_batch_size_mean", "client_cpu_pct", "server_cpu_pct")
+
+
+def _row(series: Series, result: LevelResult) -> dict[str, Any]:
+    row = {"series": series.label, **asdict(result), **result.server}
+    return {k: row.get(k) for k in _COLUMNS}
+
+
+def format_table(series: Series) -> str:
+    """A fixed-width table of one series, as printed after each sweep."""
+    head = (f"{'level':>6} {'thr/s':>8} {'p50':>7} {'p90':>7} {'p95':>7} {'p99':>7} {'err':>5} "
+            f"{'srv req':>7} {'queue':>7} {'runtime':>7} {'batch':>5} {'gen%':>5} {'srv%':>5} stable")
+
+    def f(value: Optional[float], spec: str = "7.2f") -> str:
+        return format(value, spec) if value is not None else format("-", ">" + spec.split(".")[0])
+
+    lines = [f"== {series.label} (ms; server split = mean over the level from its metrics)", head]
+    for r in series.levels:
+        s = r.server
+        lines.append(f"{r.level:>6g} {r.throughput_rps:>8.1f} {r.p50_ms:>7.2f} {r.p90_ms:>7.2f} {r.p95_ms:>7.2f} "
+                     f"{r.p99_ms:>7.2f} {r.errors:>5d} {f(s.get('server_request_ms'))} {f(s.get('server_queue_ms'))} "
+                     f"{f(s.get('server_runtime_ms'))} {f(s.get('server_batch_size_mean'), '5.1f')} "
+                     f"{r.client_cpu_pct:>5.0f} {f(r.server_cpu_pct, '5.0f')} {'yes' if r.stable else 'NO'}")
+    return "\n".join(lines)
+
+
+def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, Any], name: str = "sweep") -> dict[str, Path]:
+    """``NAME.json`` (everything), ``NAME.csv`` (one row per level) and ``NAME.png`` (throughput vs latency)."""
+    from loadtest.plots import plot_throughput_latency
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{name}.json", "csv": out_dir / f"{name}.csv", "png": out_dir / f"{name}.png"}
+    paths["json"].write_text(json.dumps({"meta": meta, "series": [asdict(s) for s in all_series]}, indent=2))
+    with open(paths["csv"], "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=_COLUMNS)
+        writer.writeheader()
+        for series in all_series:
+            for result in series.levels:
+                writer.writerow(_row(series, result))
+    plot_throughput_latency(all_series, paths["png"], title=meta.get("title", "throughput vs latency"))
+    return paths
+
+
+def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The ``sweep`` subcommand's flags."""
+    add_target(parser)
+    load = parser.add_argument_group("load")
+    load.add_argument("--concurrency", default=None, help="closed-loop levels, e.g. 1,2,4,8,16 (default)")
+    load.add_argument("--request-rate", default=None, help="open-loop levels in requests/s, e.g. 50,100,200")
+    load.add_argument("--protocol", default="grpc", help="grpc, rest or grpc,rest (compared in one run)")
+    load.add_argument("--window", type=float, default=2.0, help="measurement window, s (default 2)")
+    load.add_argument("--stable-windows", type=int, default=3, help="windows that must agree (default 3)")
+    load.add_argument("--stability-pct", type=float, default=10.0, help="agreement, percent (default 10)")
+    load.add_argument("--max-level-time", type=float, default=30.0, help="max seconds per level (default 30)")
+    load.add_argument("--warmup", type=float, default=1.0, help="seconds discarded at the start of a level")
+    load.add_argument("--latency-threshold-ms", type=float, default=None, help="stop once p99 exceeds this")
+    load.add_argument("--max-in-flight", type=int, default=64, help="open loop: worker threads (default 64)")
+    server = parser.add_argument_group("server (started here unless --grpc-target/--rest-url are given)")
+    server.add_argument("--batching", default="off",
+                        help="off, on or on,off: start the embedded server once per mode and compare")
+    server.add_argument("--batching-config", type=Path, default=None,
+                        help="BatchingParameters text proto for 'on' (default: the server's defaults)")
+    server.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
+    server.add_argument("--docker", action="store_true", help="start TF Serving in Docker instead (needs an engine)")
+    server.add_argument("--grpc-target", default=None, help="a running server's gRPC HOST:PORT")
+    server.add_argument("--rest-url", default=None, help="a running server's REST URL")
+    server.add_argument("--metrics-url", default=None, help="a running server's Prometheus page")
+    parser.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory")
+    parser.add_argument("--name", default="sweep", help="output file stem (default sweep)")
+    parser.set_defaults(func=run_sweep)
+
+
+def _levels(args) -> tuple[str, tuple[float, ...]]:
+    if args.concurrency and args.request_rate:
+        raise SystemExit("give --concurrency or --request-rate, not both")
+    if args.request_rate:
+        return "rate", tuple(float(x) for x in args.request_rate.split(","))
+    return "concurrency", tuple(int(x) for x in (args.concurrency or "1,2,4,8,16").split(","))
+
+
+def _targets(args) -> list[Target]:
+    return [Target(model=args.model, variant=v, signature=args.signature, version=args.model_version,
+                   version_label=args.version_label, batch_size=args.batch_size, model_repo=args.model_repo)
+            for v in args.variant.split(",")]
+
+
+def _batching_params(mode: str, config: Optional[Path]):
+    if mode == "off":
+        return None
+    if mode != "on":
+        raise SystemExit(f"--batching takes on/off values, got {mode!r}")
+    if config is None:
+        return {}
+    from serving.config import load_batching_parameters
+
+    return load_batching_parameters(config)
+
+
+def run_sweep(args) -> int:
+    """The ``sweep`` subcommand: every batching mode × variant × protocol, one table each, then the files."""
+    mode, levels = _levels(args)
+    settings = SweepSettings(levels=levels, mode=mode, window_s=args.window, stable_windows=args.stable_windows,
+                             stability_pct=args.stability_pct, max_level_s=args.max_level_time,
+                             warmup_s=args.warmup, latency_threshold_ms=args.latency_threshold_ms,
+                             max_in_flight=args.max_in_flight)
+    targets, protocols = _targets(args), args.protocol.split(",")
+    all_series: list[Series] = []
+    running = bool(args.grpc_target or args.rest_url)
+    for batching in (["running"] if running else args.batching.split(",")):
+        with _server_for(args, batching, targets) as server:
+            for target in targets:
+                payload = build_payload(target)
+                for protocol in protocols:
+                    address = server["grpc"] if protocol == "grpc" else server["rest"]
+                    series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching)
+                    series.levels = sweep_levels(
+                        transport_for(protocol, address, payload, settings.timeout_s), settings,
+                        metrics_url=server["metrics"], model_name=target.name, server_pid=server["pid"],
+                        on_level=lambda r, s=series: print(f"  {s.label} level {r.level:g}: "
+                                                           f"{r.throughput_rps:.1f}/s p99 {r.p99_ms:.2f} ms",
+                                                           flush=True))
+                    all_series.append(series)
+                    print(format_table(series), flush=True)
+    meta = {"settings": asdict(settings), "model": args.model, "batch_size": args.batch_size,
+            "cpus": os.cpu_count(), "title": f"{args.model}: throughput vs latency ({mode} sweep)",
+            "batching_config": str(args.batching_config) if args.batching_config else "server defaults"}
+    paths = write_outputs(all_series, args.out, meta, args.name)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+class _Running:
+    """A server someone else runs: only its addresses."""
+
+    def __init__(self, args) -> None:
+        self.info = {"grpc": args.grpc_target, "rest": args.rest_url, "metrics": args.metrics_url, "pid": None}
+
+    def __enter__(self) -> dict[str, Any]:
+        return self.info
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class _Started:
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def __enter__(self) -> dict[str, Any]:
+        s = self.server.start()
+        print(f"started server ({type(s).__name__}) grpc {s.grpc_target} rest {s.rest_url}", flush=True)
+        return {"grpc": s.grpc_target, "rest": s.rest_url, "metrics": s.metrics_url,
+                "pid": getattr(getattr(s, "proc", None), "pid", None)}
+
+    def __exit__(self, *exc) -> None:
+        self.server.stop()
+
+
+def _server_for(args, batching: str, targets: Sequence[Target]):
+    if batching == "running":
+        return _Running(args)
+    from loadtest.servers import DockerServer, EmbeddedServer
+
+    models = {t.name: Path(t.model_repo) / t.name for t in targets}
+    kind = DockerServer if args.docker else EmbeddedServer
+    workdir = Path(args.out) / f"server-batching-{batching}"
+    return _Started(kind(models, batching=_batching_params(batching, args.batching_config),
+                         extra_flags=args.server_flag, workdir=workdir))

@@ -1,0 +1,195 @@
+"""Locust users for TF Serving: a gRPC user and a REST user.
+
+Importing this module imports locust, which monkey-patches the process with
+gevent; only locustfiles import it (the rest of ``loadtest`` never does).
+
+Both users send one request prebuilt from the exporter's manifest
+(``loadtest.payloads``), chosen by the custom arguments that
+``add_target_arguments`` registers (``--model``, ``--variant``,
+``--signature``, ``--model-version``, ``--version-label``, ``--batch-size``,
+``--model-repo``; each also read from ``LOCUST_<NAME>``).
+"""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from locust import FastHttpUser, User, task
+
+from loadtest.payloads import Payload, Target, build_payload
+
+__all__ = [
+    "GrpcPredictUser",
+    "RestPredictUser",
+    "add_target_arguments",
+    "init_grpc_gevent",
+    "payload_for",
+    "prepare_locustfile",
+    "target_from_options",
+]
+
+
+def add_target_arguments(parser: Any) -> None:
+    """Register the target options on locust's argument parser (an ``init_command_line_parser`` listener)."""
+    group = parser.add_argument_group("tfs-stack target")
+    group.add_argument("--model", default="digits", env_var="LOCUST_MODEL", help="model name (before variant suffix)")
+    group.add_argument("--variant", default="fp32", env_var="LOCUST_VARIANT", help="fp32 | xla | trt-fp16")
+    group.add_argument("--signature", default="", env_var="LOCUST_SIGNATURE", help="signature (default serving_default)")
+    group.add_argument("--model-version", type=int, default=0, env_var="LOCUST_MODEL_VERSION",
+                       help="specific version (0 = latest)")
+    group.add_argument("--version-label", default="", env_var="LOCUST_VERSION_LABEL", help="version label, e.g. stable")
+    group.add_argument("--batch-size", type=int, default=1, env_var="LOCUST_BATCH_SIZE", help="rows per request")
+    group.add_argument("--model-repo", default="models", env_var="LOCUST_MODEL_REPO",
+                       help="model repository holding <name>/<version>/manifest.json")
+    group.add_argument("--request-timeout", type=float, default=30.0, env_var="LOCUST_REQUEST_TIMEOUT",
+                       help="per-request deadline, seconds")
+    group.add_argument("--think-time", type=float, default=0.0, env_var="LOCUST_THINK_TIME",
+                       help="seconds each user waits between requests (0 = closed loop)")
+
+
+def prepare_locustfile(events: Any) -> None:
+    """What every locustfile does first: gevent-ready grpc, the target options, a fail-fast payload check."""
+    init_grpc_gevent()
+    events.init_command_line_parser.add_listener(add_target_arguments)
+    events.init.add_listener(_check_payload)
+
+
+def _check_payload(environment: Any, **_: Any) -> None:
+    """Build the payload before any user starts; exit 2 with the reason if it cannot be built."""
+    import logging
+    import sys
+
+    if environment.parsed_options is None:
+        return
+    try:
+        payload = payload_for(environment)
+    except Exception as error:  # the manifest is missing or unreadable: no point starting users
+        logging.getLogger("loadtest").error("cannot build the request payload: %s: %s", type(error).__name__, error)
+        sys.exit(2)
+    logging.getLogger("loadtest").info("payload %s: %d gRPC request bytes", payload.label, len(payload.grpc_request))
+
+
+def target_from_options(options: Any) -> Target:
+    """The ``Target`` that locust's parsed options describe."""
+    return Target(
+        model=options.model,
+        variant=options.variant,
+        signature=options.signature or None,
+        version=options.model_version or None,
+        version_label=options.version_label or None,
+        batch_size=options.batch_size,
+        model_repo=Path(options.model_repo),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _payload(target: Target) -> Payload:
+    return build_payload(target)
+
+
+def payload_for(environment: Any) -> Payload:
+    """The payload for this locust environment, built once per process."""
+    return _payload(target_from_options(environment.parsed_options))
+
+
+@functools.lru_cache(maxsize=1)
+def init_grpc_gevent() -> None:
+    """Make grpc cooperate with gevent; must run before the first channel (idempotent)."""
+    import grpc.experimental.gevent as grpc_gevent
+
+    grpc_gevent.init_gevent()
+
+
+class _ThinkTime:
+    def wait_time(self) -> float:
+        return float(getattr(self.environment.parsed_options, "think_time", 0.0) or 0.0)
+
+
+class GrpcPredictUser(_ThinkTime, User):
+    """Sends the prebuilt ``PredictRequest`` bytes over one channel per user.
+
+    ``host`` is ``HOST:PORT`` (no scheme). Each call fires ``events.request``
+    with its response time (ms), response length (bytes) and, on failure,
+    the ``serving.status`` error carrying TF Serving's code and message.
+    """
+
+    abstract = True
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        import grpc
+
+        init_grpc_gevent()
+        self.payload = payload_for(environment)
+        self.timeout = float(environment.parsed_options.request_timeout)
+        self.channel = grpc.insecure_channel(_grpc_target(self.host), options=[
+            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        self._call = self.channel.unary_unary(self.payload.grpc_method)  # bytes in, bytes out
+        self._name = f"Predict {self.payload.label}"
+
+    def on_stop(self) -> None:
+        self.channel.close()
+
+    @task
+    def predict(self) -> None:
+        import grpc
+
+        start = time.perf_counter()
+        response: Optional[bytes] = None
+        exception: Optional[Exception] = None
+        try:
+            response = self._call(self.payload.grpc_request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            exception = _status_error(error)
+        self.environment.events.request.fire(
+            request_type="grpc", name=self._name,
+            response_time=(time.perf_counter() - start) * 1000.0,
+            response_length=len(response) if response is not None else 0,
+            response=response, context={}, exception=exception)
+
+
+class RestPredictUser(_ThinkTime, FastHttpUser):
+    """POSTs the prebuilt JSON body to ``/v1/models/NAME[...]:predict`` (``host`` is a URL)."""
+
+    abstract = True
+
+    def on_start(self) -> None:
+        self.payload = payload_for(self.environment)
+        self.body = self.payload.rest_body
+        self.timeout = float(self.environment.parsed_options.request_timeout)
+        self._name = f"POST {self.payload.rest_path}"
+
+    @task
+    def predict(self) -> None:
+        headers = {"Content-Type": "application/json"}
+        with self.client.post(self.payload.rest_path, data=self.body, headers=headers,
+                              name=self._name, catch_response=True) as response:
+            if response.status_code != 200:
+                response.failure(_rest_error(response))
+
+
+def _grpc_target(host: Optional[str]) -> str:
+    if not host:
+        raise ValueError("the gRPC user needs --host HOST:PORT")
+    for scheme in ("grpc://", "http://"):
+        if host.startswith(scheme):
+            return host[len(scheme):]
+    return host
+
+
+def _status_error(error: Any) -> Exception:
+    from serving.status import error_for, from_grpc_status
+
+    return error_for(from_grpc_status(error.code()), error.details() or "")
+
+
+def _rest_error(response: Any) -> str:
+    import json
+
+    try:
+        message = json.loads(response.content or b"{}").get("error", "")
+    except (ValueError, AttributeError):
+        message = (response.text or "")[:200]
+    return f"HTTP {response.status_code}: {message or response.error}"

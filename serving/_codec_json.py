@@ -1,0 +1,159 @@
+"""JSON text <-> Python values, with TF Serving's non-finite numbers.
+
+TF Serving reads and writes ``NaN``, ``Infinity`` and ``-Infinity`` (rapidjson
+``kParseNanAndInfFlag``; ``WriteDecimal``), which strict JSON lacks. orjson is
+the fast path both ways; the standard library parses documents orjson rejects
+only because of those tokens, and non-finite floats are written as raw tokens.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+import numpy as np
+import orjson
+
+from serving import status
+
+__all__ = ["MAX_JSON_DEPTH", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
+
+# orjson's fixed limit; deeper documents are rejected, never recursed into.
+MAX_JSON_DEPTH = 1024
+
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_FRAGMENTS = {token: orjson.Fragment(token) for token in (b"NaN", b"Infinity", b"-Infinity")}
+
+
+def json_loads(body: bytes | bytearray | memoryview | str) -> Any:
+    """Parse a JSON document; ``NaN``/``Infinity``/``-Infinity`` are accepted.
+
+    Raises ``status.InvalidArgument`` ("JSON Parse error: ...", TF Serving's
+    prefix) for an empty or malformed document, invalid UTF-8, or arrays and
+    objects nested deeper than ``MAX_JSON_DEPTH`` -- never RecursionError.
+    """
+    if isinstance(body, memoryview):
+        body = body.tobytes()
+    if not body or not body.strip():
+        raise status.InvalidArgument("JSON Parse error: The document is empty")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "recursion" in str(exc):
+            raise _too_deep(exc.pos) from None
+    return _stdlib_loads(body)
+
+
+def _too_deep(offset: Optional[int]) -> status.InvalidArgument:
+    where = "" if offset is None else f" at offset: {offset}"
+    return status.InvalidArgument(
+        f"JSON Parse error: arrays or objects nested deeper than {MAX_JSON_DEPTH} levels{where}")
+
+
+def _stdlib_loads(body: Any) -> Any:
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise _too_deep(None) from None
+    except json.JSONDecodeError as exc:
+        raise status.InvalidArgument(f"JSON Parse error: {exc.msg} at offset: {exc.pos}") from None
+    except UnicodeDecodeError as exc:
+        raise status.InvalidArgument(f"JSON Parse error: Invalid encoding in string at offset: {exc.start}") from None
+
+
+def json_dumps(obj: Any) -> bytes:
+    """Compact JSON bytes of ``obj``; numpy arrays and scalars may appear anywhere.
+
+    Non-finite floats are written ``NaN``/``Infinity``/``-Infinity`` as TF
+    Serving writes them. Finite float32 values use their shortest float32
+    form (0.1, not 0.10000000149011612). ``bytes`` are written as UTF-8 text
+    (invalid sequences replaced); use ``{"b64": ...}`` for binary data.
+    """
+    return orjson.dumps(_prepare(obj), default=_default, option=_OPTIONS)
+
+
+def _prepare(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return _prepare_array(obj)
+    if isinstance(obj, (float, np.floating)):
+        return _non_finite(obj) if not math.isfinite(obj) else obj
+    if isinstance(obj, dict):
+        return {k: _prepare(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_prepare(v) for v in obj]
+    return obj
+
+
+def _non_finite_token(value: float) -> bytes:
+    if math.isnan(value):
+        return b"NaN"
+    return b"Infinity" if value > 0 else b"-Infinity"
+
+
+def _non_finite(value: float) -> orjson.Fragment:
+    return _FRAGMENTS[_non_finite_token(value)]
+
+
+def _prepare_array(arr: np.ndarray) -> Any:
+    if arr.ndim == 0:
+        return _prepare(arr[()])
+    kind = arr.dtype.kind
+    if kind not in "fiub":
+        return _prepare(arr.tolist())
+    arr = np.ascontiguousarray(arr)
+    if kind != "f":
+        return arr
+    finite = np.isfinite(arr)
+    if finite.all():
+        return arr
+    return orjson.Fragment(_array_with_non_finite(arr, finite))
+
+
+def _array_with_non_finite(arr: np.ndarray, finite: np.ndarray) -> bytes:
+    # orjson writes every non-finite value as null; a numeric array has no other
+    # null, so the k-th null is the k-th non-finite value in C order.
+    parts = orjson.dumps(arr, option=_OPTIONS).split(b"null")
+    tokens = [_non_finite_token(v) for v in arr[~finite].tolist()]
+    out = [parts[0]]
+    for token, part in zip(tokens, parts[1:]):
+        out += [token, part]
+    return b"".join(out)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return _prepare_array(obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).decode("utf-8", errors="replace")
+    if isinstance(obj, np.generic):
+        return _prepare(obj.item())
+    raise TypeError(f"Type is not JSON serializable: {type(obj).__name__}")
+
+
+def json_type_name(value: Any) -> str:
+    """rapidjson's name of a parsed JSON value's type (for TF Serving's messages)."""
+    if value is None:
+        return "Null"
+    if value is True:
+        return "True"
+    if value is False:
+        return "False"
+    if isinstance(value, dict):
+        return "Object"
+    if isinstance(value, list):
+        return "Array"
+    if isinstance(value, str):
+        return "String"
+    return "Number"
+
+
+_SHOWN = 256
+
+
+def json_value_string(value: Any) -> str:
+    """A parsed JSON value as text for an error message, cut at 256 chars."""
+    try:
+        text = json_dumps(value).decode("utf-8")
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."

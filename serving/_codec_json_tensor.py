@@ -1,0 +1,259 @@
+"""One tensor <-> its JSON value (nested lists), typed by the signature's dtype.
+
+Parsing follows TF Serving's ``util/json_tensor.cc``: the JSON value must be
+dense (every list at one level has one size, every scalar at the same depth),
+scalars must be of the tensor's type (no ``1.5`` in an int tensor, no ``true``
+in a float one, nothing out of range), and strings are either JSON strings or
+``{"b64": "<base64>"}`` objects. Errors are ``status.InvalidArgument`` with
+TF Serving's wording.
+
+The common path is vectorised (``np.array`` on the nested lists); the exact
+offending value is only searched for once a check has failed. Known leniency:
+a ``true``/``false`` mixed into a list of numbers is taken as 1/0.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+
+from serving import status
+from serving._codec_dtypes import DT_STRING, DType, enum_from_dtype
+from serving._codec_json import json_type_name, json_value_string
+
+__all__ = [
+    "json_to_array",
+    "array_to_json",
+    "dense_shape",
+    "is_b64_object",
+    "decode_b64_object",
+    "status_string",
+]
+
+_MAX_DIMS = 32  # numpy's limit
+
+
+def status_string(error: status.ServingError) -> str:
+    """``Status::ToString()`` of an error, as TF Serving nests it in messages."""
+    return f"{error.code.name}: {error.details}"
+
+
+def is_b64_object(value: Any) -> bool:
+    """True for ``{"b64": "<string>"}`` (exactly one key, a string value)."""
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
+
+
+def decode_b64_object(value: Any) -> bytes:
+    """The bytes of a ``{"b64": ...}`` object; InvalidArgument otherwise."""
+    if not is_b64_object(value):
+        raise status.InvalidArgument(
+            f"JSON Value: {json_value_string(value)} not formatted correctly for base64 data")
+    try:
+        return base64.b64decode(value["b64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise status.InvalidArgument("Unable to base64 decode") from None
+
+
+def dense_shape(value: Any) -> list[int]:
+    """The shape read along first elements (``GetDenseTensorShape``)."""
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def json_to_array(value: Any, dtype: Any) -> np.ndarray:
+    """The tensor a parsed JSON value holds, with the signature's ``dtype``.
+
+    Strings come back as an object array of ``bytes``.
+    """
+    row = enum_from_dtype(dtype)
+    if row.enum == DT_STRING:
+        return _strings(value)
+    try:
+        arr = np.array(value)
+    except ValueError:
+        raise _shape_error(value) from None
+    if arr.ndim > 0 and arr.dtype.kind == "O" and _has_list_leaf(arr):
+        raise _shape_error(value)
+    if arr.size == 0:
+        return arr.astype(row.numpy)
+    _check_kind(value, arr, row)
+    if row.numpy.kind in "iu" and arr.dtype.kind not in "iu":
+        # Valid ints numpy could not hold in one int type (uint64 beyond int64).
+        return np.array(value, dtype=row.numpy)
+    return arr.astype(row.numpy)
+
+
+def _check_kind(value: Any, arr: np.ndarray, row: DType) -> None:
+    target = row.numpy.kind
+    kind = arr.dtype.kind
+    if target == "f":
+        if kind in "iu":
+            _check_lossless_ints(value, arr, row)
+            return
+        if kind == "f":
+            _check_float_range(value, arr, row)
+            return
+        raise _type_error(_first_leaf(value, lambda v: not _is_number(v)), row)
+    if target == "b":
+        if kind != "b":
+            raise _type_error(_first_leaf(value, lambda v: not isinstance(v, bool)), row)
+        return
+    if kind not in "iu" or not _ints_in_range(arr, row):
+        # kind "O" can still be all valid ints (uint64 values above int64's range).
+        bad = _first_leaf(value, lambda v: not _is_int_of(v, row), _NONE)
+        if bad is not _NONE:
+            raise _type_error(bad, row)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int_of(v: Any, row: DType) -> bool:
+    if not isinstance(v, int) or isinstance(v, bool):
+        return False
+    info = np.iinfo(row.numpy)
+    return int(info.min) <= v <= int(info.max)
+
+
+def _ints_in_range(arr: np.ndarray, row: DType) -> bool:
+    info = np.iinfo(row.numpy)
+    return int(arr.min()) >= int(info.min) and int(arr.max()) <= int(info.max)
+
+
+def _check_lossless_ints(value: Any, arr: np.ndarray, row: DType) -> None:
+    # json_tensor.cc IsLosslessDecimal: integers must fit the float's mantissa.
+    limit = (1 << np.finfo(row.numpy).nmant + 1) - 1
+    if int(arr.max()) > limit or int(arr.min()) < -limit:
+        bad = _first_leaf(value, lambda v: isinstance(v, int) and abs(v) > limit)
+        raise _lossy_error(bad, row)
+
+
+def _check_float_range(value: Any, arr: np.ndarray, row: DType) -> None:
+    if row.numpy.itemsize >= arr.dtype.itemsize:
+        return
+    biggest = float(np.finfo(row.numpy).max)
+    finite = arr[np.isfinite(arr)]
+    if finite.size and float(np.abs(finite).max()) > biggest:
+        bad = _first_leaf(value, lambda v: _is_number(v) and abs(v) > biggest and abs(v) != float("inf"))
+        raise _lossy_error(bad, row)
+
+
+def _lossy_error(value: Any, row: DType) -> status.InvalidArgument:
+    return status.InvalidArgument(
+        f"Cannot convert JSON value: {json_value_string(value)} to {row.tf_name} "
+        "without loss of precision.")
+
+
+def _type_error(value: Any, row: DType) -> status.InvalidArgument:
+    return status.InvalidArgument(
+        f"JSON Value: {json_value_string(value)} Type: {json_type_name(value)} "
+        f"is not of expected type: {row.tf_name}")
+
+
+def _strings(value: Any) -> np.ndarray:
+    arr = np.array(value, dtype=object)
+    if _has_list_leaf(arr):
+        raise _shape_error(value)
+    flat = arr.reshape(-1)
+    out = np.empty(flat.size, dtype=object)
+    for i, item in enumerate(flat.tolist()):
+        out[i] = _string_leaf(item)
+    return out.reshape(arr.shape)
+
+
+def _string_leaf(item: Any) -> bytes:
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, dict):
+        return decode_b64_object(item)
+    raise _type_error(item, enum_from_dtype(object))
+
+
+def _has_list_leaf(arr: np.ndarray) -> bool:
+    return any(isinstance(v, list) for v in arr.reshape(-1).tolist())
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        else:
+            yield item
+
+
+_NONE = object()
+
+
+def _first_leaf(value: Any, bad: Callable[[Any], bool], default: Any = None) -> Any:
+    """The first leaf that is ``bad``; ``default`` (or the whole value) if none is."""
+    return next((v for v in _leaves(value) if bad(v)), value if default is None else default)
+
+
+def _shape_error(value: Any) -> status.InvalidArgument:
+    """TF Serving's message for the first place ``value`` is not dense."""
+    shape = dense_shape(value)
+    if len(shape) > _MAX_DIMS:
+        return status.InvalidArgument(
+            f"JSON Value nests lists {len(shape)} deep; a tensor has at most {_MAX_DIMS} dimensions")
+    message = _first_shape_problem(value, shape)
+    return status.InvalidArgument(message or "JSON Value is not a dense tensor")
+
+
+def _first_shape_problem(value: Any, shape: list[int]) -> Optional[str]:
+    rank = len(shape)
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if not isinstance(item, list):
+            if level != rank:
+                return (f"JSON Value: {json_value_string(item)} found at incorrect level: "
+                        f"{level + 1} in the JSON DOM. Expected at level: {rank}")
+            continue
+        if level >= rank:
+            return f"Encountered list at unexpected level: {level} expected < {rank}"
+        if len(item) != shape[level]:
+            return (f"Encountered list at unexpected size: {len(item)} at level: {level} "
+                    f"expected size: {shape[level]}")
+        stack.extend((v, level + 1) for v in reversed(item))
+    return None
+
+
+def array_to_json(array: Any, *, as_b64: bool = False) -> Any:
+    """The JSON value of a tensor, for ``json_dumps``.
+
+    Numeric arrays are returned as they are (``json_dumps`` writes them fast,
+    non-finite values included). String tensors become nested lists of text;
+    with ``as_b64`` (outputs named ``*_bytes``) or for ``bytes`` that are not
+    UTF-8, elements become ``{"b64": ...}``.
+    """
+    arr = np.asarray(array)
+    if arr.dtype.kind not in "OSU":
+        return arr
+    flat = [_string_json(v, as_b64) for v in arr.reshape(-1).tolist()]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(arr.shape).tolist()
+
+
+def _string_json(value: Any, as_b64: bool) -> Any:
+    if isinstance(value, str) and not as_b64:
+        return value
+    if not isinstance(value, (str, bytes, bytearray)):
+        return value
+    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    if not as_b64:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(data).decode("ascii")}

@@ -1,0 +1,306 @@
+"""Predict over REST: request and response bodies, both sides (TF Serving's JSON).
+
+Server side: ``rest_request_to_inputs`` (row ``instances`` or columnar
+``inputs``) and ``outputs_to_rest_response`` (``predictions``/``outputs``).
+Client side: ``inputs_to_rest_request`` and ``rest_response_to_outputs``.
+Wording of errors follows ``util/json_tensor.cc``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+import numpy as np
+
+from serving import status
+from serving._codec_dtypes import enum_from_dtype
+from serving._codec_json import json_dumps, json_loads, json_value_string
+from serving._codec_json_tensor import (
+    array_to_json,
+    decode_b64_object,
+    is_b64_object,
+    json_to_array,
+    status_string,
+)
+
+__all__ = [
+    "rest_request_to_inputs",
+    "outputs_to_rest_response",
+    "inputs_to_rest_request",
+    "rest_response_to_outputs",
+    "BYTES_SUFFIX",
+]
+
+BYTES_SUFFIX = "_bytes"
+_INSTANCES, _INPUTS = "instances", "inputs"
+
+
+def _format_error(doc: Any, text: str) -> status.InvalidArgument:
+    return status.InvalidArgument(f"JSON Value: {json_value_string(doc)} {text}")
+
+
+def rest_request_to_inputs(
+        request: Mapping[str, Any],
+        input_specs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], bool]:
+    """The input tensors of a parsed Predict request body, typed by ``input_specs``.
+
+    ``input_specs`` maps each input name of the signature to its numpy dtype.
+    Returns ``(inputs, row_format)``: ``row_format`` is True for ``instances``
+    (answer with ``predictions``) and False for ``inputs`` (answer with
+    ``outputs``). Raises ``status.InvalidArgument`` naming the broken rule.
+    Unlike TF Serving, names in an ``inputs`` object that the signature lacks
+    are rejected instead of ignored.
+    """
+    if not isinstance(request, dict):
+        raise _format_error(request, "Is not object")
+    signature = request.get("signature_name")
+    if signature is not None and not isinstance(signature, str):
+        raise _format_error(request, "not formatted correctly. 'signature_name' key must be a string value.")
+    if not input_specs:
+        raise status.InvalidArgument(f"Failed to get input map for signature: {signature or 'DEFAULT'}")
+    has_instances, has_inputs = _INSTANCES in request, _INPUTS in request
+    if has_instances and has_inputs:
+        raise _format_error(request, "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist ")
+    if has_instances:
+        return _from_instances(request, input_specs), True
+    if has_inputs:
+        return _from_columns(request[_INPUTS], input_specs), False
+    raise status.InvalidArgument("Missing 'inputs' or 'instances' key")
+
+
+def _is_named_object(value: Any) -> bool:
+    return isinstance(value, dict) and not is_b64_object(value)
+
+
+def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    instances = request[_INSTANCES]
+    if not isinstance(instances, list):
+        raise _format_error(request, "Excepting 'instances' to be an list/array")
+    if not instances:
+        raise _format_error(request, "No values in 'instances' array")
+    if not _is_named_object(instances[0]):
+        if len(specs) > 1:
+            raise status.InvalidArgument(
+                "instances is a plain list, but expecting list of objects as multiple input "
+                "tensors required as per tensorinfo_map")
+        for i, item in enumerate(instances):
+            if _is_named_object(item):
+                raise status.InvalidArgument(f"Expecting value/list but got object at item {i} of input list")
+        name, dtype = next(iter(specs.items()))
+        return {name: _batch(name, instances, dtype, keyed=False)}
+    columns = _columns_of_objects(instances, specs)
+    return {name: _batch(name, columns[name], specs[name], keyed=True) for name in specs}
+
+
+def _columns_of_objects(instances: list, specs: Mapping[str, Any]) -> dict[str, list]:
+    columns: dict[str, list] = {name: [] for name in specs}
+    expected = ",".join(sorted(specs))
+    for i, item in enumerate(instances):
+        if not _is_named_object(item):
+            raise status.InvalidArgument(f"Expecting object but got list at item {i} of input list")
+        for key, value in item.items():
+            if key not in columns:
+                raise status.InvalidArgument(
+                    f"Failed to process element: {i} key: {key} of 'instances' list. Error: "
+                    f"INVALID_ARGUMENT: JSON object: does not have named input: {key}")
+            columns[key].append(value)
+        if len(item) != len(specs):
+            raise status.InvalidArgument(
+                f"Failed to process element: {i} of 'instances' list. JSON object: "
+                f"{json_value_string(item)} keys must be equal to: {expected}")
+    return columns
+
+
+def _batch(name: str, values: list, dtype: Any, *, keyed: bool) -> np.ndarray:
+    """Stack one input's per-instance values; pinpoint the element on failure."""
+    try:
+        return json_to_array(values, dtype)
+    except status.InvalidArgument as whole:
+        _raise_element_error(name, values, dtype, keyed)
+        raise whole
+
+
+def _raise_element_error(name: str, values: list, dtype: Any, keyed: bool) -> None:
+    where = f" key: {name}" if keyed else ""
+    first_shape: Optional[tuple] = None
+    for i, value in enumerate(values):
+        try:
+            shape = json_to_array(value, dtype).shape
+        except status.InvalidArgument as exc:
+            raise status.InvalidArgument(
+                f"Failed to process element: {i}{where} of 'instances' list. "
+                f"Error: {status_string(exc)}") from None
+        if first_shape is None:
+            first_shape = shape
+        elif shape != first_shape:
+            raise status.InvalidArgument(
+                f"Failed to process element: {i}{where} of 'instances' list. Error: INVALID_ARGUMENT: "
+                f"Expecting shape {_shape_string(first_shape)} but got: {_shape_string(shape)}")
+
+
+def _shape_string(shape: Iterable[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _from_columns(value: Any, specs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    if not _is_named_object(value):
+        if len(specs) > 1:
+            raise status.InvalidArgument(
+                "inputs is a plain value/list, but expecting an object as multiple input tensors "
+                "required as per tensorinfo_map")
+        name, dtype = next(iter(specs.items()))
+        return {name: json_to_array(value, dtype)}
+    for key in value:
+        if key not in specs:
+            raise status.InvalidArgument(f"JSON object: does not have named input: {key}")
+    out = {}
+    for name, dtype in specs.items():
+        if name not in value:
+            raise status.InvalidArgument(f"Missing named input: {name} in 'inputs' object.")
+        out[name] = json_to_array(value[name], dtype)
+    return out
+
+
+def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool) -> bytes:
+    """The Predict response body: ``{"predictions": ...}`` or ``{"outputs": ...}``.
+
+    With one output its name is left out; with several, row format gives a
+    list of ``{name: value}`` objects (all outputs must share the batch size)
+    and columnar format one object of tensors. String outputs whose name ends
+    in ``_bytes`` are written ``{"b64": ...}``; NaN and Infinity are written as
+    TF Serving writes them.
+    """
+    if not outputs:
+        raise status.InvalidArgument("Cannot convert empty tensor map to JSON")
+    arrays = {name: np.asarray(value) for name, value in outputs.items()}
+    if row_format:
+        return json_dumps({"predictions": _rows(arrays)})
+    if len(arrays) == 1:
+        (name, arr), = arrays.items()
+        return json_dumps({"outputs": array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))})
+    return json_dumps({"outputs": {name: array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))
+                                   for name, arr in arrays.items()}})
+
+
+def _rows(arrays: Mapping[str, np.ndarray]) -> Any:
+    batch = -1
+    for name, arr in arrays.items():
+        if arr.ndim == 0:
+            raise status.InvalidArgument(f"Tensor name: {name} has no shape information ")
+        if batch >= 0 and arr.shape[0] != batch:
+            raise status.InvalidArgument(
+                f"Tensor name: {name} has inconsistent batch size: {arr.shape[0]} expecting: {batch}")
+        batch = arr.shape[0]
+    values = {name: array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX)) for name, arr in arrays.items()}
+    if len(values) == 1:
+        return next(iter(values.values()))
+    return [{name: value[i] for name, value in values.items()} for i in range(batch)]
+
+
+def inputs_to_rest_request(inputs: Any, *, signature_name: Optional[str] = None,
+                           row_format: bool = True) -> bytes:
+    """A Predict request body from an array or a dict of arrays (client side).
+
+    Row format sends ``instances``: a plain list for a bare array, a list of
+    ``{name: value}`` objects for a dict (all inputs share the batch size).
+    Columnar format sends ``inputs``: the bare tensor or an object of tensors.
+    Bytes that are not UTF-8 go as ``{"b64": ...}``.
+    """
+    body: dict[str, Any] = {}
+    if signature_name:
+        body["signature_name"] = signature_name
+    if isinstance(inputs, Mapping):
+        values = {name: array_to_json(value) for name, value in inputs.items()}
+        if row_format:
+            body[_INSTANCES] = _rows({name: np.asarray(v) for name, v in inputs.items()}) \
+                if len(values) > 1 else _named_rows(values)
+        else:
+            body[_INPUTS] = values
+        return json_dumps(body)
+    value = array_to_json(inputs)
+    if row_format and np.ndim(inputs) == 0:
+        raise status.InvalidArgument("row format ('instances') needs a batch dimension; got a scalar")
+    body[_INSTANCES if row_format else _INPUTS] = value
+    return json_dumps(body)
+
+
+def _named_rows(values: Mapping[str, Any]) -> list:
+    (name, value), = values.items()
+    if np.ndim(value) == 0:
+        raise status.InvalidArgument(f"row format ('instances') needs a batch dimension; {name} is a scalar")
+    return [{name: row} for row in value]
+
+
+def rest_response_to_outputs(body: Any, *, output_names: Optional[Iterable[str]] = None,
+                             output_dtypes: Optional[Mapping[str, Any]] = None) -> dict[str, np.ndarray]:
+    """The output tensors of a Predict response body (client side).
+
+    ``body`` is the raw body or its parsed value. A single unnamed output is
+    named after the only entry of ``output_names`` if there is exactly one,
+    else ``"predictions"``/``"outputs"``. ``output_dtypes`` casts each output
+    to the signature's dtype (as gRPC would deliver it); strings come back as
+    object arrays of ``bytes`` either way.
+    """
+    doc = body if isinstance(body, dict) else json_loads(body)
+    if not isinstance(doc, dict):
+        raise status.InvalidArgument(f"response is not a JSON object: {json_value_string(doc)}")
+    if "error" in doc:
+        raise status.Unknown(str(doc["error"]))
+    names = list(output_names or [])
+    dtypes = dict(output_dtypes or {})
+    if "predictions" in doc:
+        columns = _row_columns(doc["predictions"], names)
+    elif "outputs" in doc:
+        columns = _column_values(doc["outputs"], names)
+    else:
+        raise status.InvalidArgument("response has neither 'predictions' nor 'outputs'")
+    return {name: _output_array(value, dtypes.get(name)) for name, value in columns.items()}
+
+
+def _single_name(names: list[str], default: str) -> str:
+    return names[0] if len(names) == 1 else default
+
+
+def _row_columns(predictions: Any, names: list[str]) -> dict[str, Any]:
+    if not isinstance(predictions, list):
+        raise status.InvalidArgument("'predictions' is not a list")
+    if predictions and _is_named_object(predictions[0]):
+        columns: dict[str, list] = {}
+        for row in predictions:
+            for name, value in row.items():
+                columns.setdefault(name, []).append(value)
+        return columns
+    if not predictions and len(names) > 1:
+        return {name: [] for name in names}
+    return {_single_name(names, "predictions"): predictions}
+
+
+def _column_values(outputs: Any, names: list[str]) -> dict[str, Any]:
+    if _is_named_object(outputs):
+        return dict(outputs)
+    return {_single_name(names, "outputs"): outputs}
+
+
+def _output_array(value: Any, dtype: Any) -> np.ndarray:
+    if dtype is not None and enum_from_dtype(dtype).is_string:
+        return _bytes_array(value)
+    try:
+        arr = np.array(value) if dtype is None else np.array(value, dtype=dtype)
+    except (ValueError, TypeError):
+        arr = None
+    if arr is None or arr.dtype.kind in "OU":
+        return _bytes_array(value)
+    return arr
+
+
+def _bytes_array(value: Any) -> np.ndarray:
+    arr = np.array(value, dtype=object)
+    flat = arr.reshape(-1)
+    out = np.empty(flat.size, dtype=object)
+    for i, item in enumerate(flat.tolist()):
+        if isinstance(item, dict):
+            out[i] = decode_b64_object(item)
+        elif isinstance(item, str):
+            out[i] = item.encode("utf-8")
+        else:
+            raise status.InvalidArgument(f"expected a string output, got {json_value_string(item)}")
+    return out.reshape(arr.shape)

@@ -1,0 +1,122 @@
+"""Classify and Regress over REST: ``examples``/``context`` in, ``results`` out.
+
+Server side: ``rest_request_to_input`` and ``classification_result_to_rest`` /
+``regression_result_to_rest``; client side: ``examples_to_rest_request`` and
+``rest_response_to_results``. Results are the same Python values the gRPC
+client returns (``classification_result_to_list``, ``regression_result_to_array``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from serving import status
+from serving._codec_example import example_from_dict
+from serving._codec_json import json_dumps, json_loads, json_value_string
+from serving._codec_json_tensor import array_to_json
+
+__all__ = [
+    "rest_request_to_input",
+    "examples_to_rest_request",
+    "classification_result_to_rest",
+    "regression_result_to_rest",
+    "classification_result_to_list",
+    "regression_result_to_array",
+    "rest_response_to_results",
+]
+
+Classifications = list[list[tuple[str, float]]]
+
+
+def rest_request_to_input(request: Mapping[str, Any], input_proto: Any) -> Any:
+    """Fill a ``tensorflow.serving.Input``-shaped message from a parsed Classify/Regress body.
+
+    With ``context`` the examples go to ``example_list_with_context``, else
+    to ``example_list``. Raises ``status.InvalidArgument`` in TF Serving's words.
+    """
+    if not isinstance(request, dict):
+        raise status.InvalidArgument(f"JSON Value: {json_value_string(request)} Is not object")
+    context = request.get("context")
+    target = input_proto.example_list
+    if context is not None:
+        target = input_proto.example_list_with_context
+        example_from_dict(context, target.context)
+    examples = request.get("examples")
+    if examples is None:
+        raise status.InvalidArgument(
+            f"JSON Value: {json_value_string(request)} When method is classify, key 'examples' "
+            "is expected and was not found")
+    if not isinstance(examples, list):
+        raise status.InvalidArgument(
+            f"JSON Value: {json_value_string(request)} Expecting 'examples' value to be an list/array")
+    if not examples:
+        raise status.InvalidArgument(
+            f"JSON Value: {json_value_string(request)} 'examples' value is an empty array")
+    for features in examples:
+        example_from_dict(features, target.examples.add())
+    return input_proto
+
+
+def _features_json(features: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in features.items():
+        if isinstance(value, (bytes, str)) or np.ndim(value) == 0:
+            value = [value]
+        out[name] = array_to_json(np.asarray(value, dtype=object)) if _has_text(value) else value
+    return out
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "OSU"
+    return any(isinstance(v, (bytes, str)) for v in value)
+
+
+def examples_to_rest_request(examples: Sequence[Mapping[str, Any]], *,
+                             context: Optional[Mapping[str, Any]] = None,
+                             signature_name: Optional[str] = None) -> bytes:
+    """A Classify/Regress request body; bytes that are not UTF-8 go as ``{"b64": ...}``."""
+    body: dict[str, Any] = {}
+    if signature_name:
+        body["signature_name"] = signature_name
+    if context is not None:
+        body["context"] = _features_json(context)
+    body["examples"] = [_features_json(features) for features in examples]
+    return json_dumps(body)
+
+
+def classification_result_to_list(result: Any) -> Classifications:
+    """A ClassificationResult-shaped message as ``[[(label, score), ...] per example]``."""
+    return [[(c.label, float(np.float32(c.score))) for c in item.classes] for item in result.classifications]
+
+
+def regression_result_to_array(result: Any) -> np.ndarray:
+    """A RegressionResult-shaped message as a float32 array, one value per example."""
+    return np.array([r.value for r in result.regressions], dtype=np.float32)
+
+
+def classification_result_to_rest(result: Any) -> bytes:
+    """``{"results": [[["label", score], ...], ...]}`` (TF Serving's Classify body)."""
+    if not len(result.classifications):
+        raise status.InvalidArgument("Cannot convert empty ClassificationResults to JSON")
+    rows = [[[c.label, np.float32(c.score)] for c in item.classes] for item in result.classifications]
+    return json_dumps({"results": rows})
+
+
+def regression_result_to_rest(result: Any) -> bytes:
+    """``{"results": [value, ...]}`` (TF Serving's Regress body)."""
+    if not len(result.regressions):
+        raise status.InvalidArgument("Cannot convert empty RegressionResults to JSON")
+    return json_dumps({"results": regression_result_to_array(result)})
+
+
+def rest_response_to_results(body: Any, *, method: str) -> Any:
+    """The ``results`` of a Classify (``method="classify"``) or Regress body, as gRPC returns them."""
+    doc = body if isinstance(body, dict) else json_loads(body)
+    if not isinstance(doc, dict) or "results" not in doc:
+        raise status.InvalidArgument(f"response has no 'results': {json_value_string(doc)}")
+    results = doc["results"]
+    if method == "regress":
+        return np.array(results, dtype=np.float32)
+    return [[(str(label), float(np.float32(score))) for label, score in item] for item in results]

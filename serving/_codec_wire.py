@@ -1,0 +1,228 @@
+"""PredictRequest / PredictResponse wire bytes, assembled and read around array buffers.
+
+Building a protobuf message copies every tensor into the message and again
+into the serialized bytes. Here the bytes are assembled directly: a few
+varint headers around each array's own buffer, joined once (one copy of the
+data). Reading walks the top-level fields and hands ``tensor_content`` to
+``np.frombuffer`` without copying; a tensor that uses anything else (typed
+``*_val`` fields, strings) is parsed with the wire ``TensorProto`` message.
+The bytes are those of ``tensorflow.serving.PredictRequest``/``PredictResponse``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+import numpy as np
+
+from serving._codec_dtypes import DT_STRING, dtype_from_enum, enum_from_dtype
+from serving._codec_tensor import as_bytes, tensor_proto_to_ndarray
+
+__all__ = [
+    "encode_predict_request",
+    "encode_predict_response",
+    "decode_predict_request",
+    "decode_predict_response",
+    "encode_model_spec",
+]
+
+_LEN, _VARINT = 2, 0
+_U64 = (1 << 64) - 1
+
+
+def _varint(value: int) -> bytes:
+    value &= _U64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
+def _len_prefix(field: int, size: int) -> bytes:
+    return _tag(field, _LEN) + _varint(size)
+
+
+def _string_field(field: int, text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _len_prefix(field, len(data)) + data
+
+
+def encode_model_spec(name: str, *, version: Optional[int] = None, version_label: Optional[str] = None,
+                      signature_name: Optional[str] = None) -> bytes:
+    """A ``ModelSpec``'s bytes (without its own tag)."""
+    out = _string_field(1, name) if name else b""
+    if version is not None:
+        inner = _tag(1, _VARINT) + _varint(int(version)) if int(version) else b""
+        out += _len_prefix(2, len(inner)) + inner
+    if signature_name:
+        out += _string_field(3, signature_name)
+    if version_label:
+        out += _string_field(4, version_label)
+    return out
+
+
+def _tensor_parts(array: Any) -> tuple[list[Any], int]:
+    """The TensorProto bytes of ``array`` as parts (buffers not copied) and their size."""
+    arr = np.asarray(array)
+    row = enum_from_dtype(arr.dtype)
+    shape = b"".join(_len_prefix(2, len(dim)) + dim
+                     for dim in ((_tag(1, _VARINT) + _varint(s)) if s else b"" for s in arr.shape))
+    head = _tag(1, _VARINT) + _varint(row.enum) + _len_prefix(2, len(shape)) + shape
+    if row.enum == DT_STRING:
+        values = [as_bytes(v) for v in arr.reshape(-1).tolist()]
+        parts = [head] + [_len_prefix(8, len(v)) + v for v in values]
+        return parts, sum(len(p) for p in parts)
+    data = np.ascontiguousarray(arr.astype(row.numpy.newbyteorder("<"), copy=False))
+    if not data.size:
+        return [head], len(head)
+    buffer = memoryview(data).cast("B")
+    prefix = _len_prefix(4, buffer.nbytes)
+    return [head, prefix, buffer], len(head) + len(prefix) + buffer.nbytes
+
+
+def _tensor_map_parts(field: int, tensors: Mapping[str, Any]) -> list[Any]:
+    parts: list[Any] = []
+    for name, array in tensors.items():
+        key = _string_field(1, name)
+        tensor, size = _tensor_parts(array)
+        value_head = _len_prefix(2, size)
+        parts += [_len_prefix(field, len(key) + len(value_head) + size), key, value_head, *tensor]
+    return parts
+
+
+def _as_tensor_map(inputs: Any) -> Mapping[str, Any]:
+    if isinstance(inputs, Mapping):
+        return inputs
+    raise TypeError("tensors must be given as a mapping of name to array")
+
+
+def encode_predict_request(model_name: str, inputs: Mapping[str, Any], *, version: Optional[int] = None,
+                           version_label: Optional[str] = None, signature_name: Optional[str] = None,
+                           output_filter: Iterable[str] = ()) -> bytes:
+    """Serialized ``tensorflow.serving.PredictRequest`` (numeric tensors in ``tensor_content``)."""
+    spec = encode_model_spec(model_name, version=version, version_label=version_label,
+                             signature_name=signature_name)
+    parts: list[Any] = [_len_prefix(1, len(spec)), spec]
+    parts += _tensor_map_parts(2, _as_tensor_map(inputs))
+    parts += [_string_field(3, name) for name in output_filter]
+    return b"".join(parts)
+
+
+def encode_predict_response(outputs: Mapping[str, Any], *, model_name: Optional[str] = None,
+                            version: Optional[int] = None, signature_name: Optional[str] = None) -> bytes:
+    """Serialized ``tensorflow.serving.PredictResponse``."""
+    parts = _tensor_map_parts(1, _as_tensor_map(outputs))
+    if model_name is not None:
+        spec = encode_model_spec(model_name, version=version, signature_name=signature_name)
+        parts += [_len_prefix(2, len(spec)), spec]
+    return b"".join(parts)
+
+
+class _Reader:
+    """Walks protobuf fields of one message held in a memoryview."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.pos = view, 0
+
+    def varint(self) -> int:
+        view, result, shift = self.view, 0, 0
+        while True:
+            if self.pos >= len(view):
+                raise ValueError("truncated varint")
+            byte = view[self.pos]
+            self.pos += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return result
+            shift += 7
+
+    def fields(self):
+        """Yield ``(field, wire_type, value)``; LEN values are memoryviews."""
+        while self.pos < len(self.view):
+            key = self.varint()
+            field, wire_type = key >> 3, key & 7
+            if wire_type == _VARINT:
+                yield field, wire_type, self.varint()
+            elif wire_type == _LEN:
+                size = self.varint()
+                end = self.pos + size
+                if end > len(self.view):
+                    raise ValueError("truncated length-delimited field")
+                yield field, wire_type, self.view[self.pos:end]
+                self.pos = end
+            elif wire_type in (1, 5):
+                self.pos += 8 if wire_type == 1 else 4
+                yield field, wire_type, None
+            else:
+                raise ValueError(f"unsupported wire type {wire_type}")
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _dims(view: memoryview) -> list[int]:
+    dims = []
+    for field, _, value in _Reader(view).fields():
+        if field == 2:
+            size = 0
+            for dim_field, _, dim_value in _Reader(value).fields():
+                if dim_field == 1:
+                    size = _signed64(dim_value)
+            dims.append(size)
+    return dims
+
+
+def _decode_tensor(view: memoryview) -> np.ndarray:
+    dtype, dims, content, simple = 0, [], None, True
+    for field, _, value in _Reader(view).fields():
+        if field == 1:
+            dtype = value
+        elif field == 2:
+            dims = _dims(value)
+        elif field == 4:
+            content = value
+        elif field != 3:
+            simple = False
+    if not simple or content is None or dtype == DT_STRING:
+        from serving.wire.serving_apis_pb2 import TensorProto
+        return tensor_proto_to_ndarray(TensorProto.FromString(bytes(view)))
+    row = dtype_from_enum(dtype)
+    count = int(np.prod(dims, dtype=np.int64))
+    data = np.frombuffer(content, dtype=row.numpy.newbyteorder("<"))
+    if data.size != count or any(d < 0 for d in dims):
+        raise ValueError(f"tensor_content holds {data.size} values but shape {dims} needs {count}")
+    return data.astype(row.numpy, copy=False).reshape(dims)
+
+
+def _decode_tensor_map(data: Any, map_field: int) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for field, wire_type, value in _Reader(memoryview(data).cast("B")).fields():
+        if field != map_field or wire_type != _LEN:
+            continue
+        key, tensor = "", None
+        for entry_field, _, entry_value in _Reader(value).fields():
+            if entry_field == 1:
+                key = bytes(entry_value).decode("utf-8")
+            elif entry_field == 2:
+                tensor = entry_value
+        out[key] = _decode_tensor(tensor if tensor is not None else memoryview(b""))
+    return out
+
+
+def decode_predict_response(data: Any) -> dict[str, np.ndarray]:
+    """The ``outputs`` of serialized PredictResponse bytes.
+
+    Numeric arrays share ``data``'s buffer (no copy) and are read-only.
+    """
+    return _decode_tensor_map(data, 1)
+
+
+def decode_predict_request(data: Any) -> dict[str, np.ndarray]:
+    """The ``inputs`` of serialized PredictRequest bytes (read-only arrays sharing ``data``)."""
+    return _decode_tensor_map(data, 2)

@@ -1,0 +1,139 @@
+"""Sans-I/O core shared by all four clients (gRPC/REST x sync/async).
+
+Each API method is a generator: it yields the transport calls it needs
+(``Call`` values, built by a transport's ``Protocol``) and receives their raw
+answers, then returns the SDK's value. Drivers in the client classes do the
+I/O; so request building, response decoding, the signature cache, and
+naming a bare input are written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Mapping, Optional, Sequence
+
+import numpy as np
+
+from serving import status
+from serving.client._types import ModelMetadata, Signature
+
+__all__ = ["Call", "Protocol", "ApiGen", "DEFAULT_SIGNATURE", "ModelRef"]
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One transport request: gRPC ``(method, body)`` or REST ``(method, path, body)``.
+
+    ``idempotent`` calls may be retried on transient failures.
+    """
+
+    method: str
+    body: Optional[bytes]
+    path: str = ""
+    idempotent: bool = True
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which servable a call addresses: a name and at most one of version and label."""
+
+    name: str
+    version: Optional[int] = None
+    label: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("model name must not be empty")
+        if self.version is not None and self.label is not None:
+            raise ValueError("give a version or a label, not both")
+
+
+ApiGen = Generator[Call, Any, Any]
+
+
+class Protocol:
+    """Transport-independent logic; subclasses build ``Call``s and read answers."""
+
+    def __init__(self) -> None:
+        self._metadata_cache: dict[ModelRef, ModelMetadata] = {}
+
+    # --- transport specific -------------------------------------------------
+    def metadata_call(self, ref: ModelRef) -> Call:
+        raise NotImplementedError
+
+    def parse_metadata(self, answer: Any) -> ModelMetadata:
+        raise NotImplementedError
+
+    # --- shared -------------------------------------------------------------
+    def metadata(self, ref: ModelRef) -> ApiGen:
+        answer = yield self.metadata_call(ref)
+        meta = self.parse_metadata(answer)
+        self._metadata_cache[ref] = meta
+        return meta
+
+    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen:
+        """The signature ``name`` (default ``serving_default``), from cache or a metadata call."""
+        meta = self._metadata_cache.get(ref)
+        if meta is None:
+            meta = yield from self.metadata(ref)
+        key = name or DEFAULT_SIGNATURE
+        if key not in meta.signatures:
+            raise status.InvalidArgument(f'Serving signature name: "{key}" not found in signature def')
+        return meta.signatures[key]
+
+    def forget(self, ref: ModelRef) -> None:
+        """Drop cached metadata (after the model answered NOT_FOUND, say)."""
+        self._metadata_cache.pop(ref, None)
+
+    def named_inputs(self, ref: ModelRef, inputs: Any, signature: Optional[str]) -> ApiGen:
+        """``inputs`` as a dict; a bare array gets the signature's only input name."""
+        if isinstance(inputs, Mapping):
+            return {name: np.asarray(value) if not isinstance(value, np.ndarray) else value
+                    for name, value in inputs.items()}
+        sig: Signature = yield from self.signature(ref, signature)
+        if len(sig.inputs) != 1:
+            raise status.InvalidArgument(
+                f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
+        (name,) = sig.inputs
+        return {name: np.asarray(inputs)}
+
+
+def examples_list(examples: Any) -> Sequence[Mapping[str, Any]]:
+    """One dict or a sequence of dicts, as a list of feature dicts."""
+    if isinstance(examples, Mapping):
+        return [examples]
+    examples = list(examples)
+    if not examples:
+        raise status.InvalidArgument("'examples' value is an empty array")
+    return examples
+
+
+def finish(gen: ApiGen, send: Callable[[Call], Any]) -> Any:
+    """Run ``gen`` to completion with a synchronous ``send``."""
+    try:
+        call = next(gen)
+        while True:
+            try:
+                answer = send(call)
+            except BaseException as exc:  # let the generator see the error, then re-raise
+                call = gen.throw(exc)
+                continue
+            call = gen.send(answer)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def afinish(gen: ApiGen, send: Callable[[Call], Any]) -> Any:
+    """Run ``gen`` to completion with an async ``send``."""
+    try:
+        call = next(gen)
+        while True:
+            try:
+                answer = await send(call)
+            except BaseException as exc:
+                call = gen.throw(exc)
+                continue
+            call = gen.send(answer)
+    except StopIteration as stop:
+        return stop.value

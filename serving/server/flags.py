@@ -1,0 +1,267 @@
+"""``tensorflow_model_server``'s command line, for ``python -m serving.server``.
+
+Every flag of TF Serving 2.17.1 (``model_servers/main.cc``) is accepted with
+the same name, default (``model_servers/server.h``) and meaning, plus the two
+flags newer releases added. Flags that cannot mean anything on this machine
+(GPU, TPU, TFLite, TLS, profiler, ...) are accepted and logged as having no
+effect, so the compose file's command line runs unchanged.
+
+Syntax is a superset of TF Serving's: ``--flag=value`` and ``--flag value``;
+booleans also as a bare ``--flag`` and ``--flag=true|false|1|0``. As in TF
+Serving, an unknown argument is reported and ignored, and a bad value for a
+known flag is an error.
+
+One embedded-only extension, not a TF Serving flag:
+``--rest_api_max_body_bytes`` (default 256 MiB) bounds a REST request body;
+larger bodies are refused with 400 / INVALID_ARGUMENT.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from serving import status
+
+__all__ = [
+    "ServerFlags",
+    "CommandLine",
+    "FlagError",
+    "parse_flags",
+    "log_no_effect",
+    "validate_flags",
+    "usage",
+    "NO_EFFECT_FLAGS",
+    "DEFAULT_REST_API_MAX_BODY_BYTES",
+]
+
+logger = logging.getLogger(__name__)
+
+_CPUS = os.cpu_count() or 1
+DEFAULT_REST_API_MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
+    return field(default=default, metadata={"help": help, "no_effect": no_effect})
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """Parsed flags; field names are TF Serving's flag names.
+
+    ``rest_api_num_threads`` and ``grpc_max_threads`` default to 4 x CPUs as
+    in ``server.h``; ``saved_model_tags`` defaults to ``"serve"`` and
+    ``model_name`` to ``"default"`` (``Server::Options::Options()``).
+    """
+
+    port: int = _flag(8500, "TCP port for gRPC; 0 disables it.")
+    grpc_socket_path: str = _flag("", "If non-empty, also listen for gRPC on this UNIX socket.")
+    rest_api_port: int = _flag(0, "Port for HTTP/REST; 0 disables it. Must differ from --port.")
+    rest_api_num_threads: int = _flag(4 * _CPUS, "Threads for HTTP/REST processing.")
+    rest_api_timeout_in_ms: int = _flag(30000, "Timeout for HTTP/REST API calls.")
+    rest_api_enable_cors_support: bool = _flag(False, "Enable CORS headers in responses.")
+    enable_batching: bool = _flag(False, "Enable batching.")
+    allow_version_labels_for_unavailable_models: bool = _flag(
+        False, "Allow assigning unused version labels to models that are not available yet.")
+    batching_parameters_file: str = _flag("", "Text BatchingParameters file; needs --enable_batching.")
+    enable_per_model_batching_parameters: bool = _flag(
+        False, "Read batching_params.pbtxt from each SavedModel.",
+        no_effect="per-model batching files are not read; --batching_parameters_file applies to all models")
+    model_config_file: str = _flag("", "Text ModelServerConfig file (overrides --model_name/--model_base_path).")
+    model_config_file_poll_wait_seconds: int = _flag(
+        0, "Seconds between polls of --model_config_file; 0 reads it once.")
+    model_name: str = _flag("default", "Name of the model (ignored with --model_config_file).")
+    model_base_path: str = _flag("", "Path to the export (ignored with --model_config_file).")
+    num_load_threads: int = _flag(0, "Load thread-pool size.", no_effect="versions load one at a time")
+    num_unload_threads: int = _flag(0, "Unload thread-pool size.", no_effect="versions unload one at a time")
+    max_num_load_retries: int = _flag(5, "Retries after a failed load.")
+    load_retry_interval_micros: int = _flag(60_000_000, "Microseconds between load retries.")
+    file_system_poll_wait_seconds: int = _flag(1, "Seconds between polls for new versions.")
+    flush_filesystem_caches: bool = _flag(True, "Flush filesystem caches after loads.",
+                                          no_effect="there are no filesystem caches to flush")
+    tensorflow_session_parallelism: int = _flag(0, "Threads for a session (intra and inter op).")
+    tensorflow_session_config_file: str = _flag(
+        "", "Text ConfigProto for the session.",
+        no_effect="the session ConfigProto is not applied; use the parallelism flags")
+    tensorflow_intra_op_parallelism: int = _flag(0, "Threads to parallelise one op.")
+    tensorflow_inter_op_parallelism: int = _flag(0, "Ops that may run at the same time.")
+    use_alts_credentials: bool = _flag(False, "Use Google ALTS credentials (not supported here).")
+    ssl_config_file: str = _flag("", "Text SSLConfig for a secure gRPC port (not supported here).")
+    platform_config_file: str = _flag(
+        "", "Text PlatformConfigMap.", no_effect="only the TensorFlow platform exists here")
+    per_process_gpu_memory_fraction: float = _flag(
+        0.0, "Fraction of GPU memory per process.", no_effect="there is no GPU")
+    saved_model_tags: str = _flag("serve", "Comma-separated meta graph tags to load.")
+    grpc_channel_arguments: str = _flag("", "Comma-separated key=value gRPC server arguments.")
+    grpc_max_threads: int = _flag(4 * _CPUS, "Max gRPC threads.")
+    enable_model_warmup: bool = _flag(True, "Replay assets.extra/tf_serving_warmup_requests at load.")
+    num_request_iterations_for_warmup: int = _flag(0, "Warmup replay count; used only if > 0.")
+    version: bool = _flag(False, "Display version.")
+    monitoring_config_file: str = _flag("", "Text MonitoringConfig (Prometheus endpoint).")
+    remove_unused_fields_from_bundle_metagraph: bool = _flag(
+        True, "Drop unused MetaGraphDef fields.", no_effect="the SavedModel is held by TensorFlow's Python API")
+    prefer_tflite_model: bool = _flag(False, "Prefer model.tflite.", no_effect="TFLite is not supported")
+    num_tflite_pools: int = _flag(_CPUS, "TFLite pools.", no_effect="TFLite is not supported")
+    num_tflite_interpreters_per_pool: int = _flag(1, "TFLite interpreters.", no_effect="TFLite is not supported")
+    enable_signature_method_name_check: bool = _flag(
+        False, "Enforce SignatureDef method_name for Classify/Regress.",
+        no_effect="method_name is not enforced (TF Serving's default)")
+    xla_cpu_compilation_enabled: bool = _flag(
+        False, "Enable XLA:CPU JIT.",
+        no_effect="XLA JIT cannot be switched off in-process; jit_compile models run either way")
+    xla_gpu_compilation_enabled: bool = _flag(
+        False, "Enable XLA:CPU and XLA:GPU JIT (TF Serving > 2.17).", no_effect="there is no GPU")
+    enable_profiler: bool = _flag(True, "Profiler gRPC service.", no_effect="no profiler service is registered")
+    thread_pool_factory_config_file: str = _flag(
+        "", "Text ThreadPoolConfig.", no_effect="requests run on the server's own thread pools")
+    mixed_precision: str = _flag("", "Mixed-precision mode.", no_effect="models run as exported")
+    skip_initialize_tpu: bool = _flag(False, "Skip TPU initialisation.", no_effect="there is no TPU")
+    enable_grpc_healthcheck_service: bool = _flag(
+        False, "Standard gRPC health service.", no_effect="grpcio-health-checking is not installed")
+    enable_serialization_as_tensor_content: bool = _flag(
+        False, "Predict responses use tensor_content (TF Serving > 2.17).")
+    rest_api_max_body_bytes: int = _flag(
+        DEFAULT_REST_API_MAX_BODY_BYTES,
+        "EMBEDDED-ONLY extension: largest REST request body in bytes; larger ones get 400.")
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What ``parse_flags`` found: the flags, which were given, and unknown arguments."""
+
+    flags: ServerFlags
+    given: frozenset[str]
+    unknown: tuple[str, ...]
+
+
+NO_EFFECT_FLAGS: frozenset[str] = frozenset(
+    f.name for f in dataclasses.fields(ServerFlags) if f.metadata.get("no_effect"))
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ServerFlags)}
+
+
+class FlagError(ValueError):
+    """A bad value for a known flag; TF Serving prints the usage and exits -1."""
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise FlagError(f"Couldn't interpret value {text} for flag {name}.")
+
+
+def _convert(name: str, text: str) -> Any:
+    kind = _FIELDS[name].type
+    if kind == "bool":
+        return _parse_bool(name, text)
+    try:
+        if kind == "int":
+            return int(text.strip())
+        if kind == "float":
+            return float(text.strip())
+    except ValueError:
+        raise FlagError(f"Couldn't interpret value {text} for flag {name}.") from None
+    return text
+
+
+def _split(arg: str) -> tuple[str, Optional[str]]:
+    body = arg[2:] if arg.startswith("--") else arg[1:]
+    name, eq, value = body.partition("=")
+    return name, (value if eq else None)
+
+
+def parse_flags(argv: Sequence[str]) -> CommandLine:
+    """Parse ``argv`` (without the program name).
+
+    Raises ``FlagError`` for a bad value of a known flag. Unknown arguments are
+    returned, not raised, as ``tensorflow::Flags::Parse`` leaves them.
+    """
+    values: dict[str, Any] = {}
+    unknown: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            unknown.extend(args[i:])
+            break
+        if not arg.startswith("-") or arg == "-":
+            unknown.append(arg)
+            continue
+        name, value = _split(arg)
+        if name not in _FIELDS:
+            unknown.append(arg)
+            continue
+        if value is None:
+            if _FIELDS[name].type == "bool":
+                if i < len(args) and args[i].lower() in ("true", "false", "1", "0"):
+                    value, i = args[i], i + 1
+                else:
+                    value = "true"
+            elif i < len(args):
+                value, i = args[i], i + 1
+            else:
+                raise FlagError(f"Flag --{name} needs a value.")
+        values[name] = _convert(name, value)
+    return CommandLine(ServerFlags(**values), frozenset(values), tuple(unknown))
+
+
+def validate_flags(flags: ServerFlags) -> None:
+    """Refuse the combinations ``Server::BuildAndStart`` refuses, with its messages.
+
+    Raises ``status.InvalidArgument``. ``--rest_api_port`` equal to ``--port`` is
+    not an error in TF Serving (REST is skipped with a logged error); the
+    server composition root does the same.
+    """
+    if flags.port == 0 and not flags.grpc_socket_path:
+        raise status.InvalidArgument(
+            "At least one of server_options.grpc_port or server_options.grpc_socket_path must be set.")
+    if flags.use_alts_credentials and flags.ssl_config_file:
+        raise status.InvalidArgument(
+            "Either use_alts_credentials must be false or ssl_config_file must be empty.")
+    if flags.use_alts_credentials or flags.ssl_config_file:
+        raise status.Unimplemented(
+            "The embedded server has no secure gRPC: --use_alts_credentials and --ssl_config_file "
+            "are not supported (use tensorflow_model_server for TLS).")
+    if not flags.model_base_path and not flags.model_config_file:
+        raise status.InvalidArgument(
+            "Both server_options.model_base_path and server_options.model_config_file are empty!")
+    if not flags.enable_batching and flags.batching_parameters_file:
+        raise status.InvalidArgument(
+            "server_options.batching_parameters_file is set without setting "
+            "server_options.enable_batching to true.")
+    if (flags.tensorflow_intra_op_parallelism > 0 and flags.tensorflow_inter_op_parallelism > 0
+            and flags.tensorflow_session_parallelism > 0):
+        raise status.InvalidArgument(
+            "Either configure server_options.tensorflow_session_parallelism or "
+            "(server_options.tensorflow_intra_op_parallelism, "
+            "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
+    if flags.rest_api_max_body_bytes <= 0:
+        raise status.InvalidArgument("--rest_api_max_body_bytes must be positive.")
+
+
+def log_no_effect(command_line: CommandLine) -> list[str]:
+    """Log each given flag that has no effect here; return their names."""
+    names = sorted(n for n in command_line.given if n in NO_EFFECT_FLAGS)
+    for name in names:
+        logger.warning("Flag --%s=%s is accepted but has no effect in the embedded server: %s",
+                       name, getattr(command_line.flags, name), _FIELDS[name].metadata["no_effect"])
+    return names
+
+
+def usage(program: str = "python -m serving.server") -> str:
+    """The flag list in the shape of ``tensorflow::Flags::Usage``."""
+    lines = [f"usage: {program}", "Flags:"]
+    for f in dataclasses.fields(ServerFlags):
+        default = f.default
+        if isinstance(default, bool):
+            default = str(default).lower()
+        lines.append(f'\t--{f.name}={default}\t{f.type}\t{f.metadata["help"]}')
+    return "\n".join(lines) + "\n"
+

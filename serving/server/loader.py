@@ -1,0 +1,130 @@
+"""Load one SavedModel version into a ``Servable`` (TF Serving's SavedModelBundle loader).
+
+Loading is done as TF Serving does it: a TF1 ``Session`` with the configured
+intra/inter-op parallelism, ``saved_model.loader.load(sess, tags, path)``
+(restores variables, runs the init op), signatures from the MetaGraphDef.
+Then the run wrapper (batching) is applied and warmup replayed; a warmup
+failure fails the load. TF2 exports (tf.function signatures, also with
+``jit_compile=True``) run unchanged in such a Session.
+
+``SavedModelLoader.load`` makes ONE attempt; retries belong to the manager
+(TF Serving's ``LoaderHarness``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from serving import status
+from serving.server.servable import RunWrapper, Servable
+from serving.server.warmup import run_saved_model_warmup
+
+__all__ = ["LoaderOptions", "SavedModelLoader"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How versions are loaded; TF Serving's flag defaults.
+
+    ``intra_op``/``inter_op`` 0 lets TensorFlow choose. ``max_num_load_retries``
+    and ``load_retry_interval_micros`` are used by the manager's retry loop.
+    ``run_wrapper`` is applied to every servable right after loading, before
+    warmup.
+    """
+
+    enable_model_warmup: bool = True
+    num_request_iterations_for_warmup: int = 1
+    intra_op: int = 0
+    inter_op: int = 0
+    saved_model_tags: Sequence[str] = ("serve",)
+    max_num_load_retries: int = 5
+    load_retry_interval_micros: int = 60_000_000
+    run_wrapper: Optional[RunWrapper] = None
+
+    def __post_init__(self) -> None:
+        if self.max_num_load_retries < 0:
+            raise ValueError("max_num_load_retries must be >= 0")
+        if self.load_retry_interval_micros < 0:
+            raise ValueError("load_retry_interval_micros must be >= 0")
+        if not self.saved_model_tags:
+            raise ValueError("saved_model_tags must name at least one tag (TF Serving uses 'serve')")
+
+
+class SavedModelLoader:
+    """Loads versions with fixed ``LoaderOptions``. Thread-safe: loads may run concurrently."""
+
+    def __init__(self, options: LoaderOptions, metrics: Optional[Any] = None) -> None:
+        self.options = options
+        self.metrics = metrics
+
+    def load(self, name: str, version: int, path: str) -> Servable:
+        """Load, wrap and warm up ``path``; raise ``status.ServingError`` on any failure."""
+        start = time.monotonic()
+        try:
+            servable = self._load_session(name, version, path)
+        except status.ServingError:
+            self._record_load(path, False, start)
+            raise
+        self._record_load(path, True, start)
+        try:
+            if self.options.run_wrapper is not None:
+                servable.wrap_run(self.options.run_wrapper)
+            if self.options.enable_model_warmup:
+                run_saved_model_warmup(
+                    servable, path, metrics=self.metrics,
+                    num_request_iterations=self.options.num_request_iterations_for_warmup)
+        except BaseException:
+            servable.close()
+            raise
+        return servable
+
+    def _record_load(self, path: str, ok: bool, start: float) -> None:
+        if self.metrics is not None:
+            self.metrics.record_load(path, ok, (time.monotonic() - start) * 1e6)
+
+    def _load_session(self, name: str, version: int, path: str) -> Servable:
+        import tensorflow as tf
+
+        graph = tf.Graph()
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=self.options.intra_op,
+                                          inter_op_parallelism_threads=self.options.inter_op)
+        session = tf.compat.v1.Session(graph=graph, config=config)
+        try:
+            with graph.as_default():
+                meta_graph = tf.compat.v1.saved_model.loader.load(
+                    session, list(self.options.saved_model_tags), path)
+            graph.finalize()
+        except Exception as exc:
+            session.close()
+            raise _load_error(exc, path, self.options.saved_model_tags) from exc
+        log.info("Loaded SavedModel %s version %d from %s", name, version, path)
+        return Servable(name, version, path, session, meta_graph.signature_def)
+
+
+def _load_error(exc: Exception, path: str, tags: Sequence[str]) -> status.ServingError:
+    """TF Serving's (C++ ``LoadSavedModel``) code and wording for a failed load."""
+    import tensorflow as tf
+
+    text = str(exc)
+    if isinstance(exc, tf.errors.OpError):
+        return status.error_for(exc.error_code, exc.message)
+    if isinstance(exc, OSError) and "does not exist" in text:
+        return status.NotFound(
+            f"Could not find SavedModel .pb or .pbtxt at supplied export directory path: {path}. "
+            "Check that the directory exists and that you have the right permissions for "
+            "accessing it.")
+    if isinstance(exc, OSError) and "Cannot parse" in text:
+        return status.DataLoss(f"Can't parse {os.path.join(path, 'saved_model.pb')} as binary proto")
+    if isinstance(exc, RuntimeError) and "MetaGraphDef associated with tags" in text:
+        return status.NotFound(
+            f"Could not find meta graph def matching supplied tags: {{ {' '.join(tags)} }}. "
+            "To inspect available tag-sets in the SavedModel, please use the SavedModel CLI: "
+            "`saved_model_cli`")
+    if isinstance(exc, ValueError) and "checkpoint" in text:
+        return status.DataLoss(f"Failed to restore the variables of {path}: {text}")
+    return status.Internal(f"Failed to load SavedModel at {path}: {type(exc).__name__}: {text}")

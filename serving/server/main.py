@@ -1,0 +1,89 @@
+"""``python -m serving.server``: the embedded ``tensorflow_model_server``.
+
+Parses TF Serving's flags (``serving.server.flags``), starts ``ModelServer``
+and serves until SIGTERM or SIGINT, which drain: the listeners close, running
+requests finish (up to ``DRAIN_GRACE_SECONDS``), then the process exits 0.
+Exit codes follow ``main.cc``: 0 after ``--version`` or a drain, 255 (``-1``)
+for a bad flag value or a server that fails to start.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from importlib import metadata
+from typing import Optional, Sequence
+
+from serving import status
+
+__all__ = ["main", "version_text", "DRAIN_GRACE_SECONDS"]
+
+logger = logging.getLogger("serving.server")
+
+DRAIN_GRACE_SECONDS = 30.0
+_FAILED = 255
+
+
+def version_text() -> str:
+    """What ``--version`` prints: the TF Serving API and TensorFlow versions this server mirrors."""
+    def version_of(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return (f"TensorFlow ModelServer: {version_of('tensorflow-serving-api')}-embedded (tfs-stack)\n"
+            f"TensorFlow Library: {version_of('tensorflow')}\n")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the server; returns the process exit code."""
+    from serving.server import flags as server_flags
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s] %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S")
+    try:
+        command_line = server_flags.parse_flags(sys.argv[1:] if argv is None else argv)
+    except server_flags.FlagError as exc:
+        logger.error("%s", exc)
+        sys.stdout.write(server_flags.usage())
+        return _FAILED
+    if command_line.flags.version:
+        sys.stdout.write(version_text())
+        return 0
+    for argument in command_line.unknown:
+        logger.error("unknown argument: %s", argument)
+    server_flags.log_no_effect(command_line)
+    return _serve(command_line.flags)
+
+
+def _serve(flags) -> int:
+    from serving.server.flags import validate_flags
+    from serving.server.server import ModelServer
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        logger.info("Received %s; draining", signal.Signals(signum).name)
+        stop_requested.set()
+
+    server = ModelServer(flags)
+    try:
+        validate_flags(flags)
+        server.start()
+    except Exception as exc:  # noqa: BLE001 - main.cc: "Failed to start server. Error: <status>", exit -1
+        detail = exc if isinstance(exc, status.ServingError) else f"{type(exc).__name__}: {exc}"
+        logger.error("Failed to start server. Error: %s", detail)
+        server.stop(grace=0)
+        return _FAILED
+    # Installed once serving: a signal during startup ends the process at once, as it does
+    # tensorflow_model_server's (there is nothing to drain yet).
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    while not stop_requested.wait(1.0):
+        pass
+    server.stop(grace=DRAIN_GRACE_SECONDS)
+    logger.info("Server stopped")
+    return 0

@@ -1,0 +1,423 @@
+"""The servable manager: aspired versions in, loaded servables out.
+
+Mirrors TF Serving's ``AspiredVersionsManager`` + ``BasicManager`` +
+``ServableStateMonitor`` and the model-config part of ``ServerCore``:
+
+* ``reload_config(ModelServerConfig)`` replaces the whole model list: label
+  rules are checked first (nothing changes if they fail), the file-system
+  source is re-pointed (models missing from the new config get an empty
+  aspired list, so they are unloaded), and the call returns once every newly
+  added model's latest version is AVAILABLE or has failed (then
+  ``status.Unknown`` "N model(s) did not become available: ...").
+* A manager thread applies the availability-preserving policy: a new version
+  is loaded (retried ``max_num_load_retries`` times, ``load_retry_interval_micros``
+  apart) and warmed up before the old one is unloaded. Loads and unloads run
+  on worker threads, so one slow model does not stall the others.
+* ``acquire(name, version=None, label=None)`` is how requests reach a
+  servable. An omitted version means the highest AVAILABLE version
+  (``Latest(name)``); a label resolves to its version first. While a request
+  holds a servable it is not closed: an unload waits for its holders.
+* ``model_status`` reports every version the manager has seen since
+  ``start()``, END ones included, newest first, as ``GetModelStatus`` does.
+
+Thread-safety: every public method may be called from any thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+from serving import status
+from serving.server.harness import VersionHarness
+from serving.server.labels import LabelMap, build_label_map
+from serving.server.loader import LoaderOptions, SavedModelLoader
+from serving.server.model_config import validate_model_config_list
+from serving.server.policy import HarnessState, next_action
+from serving.server.servable import Servable
+from serving.server.source import AspiredVersion, FileSystemSource, ServableToMonitor
+from serving.server.state import ManagerState, VersionStatus
+
+__all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"]
+
+log = logging.getLogger(__name__)
+
+_MANAGE_STATE_INTERVAL_S = 0.1  # TF Serving's manage_state_interval_micros default
+
+
+class ServableHandle:
+    """Context manager holding one servable for one request (``acquire`` returns it)."""
+
+    __slots__ = ("_manager", "_harness")
+
+    def __init__(self, manager: "ServableManager", harness: VersionHarness) -> None:
+        self._manager = manager
+        self._harness = harness
+
+    def __enter__(self) -> Servable:
+        return self._harness.servable
+
+    def __exit__(self, *exc: Any) -> None:
+        self._manager._release(self._harness)
+
+
+class ServableManager:
+    """Loads, serves and unloads model versions. See the module docstring for the contract.
+
+    Lifecycle: ``start()`` once, then ``reload_config(...)`` any number of
+    times, then ``stop()`` (cancels pending retries, waits for running loads,
+    unloads everything).
+    """
+
+    def __init__(self, *, loader_options: Optional[LoaderOptions] = None,
+                 file_system_poll_wait_seconds: float = 1.0, allow_version_labels: bool = True,
+                 allow_version_labels_for_unavailable_models: bool = False,
+                 metrics: Optional[Any] = None) -> None:
+        self._options = loader_options or LoaderOptions()
+        self._loader = SavedModelLoader(self._options, metrics)
+        self._allow_labels = allow_version_labels
+        self._allow_unavailable_labels = allow_version_labels_for_unavailable_models
+        self._cond = threading.Condition(threading.Lock())
+        self._harnesses: dict[str, dict[int, VersionHarness]] = {}
+        self._states: dict[str, dict[int, tuple[VersionStatus, int]]] = {}
+        self._seq = 0
+        self._pending: dict[str, list[AspiredVersion]] = {}
+        self._labels: LabelMap = {}
+        self._config: Any = None
+        self._config_lock = threading.Lock()
+        self._source = FileSystemSource(self._on_aspired_versions, file_system_poll_wait_seconds)
+        self._workers: Optional[ThreadPoolExecutor] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the manager thread and the file-system poller. Idempotent."""
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._stopping = False
+            self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="servable-worker")
+            self._thread = threading.Thread(target=self._manage_loop, name="ServableManager",
+                                            daemon=True)
+            self._thread.start()
+        self._source.start()
+
+    def stop(self, drain_timeout: float = 30.0) -> None:
+        """Stop polling and managing; unload every version (holders get ``drain_timeout`` s)."""
+        self._source.stop()
+        with self._cond:
+            if self._thread is None:
+                return
+            self._stopping = True
+            for harness in self._all_harnesses():
+                harness.cancelled.set()
+            self._cond.notify_all()
+        self._thread.join()
+        self._workers.shutdown(wait=True)
+        self._unload_all(drain_timeout)
+        with self._cond:
+            self._thread = None
+            self._workers = None
+
+    def _unload_all(self, drain_timeout: float) -> None:
+        deadline = time.monotonic() + drain_timeout
+        with self._cond:
+            ready = [h for h in self._all_harnesses() if h.state is HarnessState.READY]
+            for harness in ready:
+                self._set_state(harness, HarnessState.UNLOADING, ManagerState.UNLOADING)
+            while any(h.holders for h in ready) and time.monotonic() < deadline:
+                self._cond.wait(max(deadline - time.monotonic(), 0.0))
+        for harness in ready:
+            if harness.holders:
+                log.warning("Unloading %s with %d request(s) still holding it", harness.id,
+                            harness.holders)
+            harness.servable.close()
+            with self._cond:
+                harness.servable = None
+                self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
+
+    # ------------------------------------------------------------ config
+
+    def reload_config(self, config: Any, timeout: Optional[float] = None) -> None:
+        """Replace the served models with ``config`` (a ``ModelServerConfig``); see module doc.
+
+        ``timeout`` (seconds, None = wait as long as it takes, like TF Serving)
+        bounds the wait for newly added models; past it ``status.DeadlineExceeded``.
+        """
+        with self._config_lock:
+            if self._thread is None:
+                raise RuntimeError("ServableManager.reload_config() called before start()")
+            models = self._accepted_model_list(config)
+            if models is None:
+                return
+            previous = list(self._config.model_config_list.config) if self._config else []
+            validate_model_config_list(models, previous)
+            with self._cond:
+                labels = build_label_map(
+                    models, self._is_available_locked, self._labels,
+                    allow_version_labels=self._allow_labels,
+                    allow_unavailable=self._allow_unavailable_labels)
+                self._labels = labels
+                start_seq = self._seq
+            new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
+            self._config = type(config)()
+            self._config.CopyFrom(config)
+            log.info("Adding/updating models.")
+            self._source.set_servables(
+                [ServableToMonitor(m.name, m.base_path,
+                                   m.model_version_policy if m.HasField("model_version_policy")
+                                   else None) for m in models])
+            self._wait_until_models_available(new_models, start_seq, timeout)
+            log.info("Finished adding/updating models")
+
+    def _accepted_model_list(self, config: Any) -> Optional[list]:
+        kind = config.WhichOneof("config")
+        old_kind = self._config.WhichOneof("config") if self._config is not None else None
+        if old_kind is not None and config != self._config and not (
+                old_kind == kind == "model_config_list"):
+            raise status.FailedPrecondition(
+                "Cannot transition to requested config. It is only legal to transition from one "
+                "ModelConfigList to another.")
+        if kind is None:
+            log.info("Taking no action for empty config.")
+            return None
+        if kind != "model_config_list":
+            raise status.InvalidArgument("Missing custom_model_config_loader in ServerCore Options")
+        return list(config.model_config_list.config)
+
+    def _wait_until_models_available(self, names: list[str], start_seq: int,
+                                     timeout: Optional[float]) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                pending, failed = self._latest_outcomes(names, start_seq)
+                if not pending:
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise status.DeadlineExceeded(
+                        f"Timed out waiting for model(s) to load: {', '.join(pending)}")
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+        if failed:
+            details = "".join(
+                f"{{{{name: {name} version: {st.version}}} due to error: "
+                f"{st.error_code.name}: {st.error_message}}}, " for name, st in failed)
+            raise status.Unknown(f"{len(failed)} model(s) did not become available: {{{details}}}")
+
+    def _latest_outcomes(self, names: list[str], start_seq: int) -> tuple[list, list]:
+        pending, failed = [], []
+        for name in names:
+            fresh = {v: st for v, (st, seq) in self._states.get(name, {}).items() if seq > start_seq}
+            latest = fresh.get(max(fresh)) if fresh else None
+            if latest is None or latest.state not in (ManagerState.AVAILABLE, ManagerState.END):
+                pending.append(name)
+            elif latest.state is ManagerState.END:
+                failed.append((name, latest))
+        return pending, failed
+
+    # ------------------------------------------------------------ requests
+
+    def acquire(self, name: str, version: Optional[int] = None,
+                label: Optional[str] = None) -> ServableHandle:
+        """Hold a servable for one request: ``with manager.acquire("m") as servable: ...``.
+
+        ``version`` None and ``label`` None = the highest AVAILABLE version.
+        Raises ``status.NotFound`` ("Servable not found for request: Latest(m)"
+        / "Specific(m, 3)") or ``status.InvalidArgument`` for an unknown label.
+        """
+        with self._cond:
+            if label is not None:
+                version = self._version_for_label_locked(name, label)
+            versions = self._harnesses.get(name, {})
+            if version is None:
+                ready = [h for h in versions.values() if h.state is HarnessState.READY]
+                harness = max(ready, key=lambda h: h.version) if ready else None
+            else:
+                harness = versions.get(int(version))
+                if harness is not None and harness.state is not HarnessState.READY:
+                    harness = None
+            if harness is None:
+                request = f"Latest({name})" if version is None else f"Specific({name}, {version})"
+                raise status.NotFound(f"Servable not found for request: {request}")
+            harness.holders += 1
+        return ServableHandle(self, harness)
+
+    def _release(self, harness: VersionHarness) -> None:
+        with self._cond:
+            harness.holders -= 1
+            if harness.holders == 0 and harness.state is HarnessState.UNLOADING:
+                self._cond.notify_all()
+
+    def _version_for_label_locked(self, name: str, label: str) -> int:
+        if not self._allow_labels:
+            raise status.InvalidArgument(
+                "ModelSpec has 'version_label' set, but it is not currently allowed by the server.")
+        try:
+            return self._labels[name][label]
+        except KeyError:
+            raise status.InvalidArgument(f"Unrecognized servable version label: {label}") from None
+
+    def model_status(self, name: str, version: Optional[int] = None) -> list[VersionStatus]:
+        """The versions of ``name`` and their states, newest first (``GetModelStatus``)."""
+        with self._cond:
+            states = {v: st for v, (st, _) in self._states.get(name, {}).items()}
+        if version is not None:
+            if int(version) not in states:
+                raise status.NotFound(f"Could not find version {version} of model {name}")
+            return [states[int(version)]]
+        if not states:
+            raise status.NotFound(f"Could not find any versions of model {name}")
+        return [states[v] for v in sorted(states, reverse=True)]
+
+    def model_names(self) -> list[str]:
+        """Names of the models in the current config, in config order."""
+        with self._config_lock:
+            if self._config is None:
+                return []
+            return [m.name for m in self._config.model_config_list.config]
+
+    def version_labels(self, name: str) -> dict[str, int]:
+        """The labels of ``name`` (label -> version) currently in force."""
+        with self._cond:
+            return dict(self._labels.get(name, {}))
+
+    # ------------------------------------------------------------ state machine
+
+    def _is_available_locked(self, name: str, version: int) -> bool:
+        entry = self._states.get(name, {}).get(int(version))
+        return entry is not None and entry[0].state is ManagerState.AVAILABLE
+
+    def _all_harnesses(self) -> list[VersionHarness]:
+        return [h for versions in self._harnesses.values() for h in versions.values()]
+
+    def _publish(self, harness: VersionHarness, state: ManagerState,
+                 error: Optional[status.ServingError] = None) -> None:
+        self._seq += 1
+        code = error.code if error is not None else status.Code.OK
+        entry = VersionStatus(harness.version, state, code, error.details if error else "")
+        self._states.setdefault(harness.name, {})[harness.version] = (entry, self._seq)
+        self._cond.notify_all()
+
+    def _set_state(self, harness: VersionHarness, state: HarnessState,
+                   published: ManagerState, error: Optional[status.ServingError] = None) -> None:
+        harness.state = state
+        self._publish(harness, published, error)
+
+    def _on_aspired_versions(self, name: str, versions: list[AspiredVersion]) -> None:
+        with self._cond:
+            self._pending[name] = list(versions)
+            self._cond.notify_all()
+
+    def _manage_loop(self) -> None:
+        with self._cond:
+            while not self._stopping:
+                try:
+                    self._flush_locked()
+                    self._handle_pending_locked()
+                    self._apply_policy_locked()
+                except Exception:
+                    log.exception("servable manager iteration failed")
+                self._cond.wait(_MANAGE_STATE_INTERVAL_S)
+
+    def _flush_locked(self) -> None:
+        """Forget un-aspired versions that are new, unloaded or failed (``FlushServables``)."""
+        done = (HarnessState.NEW, HarnessState.DISABLED, HarnessState.ERROR)
+        for name, versions in self._harnesses.items():
+            for version in [v for v, h in versions.items() if not h.is_aspired and h.state in done]:
+                del versions[version]
+
+    def _handle_pending_locked(self) -> None:
+        for name in list(self._pending):
+            versions = self._pending[name]
+            managed = self._harnesses.get(name, {})
+            if any(v.version in managed and not managed[v.version].is_aspired for v in versions):
+                continue  # a re-aspired version is still draining; retry next round
+            del self._pending[name]
+            self._process_aspired_versions_locked(name, versions)
+
+    def _process_aspired_versions_locked(self, name: str, versions: list[AspiredVersion]) -> None:
+        managed = self._harnesses.setdefault(name, {})
+        wanted = {v.version for v in versions}
+        current = {v for v, h in managed.items() if h.is_aspired}
+        for harness in managed.values():
+            if harness.version not in wanted and harness.is_aspired:
+                harness.is_aspired = False
+                harness.cancelled.set()
+        for aspired in versions:
+            if aspired.version not in current:
+                harness = VersionHarness(name, aspired.version, aspired.path)
+                managed[aspired.version] = harness
+                self._publish(harness, ManagerState.START)
+
+    def _apply_policy_locked(self) -> None:
+        for versions in self._harnesses.values():
+            action = next_action([h.snapshot() for h in versions.values()])
+            if action is None:
+                continue
+            harness = versions[action.version]
+            if action.kind == "load":
+                self._set_state(harness, HarnessState.LOADING, ManagerState.LOADING)
+                self._workers.submit(self._load, harness)
+            else:
+                self._set_state(harness, HarnessState.UNLOADING, ManagerState.UNLOADING)
+                self._workers.submit(self._unload, harness)
+
+    # ------------------------------------------------------------ workers
+
+    def _load(self, harness: VersionHarness) -> None:
+        log.info("Loading servable version %s", harness.id)
+        servable, error = self._load_with_retries(harness)
+        cancelled = servable is not None and harness.cancelled.is_set()
+        if cancelled:
+            servable.close()
+        with self._cond:
+            if cancelled:
+                self._set_state(harness, HarnessState.DISABLED, ManagerState.END,
+                                status.Cancelled("Loading of servable cancelled"))
+            elif servable is not None:
+                harness.servable = servable
+                self._set_state(harness, HarnessState.READY, ManagerState.AVAILABLE)
+                log.info("Successfully loaded servable version %s", harness.id)
+            else:
+                harness.error = error
+                self._set_state(harness, HarnessState.ERROR, ManagerState.END, error)
+                log.error("Servable %s cannot be loaded: %s", harness.id, error)
+
+    def _load_with_retries(self, harness: VersionHarness):
+        """TF Serving's ``Retry``: 1 + max_num_load_retries attempts, cancellable between them."""
+        description = f"Loading servable: {harness.id}"
+        error: Optional[status.ServingError] = None
+        for attempt in range(self._options.max_num_load_retries + 1):
+            if attempt > 0:
+                if harness.cancelled.wait(self._options.load_retry_interval_micros / 1e6):
+                    log.info("Retrying of %s was cancelled.", description)
+                    break
+                log.info("Retrying of %s retry: %d", description, attempt)
+            try:
+                return self._loader.load(harness.name, harness.version, harness.path), None
+            except status.ServingError as exc:
+                error = exc
+            except Exception as exc:  # a loader bug must not kill the worker silently
+                error = status.Internal(f"{type(exc).__name__}: {exc}")
+            log.error("%s failed: %s", description, error)
+            if harness.cancelled.is_set():
+                break
+        else:
+            log.info("Retrying of %s exhausted max_num_retries: %d", description,
+                     self._options.max_num_load_retries)
+        return None, error
+
+    def _unload(self, harness: VersionHarness) -> None:
+        with self._cond:
+            while harness.holders:
+                self._cond.wait()
+            servable, harness.servable = harness.servable, None
+        log.info("Unloading servable version %s", harness.id)
+        servable.close()
+        with self._cond:
+            self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
+        log.info("Done unloading servable version %s", harness.id)

@@ -1,0 +1,195 @@
+"""A loaded SavedModel version: its signatures and a thread-safe ``run``.
+
+This is the embedded server's counterpart of TF Serving's ``SavedModelBundle``
+(``servables/tensorflow``): a TF1 ``Session`` holding the imported MetaGraph,
+plus the MetaGraph's ``signature_def`` map. ``run`` feeds signature inputs by
+alias and fetches outputs by alias through ``Session.make_callable`` handles,
+cached per (signature, input aliases, output aliases): one C++ call per
+request, with the GIL released while TensorFlow runs.
+
+Lifecycle: a ``Servable`` is built by ``loader.SavedModelLoader`` and owned by
+the manager. Requests reach it only through ``ServableManager.acquire``; the
+manager calls ``close()`` once the last holder has released it. ``close()``
+first runs the close callbacks (e.g. a batching queue draining), then closes
+the Session.
+
+Thread-safety: ``run`` may be called from any number of threads at once.
+``wrap_run``, ``add_close_callback`` and ``close`` are called by the loader
+and the manager, never concurrently with each other.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from serving import status
+from serving.codec import dtype_from_enum
+
+__all__ = ["TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper"]
+
+log = logging.getLogger(__name__)
+
+RunFn = Callable[[str, Mapping[str, np.ndarray], Sequence[str]], "dict[str, np.ndarray]"]
+"""``run(signature_name, inputs_by_alias, output_aliases) -> outputs_by_alias``."""
+
+RunWrapper = Callable[["Servable", RunFn], RunFn]
+"""Wraps a servable's run right after loading (TF Serving wraps the Session with batching)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a signature.
+
+    ``dtype`` is a numpy dtype (``object`` for DT_STRING); ``shape`` uses None
+    for an unknown (-1) dimension and is None itself for an unknown rank.
+    ``tensor_name`` is the graph tensor (``"serving_default_x:0"``).
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: Optional[tuple[Optional[int], ...]]
+    tensor_name: str
+    dtype_enum: int = 0
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A SignatureDef: ``method_name`` and its inputs/outputs by alias."""
+
+    name: str
+    method_name: str
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+
+
+def _tensor_spec(alias: str, info: Any) -> TensorSpec:
+    try:
+        dtype = dtype_from_enum(info.dtype).numpy
+    except ValueError:
+        dtype = np.dtype(object)  # a dtype the wire cannot carry; inference rejects it
+    if info.tensor_shape.unknown_rank:
+        shape = None
+    else:
+        shape = tuple(None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim)
+    return TensorSpec(alias, dtype, shape, info.name, int(info.dtype))
+
+
+def signature_from_proto(name: str, proto: Any) -> Signature:
+    """A ``Signature`` from an official ``SignatureDef`` proto."""
+    return Signature(
+        name=name,
+        method_name=proto.method_name,
+        inputs={k: _tensor_spec(k, v) for k, v in sorted(proto.inputs.items())},
+        outputs={k: _tensor_spec(k, v) for k, v in sorted(proto.outputs.items())},
+    )
+
+
+class Servable:
+    """One loaded version of one model. See the module docstring for the contract."""
+
+    def __init__(self, name: str, version: int, path: str, session: Any,
+                 signature_defs: Mapping[str, Any]) -> None:
+        self.name = name
+        self.version = int(version)
+        self.path = path
+        self.signature_defs = dict(signature_defs)
+        self.signatures: Mapping[str, Signature] = {
+            key: signature_from_proto(key, proto) for key, proto in self.signature_defs.items()}
+        self._session = session
+        self._callables: dict[tuple, Callable] = {}
+        self._callables_lock = threading.Lock()
+        self._close_callbacks: list[Callable[[], None]] = []
+        self._run: RunFn = self.run_direct
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Servable({self.name!r}, version={self.version})"
+
+    def run(self, signature_name: str, inputs: Mapping[str, np.ndarray],
+            output_keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """Run a signature; inputs and outputs by alias. Goes through the run wrapper, if any.
+
+        Thread-safe. TensorFlow's InvalidArgumentError becomes
+        ``status.InvalidArgument``; any other TF failure ``status.Internal``.
+        """
+        return self._run(signature_name, inputs, output_keys)
+
+    def run_direct(self, signature_name: str, inputs: Mapping[str, np.ndarray],
+                   output_keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """``run`` without the wrapper: one Session call. Thread-safe."""
+        if self._closed:
+            raise status.Unavailable(f"Servable {self.name} version {self.version} has been unloaded")
+        signature = self.signatures.get(signature_name)
+        if signature is None:
+            raise status.FailedPrecondition(f'Serving signature key "{signature_name}" not found.')
+        input_keys = tuple(sorted(inputs))
+        output_keys = tuple(output_keys)
+        fn = self._callable(signature, input_keys, output_keys)
+        try:
+            values = fn(*(inputs[k] for k in input_keys))
+        except Exception as exc:  # TF errors and client-side feed checks
+            raise _to_serving_error(exc) from exc
+        return dict(zip(output_keys, values))
+
+    def _callable(self, signature: Signature, input_keys: tuple, output_keys: tuple) -> Callable:
+        key = (signature.name, input_keys, output_keys)
+        fn = self._callables.get(key)
+        if fn is not None:
+            return fn
+        feeds = [_lookup(signature.inputs, k, "input", signature.name).tensor_name for k in input_keys]
+        fetches = [_lookup(signature.outputs, k, "output", signature.name).tensor_name
+                   for k in output_keys]
+        with self._callables_lock:
+            fn = self._callables.get(key)
+            if fn is None:
+                fn = self._session.make_callable(fetches, feed_list=feeds)
+                self._callables[key] = fn
+        return fn
+
+    def wrap_run(self, run_wrapper: RunWrapper) -> None:
+        """Route ``run`` through ``run_wrapper(self, self.run_direct)`` (the loader calls this)."""
+        self._run = run_wrapper(self, self.run_direct)
+
+    def add_close_callback(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` when the servable is closed, before its Session closes."""
+        self._close_callbacks.append(fn)
+
+    def close(self) -> None:
+        """Run the close callbacks, then release the Session. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for fn in reversed(self._close_callbacks):
+            try:
+                fn()
+            except Exception:
+                log.exception("close callback of %r failed", self)
+        self._callables.clear()
+        self._session.close()
+
+
+def _lookup(specs: Mapping[str, TensorSpec], alias: str, kind: str, signature: str) -> TensorSpec:
+    try:
+        return specs[alias]
+    except KeyError:
+        raise status.InvalidArgument(
+            f"{kind} tensor alias not found in signature: {alias}. Signature {signature} "
+            f"has {kind}s {{{','.join(specs)}}}.") from None
+
+
+def _to_serving_error(exc: Exception) -> status.ServingError:
+    import tensorflow as tf
+
+    if isinstance(exc, status.ServingError):
+        return exc
+    if isinstance(exc, tf.errors.InvalidArgumentError):
+        return status.InvalidArgument(exc.message)
+    if isinstance(exc, tf.errors.OpError):
+        return status.Internal(exc.message)
+    if isinstance(exc, (ValueError, TypeError)):  # make_callable's own feed checks
+        return status.InvalidArgument(str(exc))
+    return status.Internal(f"{type(exc).__name__}: {exc}")

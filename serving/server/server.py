@@ -1,0 +1,203 @@
+"""Composition root of the embedded server: ``tensorflow_model_server``'s ``Server::BuildAndStart``.
+
+``ModelServer(flags)`` builds, in TF Serving's order, the metrics, the batch
+scheduler (``--enable_batching``), the servable manager with its initial
+config (waiting for the first loads, as ``ServerCore::Create`` does), the
+optional config-file poller, then the gRPC and REST front-ends over one
+``DataPlane``. ``stop(grace)`` drains: both front-ends stop accepting at once
+and finish running requests, then models unload and the scheduler stops.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Optional
+
+from serving import config as config_files
+from serving import status
+from serving.server.flags import ServerFlags
+
+__all__ = ["ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+DEFAULT_BATCH_THREAD_POOL = "model_server_batch_threads"
+
+
+def single_model_config(name: str, base_path: str) -> Any:
+    """``BuildSingleModelConfig``: one model from ``--model_name`` / ``--model_base_path``."""
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    model = config.model_config_list.config.add()
+    model.name, model.base_path, model.model_platform = name, base_path, "tensorflow"
+    return config
+
+
+class ModelServer:
+    """The running server; ``start()`` then ``stop()``. Not restartable.
+
+    Attributes after ``start()``: ``metrics`` (``ServerMetrics``), ``dataplane``,
+    ``grpc`` / ``rest`` front-ends (None when disabled).
+    """
+
+    def __init__(self, flags: ServerFlags) -> None:
+        self.flags = flags
+        self.metrics: Any = None
+        self.dataplane: Any = None
+        self.grpc: Any = None
+        self.rest: Any = None
+        self._manager: Any = None
+        self._scheduler: Any = None
+        self._poll_stop = threading.Event()
+        self._poller: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        """Load the initial models, then open the front-ends. Raises ``ServingError`` on bad config."""
+        from prometheus_client import CollectorRegistry
+
+        from serving.server.dataplane import DataPlane
+        from serving.server.metrics import ServerMetrics
+
+        flags = self.flags
+        model_config = self._model_config()
+        monitoring_path = self._monitoring_path()
+        self.metrics = ServerMetrics(CollectorRegistry())
+        self._manager = self._build_manager()
+        self._manager.start()
+        self._manager.reload_config(model_config)
+        self.dataplane = DataPlane(self._manager, self.metrics)
+        self._start_config_poller()
+        self._start_grpc()
+        if flags.rest_api_port != 0:
+            if flags.rest_api_port == flags.port:
+                logger.error("server_options.http_port cannot be same as grpc_port. Please use a different "
+                             "port for HTTP/REST API. Skipped exporting HTTP/REST API.")
+            else:
+                self._start_rest(monitoring_path)
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Drain: stop accepting on both front-ends, finish running requests, then unload."""
+        self._poll_stop.set()
+        stoppers = [threading.Thread(target=frontend.stop, args=(grace,), name=f"stop-{name}")
+                    for name, frontend in (("grpc", self.grpc), ("rest", self.rest)) if frontend is not None]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+        self.grpc = self.rest = None
+        if self._poller is not None:
+            self._poller.join(5)
+        if self._manager is not None:
+            self._manager.stop(drain_timeout=grace)
+        if self._scheduler is not None:
+            self._scheduler.stop()
+
+    # -- construction --------------------------------------------------
+    def _model_config(self) -> Any:
+        if not self.flags.model_config_file:
+            return single_model_config(self.flags.model_name, self.flags.model_base_path)
+        try:
+            return config_files.load_model_server_config(self.flags.model_config_file)
+        except (OSError, ValueError) as exc:
+            raise status.InvalidArgument(str(exc)) from exc
+
+    def _monitoring_path(self) -> Optional[str]:
+        if not self.flags.monitoring_config_file:
+            return None
+        try:
+            monitoring = config_files.load_monitoring_config(self.flags.monitoring_config_file)
+        except (OSError, ValueError) as exc:
+            raise status.InvalidArgument(str(exc)) from exc
+        if not monitoring.prometheus_config.enable:
+            return None
+        return monitoring.prometheus_config.path or DEFAULT_PROMETHEUS_PATH
+
+    def _build_manager(self) -> Any:
+        from serving.server import manager
+
+        flags = self.flags
+        intra, inter = flags.tensorflow_intra_op_parallelism, flags.tensorflow_inter_op_parallelism
+        if intra <= 0 and inter <= 0:
+            intra = inter = flags.tensorflow_session_parallelism
+        options = manager.LoaderOptions(
+            enable_model_warmup=flags.enable_model_warmup,
+            num_request_iterations_for_warmup=max(1, flags.num_request_iterations_for_warmup),
+            intra_op=intra, inter_op=inter,
+            saved_model_tags=tuple(t for t in flags.saved_model_tags.split(",") if t) or ("serve",),
+            max_num_load_retries=max(0, flags.max_num_load_retries),
+            load_retry_interval_micros=max(0, flags.load_retry_interval_micros),  # negative: no wait
+            run_wrapper=self._batching_wrapper())
+        return manager.ServableManager(
+            loader_options=options,
+            file_system_poll_wait_seconds=float(flags.file_system_poll_wait_seconds),
+            allow_version_labels=True,
+            allow_version_labels_for_unavailable_models=flags.allow_version_labels_for_unavailable_models,
+            metrics=self.metrics)
+
+    def _batching_wrapper(self) -> Any:
+        if not self.flags.enable_batching:
+            return None
+        from serving.server import batching
+        from serving.server.batching_adapter import BatchingRunWrapper
+
+        if self.flags.batching_parameters_file:
+            try:
+                parameters = config_files.load_batching_parameters(self.flags.batching_parameters_file)
+            except (OSError, ValueError) as exc:
+                raise status.InvalidArgument(str(exc)) from exc
+        else:
+            from tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
+
+            parameters = session_bundle_config_pb2.BatchingParameters()
+            parameters.thread_pool_name.value = DEFAULT_BATCH_THREAD_POOL
+        self._scheduler = batching.BatchScheduler(batching.BatchingOptions.from_proto(parameters),
+                                                  metrics=self.metrics)
+        self._scheduler.start()
+        return BatchingRunWrapper(self._scheduler)
+
+    def _start_config_poller(self) -> None:
+        seconds = self.flags.model_config_file_poll_wait_seconds
+        if seconds <= 0 or not self.flags.model_config_file:
+            return
+        self._poller = threading.Thread(target=self._poll_config, args=(seconds,),
+                                        name="fs-model-config-poll", daemon=True)
+        self._poller.start()
+
+    def _poll_config(self, seconds: float) -> None:
+        """``PollFilesystemAndReloadConfig``: errors are logged, the old config stays."""
+        while not self._poll_stop.wait(seconds):
+            try:
+                config = config_files.load_model_server_config(self.flags.model_config_file)
+            except (OSError, ValueError) as exc:
+                logger.error("Failed to read ModelServerConfig file: %s", exc)
+                continue
+            try:
+                self._manager.reload_config(config)
+            except status.ServingError as exc:
+                logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", exc.details)
+
+    def _start_grpc(self) -> None:
+        from serving.server.grpc_frontend import GrpcFrontend, parse_channel_arguments
+
+        flags = self.flags
+        addresses = [f"0.0.0.0:{flags.port}"] if flags.port else []
+        if flags.grpc_socket_path:
+            addresses.append(f"unix:{flags.grpc_socket_path}")
+        self.grpc = GrpcFrontend(
+            self.dataplane, addresses, max_threads=flags.grpc_max_threads,
+            channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
+            use_tensor_content=flags.enable_serialization_as_tensor_content)
+        self.grpc.start()
+
+    def _start_rest(self, monitoring_path: Optional[str]) -> None:
+        from serving.server.rest_frontend import RestFrontend
+
+        flags = self.flags
+        self.rest = RestFrontend(
+            self.dataplane, port=flags.rest_api_port, num_threads=flags.rest_api_num_threads,
+            timeout_ms=flags.rest_api_timeout_in_ms, max_body_bytes=flags.rest_api_max_body_bytes,
+            monitoring_path=monitoring_path, metrics=self.metrics,
+            enable_cors=flags.rest_api_enable_cors_support)
+        self.rest.start()

@@ -1,0 +1,152 @@
+"""File-system source: polls each model's ``base_path`` for numeric version directories.
+
+Mirrors ``sources/storage_path/file_system_storage_path_source.cc``. Each
+poll lists ``base_path``; children whose name parses as an integer are
+versions, everything else (the exporter's temp dirs, ``.DS_Store``, ...) is
+ignored. The model's ``ServableVersionPolicy`` picks the aspired versions:
+``latest {num_versions}`` (default, 1), ``all {}`` or ``specific {versions}``.
+The full aspired list is handed to the callback on every poll; the manager
+diffs it against what it holds. A model removed from the config gets one
+empty list (all its versions are un-aspired).
+
+Polling: ``poll_wait_seconds`` > 0 polls periodically on a background thread;
+0 or negative means no periodic polling. Unlike TF Serving (which polls once
+at startup for 0 and never for negative), every ``set_servables`` call polls
+the new config once, so a reloaded config takes effect whatever the setting.
+A missing ``base_path`` is logged and that model is skipped for the poll.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+__all__ = ["ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
+           "list_versions"]
+
+log = logging.getLogger(__name__)
+
+_VERSION = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+@dataclass(frozen=True)
+class AspiredVersion:
+    version: int
+    path: str
+
+
+@dataclass(frozen=True)
+class ServableToMonitor:
+    """One model to poll: name, base path and its ``ServableVersionPolicy`` proto (or None)."""
+
+    name: str
+    base_path: str
+    version_policy: Any = None
+
+
+AspiredVersionsCallback = Callable[[str, list[AspiredVersion]], None]
+
+
+def list_versions(base_path: str) -> dict[int, str]:
+    """Version number -> child directory name, for children that parse as integers."""
+    versions: dict[int, str] = {}
+    for child in sorted(os.listdir(base_path)):
+        if not _VERSION.fullmatch(child) or not os.path.isdir(os.path.join(base_path, child)):
+            continue
+        number = int(child)
+        if number in versions:
+            log.warning("Duplicate version directories detected. Version %d will be loaded from "
+                        "%s, %s will be ignored.", number, child, versions[number])
+        versions[number] = child
+    return versions
+
+
+def aspired_versions(servable: ServableToMonitor, on_disk: dict[int, str]) -> list[AspiredVersion]:
+    """Apply the version policy to the versions found on disk (highest first)."""
+    policy = servable.version_policy
+    choice = policy.WhichOneof("policy_choice") if policy is not None else None
+    if choice == "all":
+        chosen = sorted(on_disk, reverse=True)
+    elif choice == "specific":
+        wanted = set(policy.specific.versions)
+        if not wanted:
+            log.warning("No specific versions requested for servable %s.", servable.name)
+        for missing in sorted(wanted - set(on_disk)):
+            log.warning("Version %d of servable %s, which was requested to be served as a "
+                        "'specific' version in the servable's version policy, was not found in "
+                        "the file system", missing, servable.name)
+        chosen = sorted(wanted & set(on_disk), reverse=True)
+    else:
+        count = max(policy.latest.num_versions if choice == "latest" else 1, 1)
+        chosen = sorted(on_disk, reverse=True)[:count]
+    return [AspiredVersion(v, os.path.join(servable.base_path, on_disk[v])) for v in chosen]
+
+
+class FileSystemSource:
+    """Polls the configured models and reports their aspired versions.
+
+    ``start()`` begins periodic polling; ``stop()`` ends it and joins the
+    thread. ``set_servables`` may be called from any thread; callbacks run on
+    the caller's thread (for ``set_servables``) or the polling thread.
+    """
+
+    def __init__(self, callback: AspiredVersionsCallback, poll_wait_seconds: float = 1.0) -> None:
+        self._callback = callback
+        self._poll_wait_seconds = poll_wait_seconds
+        self._servables: tuple[ServableToMonitor, ...] = ()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        if self._poll_wait_seconds > 0 and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._poll_loop,
+                                            name="FileSystemSource-poll", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def set_servables(self, servables: Sequence[ServableToMonitor]) -> None:
+        """Replace the models to poll; un-aspire removed ones; poll the new set once."""
+        with self._lock:
+            removed = {s.name for s in self._servables} - {s.name for s in servables}
+            self._servables = tuple(servables)
+            for name in sorted(removed):
+                self._callback(name, [])
+            self._poll_locked()
+
+    def poll(self) -> None:
+        """Poll every configured model now."""
+        with self._lock:
+            self._poll_locked()
+
+    def _poll_locked(self) -> None:
+        for servable in self._servables:
+            try:
+                on_disk = list_versions(servable.base_path)
+            except OSError as exc:
+                log.error("FileSystemStoragePathSource encountered a filesystem access error: "
+                          "Could not find base path %s for servable %s with error %s",
+                          servable.base_path, servable.name, exc)
+                continue
+            versions = aspired_versions(servable, on_disk)
+            if not versions:
+                log.warning("No versions of servable %s found under base path %s. Did you forget "
+                            "to name your leaf directory as a number (eg. '/1/')?",
+                            servable.name, servable.base_path)
+            self._callback(servable.name, versions)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self._poll_wait_seconds):
+            try:
+                self.poll()
+            except Exception:
+                log.exception("file-system poll failed")

@@ -1,0 +1,181 @@
+"""REST Predict bodies: TF Serving's row/columnar JSON, both sides, with its error wording."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+
+from serving import codec, status
+from tests.codec.conftest import NUMERIC_DTYPES, sample
+
+JSON_DTYPES = NUMERIC_DTYPES  # TF Serving itself has no DT_HALF in REST; we accept it as a number
+
+
+def _parse(body: bytes, specs):
+    return codec.rest_request_to_inputs(codec.json_loads(body), specs)
+
+
+@pytest.mark.parametrize("row_format", [True, False], ids=["instances", "inputs"])
+@pytest.mark.parametrize("dtype", JSON_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_client_body_parses_back_to_the_same_tensor(dtype, row_format):
+    x = sample(dtype, (3, 2))
+    body = codec.inputs_to_rest_request({"x": x}, row_format=row_format)
+    inputs, is_row = _parse(body, {"x": np.dtype(dtype)})
+    assert is_row is row_format
+    assert inputs["x"].dtype == x.dtype
+    np.testing.assert_array_equal(inputs["x"], x)
+
+
+def test_strings_plain_and_b64_parse_to_bytes():
+    raw = b"\xff\x00binary"
+    body = {"instances": [{"text": "h\u00e9", "blob": {"b64": base64.b64encode(raw).decode()}}]}
+    inputs, _ = codec.rest_request_to_inputs(body, {"text": object, "blob": object})
+    assert inputs["text"].tolist() == ["h\u00e9".encode()]
+    assert inputs["blob"].tolist() == [raw]
+
+
+def test_non_utf8_bytes_are_sent_as_b64_and_arrive_intact():
+    x = np.array([b"\xff", b"ok"], dtype=object)
+    body = codec.inputs_to_rest_request({"s": x}, row_format=False)
+    assert b'"b64"' in body and b'"ok"' in body
+    inputs, _ = _parse(body, {"s": object})
+    assert inputs["s"].tolist() == x.tolist()
+
+
+def test_several_inputs_in_row_format_share_the_batch():
+    body = {"instances": [{"a": [1, 2], "b": 1.5}, {"a": [3, 4], "b": 2.5}]}
+    inputs, is_row = codec.rest_request_to_inputs(body, {"a": np.int64, "b": np.float32})
+    assert is_row
+    np.testing.assert_array_equal(inputs["a"], np.array([[1, 2], [3, 4]], np.int64))
+    np.testing.assert_array_equal(inputs["b"], np.array([1.5, 2.5], np.float32))
+
+
+def test_columnar_inputs_may_differ_in_batch_and_be_scalars():
+    body = {"inputs": {"a": [[1], [2], [3]], "k": 5}}
+    inputs, is_row = codec.rest_request_to_inputs(body, {"a": np.int32, "k": np.int32})
+    assert not is_row and inputs["a"].shape == (3, 1) and inputs["k"].shape == ()
+
+
+def test_nan_and_infinity_reach_the_float_tensor():
+    inputs, _ = _parse(b'{"instances": [NaN, Infinity, -Infinity]}', {"x": np.float32})
+    x = inputs["x"]
+    assert np.isnan(x[0]) and x[1] == np.inf and x[2] == -np.inf
+
+
+def test_zero_size_columnar_input_takes_the_signature_dtype():
+    inputs, _ = codec.rest_request_to_inputs({"inputs": [[], []]}, {"x": np.int64})
+    assert inputs["x"].shape == (2, 0) and inputs["x"].dtype == np.int64
+
+
+I32 = {"x": np.int32}
+TWO = {"a": np.float32, "b": object}
+
+
+@pytest.mark.parametrize("request_body,specs,message", [
+    ({"instances": [1], "inputs": [1]}, I32,
+     "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist"),
+    ({"signature_name": "s"}, I32, "Missing 'inputs' or 'instances' key"),
+    ({"instances": 1}, I32, "Excepting 'instances' to be an list/array"),
+    ({"instances": []}, I32, "No values in 'instances' array"),
+    ({"signature_name": 1, "inputs": [1]}, I32, "'signature_name' key must be a string value."),
+    ([1, 2], I32, "Is not object"),
+    ({"inputs": [1]}, {}, "Failed to get input map for signature: DEFAULT"),
+    ({"instances": [[1, 2], [3]]}, I32,
+     "Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: Expecting shape [2] but got: [1]"),
+    ({"inputs": [[1, 2], [3]]}, I32, "Encountered list at unexpected size: 1 at level: 1 expected size: 2"),
+    ({"inputs": [[1, 2], 3]}, I32, "found at incorrect level"),
+    ({"inputs": [1, [2]]}, I32, "Encountered list at unexpected level: 1 expected < 1"),
+    ({"inputs": [1.5]}, I32, "JSON Value: 1.5 Type: Number is not of expected type: int32"),
+    ({"inputs": [2147483648]}, I32, "JSON Value: 2147483648 Type: Number is not of expected type: int32"),
+    ({"inputs": [-1]}, {"x": np.uint8}, "JSON Value: -1 Type: Number is not of expected type: uint8"),
+    ({"inputs": ["1"]}, {"x": np.float32}, 'JSON Value: "1" Type: String is not of expected type: float'),
+    ({"inputs": [True]}, {"x": np.float32}, "JSON Value: true Type: True is not of expected type: float"),
+    ({"inputs": [1]}, {"x": np.bool_}, "JSON Value: 1 Type: Number is not of expected type: bool"),
+    ({"inputs": [None]}, {"x": np.float64}, "JSON Value: null Type: Null is not of expected type: double"),
+    ({"inputs": [1e39]}, {"x": np.float32}, "Cannot convert JSON value: 1e39 to float without loss of precision."),
+    ({"inputs": [16777217]}, {"x": np.float32}, "to float without loss of precision"),
+    ({"inputs": [5]}, {"x": object}, "JSON Value: 5 Type: Number is not of expected type: string"),
+    ({"inputs": [{"b64": "@@"}]}, {"x": object}, "Unable to base64 decode"),
+    ({"inputs": [{"b64": "eA==", "x": 1}]}, {"x": object}, "not formatted correctly for base64 data"),
+    ({"inputs": [[["a"], ["b", "c"]]]}, {"x": object}, "Encountered list at unexpected size"),
+    ({"instances": [1, 2]}, TWO, "instances is a plain list, but expecting list of objects"),
+    ({"inputs": [1, 2]}, TWO, "inputs is a plain value/list, but expecting an object"),
+    ({"instances": [{"a": 1, "b": "x"}, [1]]}, TWO, "Expecting object but got list at item 1 of input list"),
+    ({"instances": [[1], {"x": [1]}]}, I32, "Expecting value/list but got object at item 1 of input list"),
+    ({"instances": [{"a": 1, "b": "x", "c": 2}]}, TWO,
+     "Failed to process element: 0 key: c of 'instances' list. Error: INVALID_ARGUMENT: "
+     "JSON object: does not have named input: c"),
+    ({"instances": [{"a": 1}]}, TWO, "Failed to process element: 0 of 'instances' list. JSON object: "
+     '{"a":1} keys must be equal to: a,b'),
+    ({"instances": [{"a": 1, "b": "x"}, {"a": 1.5, "b": 7}]}, TWO,
+     "Failed to process element: 1 key: b of 'instances' list. Error: INVALID_ARGUMENT: JSON Value: 7"),
+    ({"inputs": {"a": 1}}, TWO, "Missing named input: b in 'inputs' object."),
+    ({"inputs": {"a": 1, "b": "x", "extra": 1}}, TWO, "JSON object: does not have named input: extra"),
+    ({"inputs": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, I32, "at most 32 dimensions"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None)
+def test_bad_requests_are_invalid_argument_naming_the_rule(request_body, specs, message):
+    with pytest.raises(status.InvalidArgument) as info:
+        codec.rest_request_to_inputs(request_body, specs)
+    assert message in info.value.details
+
+
+def test_predictions_for_one_output_omit_its_name():
+    body = codec.outputs_to_rest_response({"probabilities": np.array([[0.25, 0.75]], np.float32)}, True)
+    assert body == b'{"predictions":[[0.25,0.75]]}'
+
+
+def test_predictions_for_several_outputs_are_objects_per_row():
+    body = codec.outputs_to_rest_response(
+        {"scores": np.array([0.5, np.nan], np.float32), "label_bytes": np.array([b"\x01", b"b"], dtype=object),
+         "name": np.array([b"one", b"two"], dtype=object)}, True)
+    assert body == (b'{"predictions":[{"scores":0.5,"label_bytes":{"b64":"AQ=="},"name":"one"},'
+                    b'{"scores":NaN,"label_bytes":{"b64":"Yg=="},"name":"two"}]}')
+
+
+def test_outputs_columnar_one_bare_or_an_object():
+    one = codec.outputs_to_rest_response({"y": np.array(3, np.int64)}, False)
+    assert one == b'{"outputs":3}'
+    two = codec.outputs_to_rest_response({"y": np.array([1, 2], np.int64), "z": np.array([True])}, False)
+    assert two == b'{"outputs":{"y":[1,2],"z":[true]}}'
+
+
+@pytest.mark.parametrize("outputs,message", [
+    ({}, "Cannot convert empty tensor map to JSON"),
+    ({"a": np.array(1.0)}, "Tensor name: a has no shape information"),
+    ({"a": np.zeros(2), "b": np.zeros(3)}, "Tensor name: b has inconsistent batch size: 3 expecting: 2"),
+])
+def test_row_format_response_rules(outputs, message):
+    with pytest.raises(status.InvalidArgument, match=message):
+        codec.outputs_to_rest_response(outputs, True)
+
+
+@pytest.mark.parametrize("row_format", [True, False], ids=["predictions", "outputs"])
+@pytest.mark.parametrize("dtype", JSON_DTYPES + [object], ids=lambda d: np.dtype(d).name)
+def test_response_round_trips_to_the_signature_dtypes(dtype, row_format):
+    y = np.array([[b"a", b"\xfe"], [b"c", b"d"]], dtype=object) if dtype is object else sample(dtype, (2, 2))
+    outputs = {"y": y, "aux": np.array([1.5, np.inf], np.float32)}
+    body = codec.outputs_to_rest_response(outputs, row_format)
+    back = codec.rest_response_to_outputs(body, output_dtypes={"y": np.dtype(dtype), "aux": np.float32})
+    for key, value in outputs.items():
+        assert back[key].dtype == value.dtype
+        np.testing.assert_array_equal(back[key], value)
+
+
+def test_single_unnamed_response_takes_the_only_expected_name():
+    body = codec.outputs_to_rest_response({"probabilities": np.ones((1, 2), np.float32)}, True)
+    back = codec.rest_response_to_outputs(body, output_names=["probabilities"],
+                                          output_dtypes={"probabilities": np.float32})
+    assert list(back) == ["probabilities"] and back["probabilities"].dtype == np.float32
+    assert list(codec.rest_response_to_outputs(body)) == ["predictions"]
+
+
+def test_row_format_client_body_needs_a_batch_dimension():
+    with pytest.raises(status.InvalidArgument, match="batch dimension"):
+        codec.inputs_to_rest_request(np.float32(1.0))
+    assert codec.inputs_to_rest_request(np.float32(1.0), row_format=False) == b'{"inputs":1.0}'
+
+
+def test_signature_name_is_carried():
+    body = codec.inputs_to_rest_request(np.zeros(1, np.int8), signature_name="logits")
+    assert codec.json_loads(body) == {"signature_name": "logits", "instances": [0]}

@@ -1,0 +1,204 @@
+"""docker-compose.yml and its CPU variant, as parsed by the real Compose v2 binary.
+
+Nothing here starts a container (no Docker engine on CI): these are the
+static checks of the GPU path that docs/gpu-host.md names.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from serving.config import load_model_server_config
+from serving.config.compose import ComposeError, compose_command, load_compose_model, volume_map
+from serving.config.models import ZOO
+from tests.compose.conftest import CPU, GPU, PASSWORD, compose_env
+from tests.support.servers import REPO_ROOT
+
+GPU_DEVICE = {"driver": "nvidia", "count": -1, "capabilities": ["gpu"]}
+
+
+def dotenv() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (REPO_ROOT / ".env").read_text().splitlines()
+             if line.strip() and not line.startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def devices(service: dict) -> list:
+    return (service.get("deploy") or {}).get("resources", {}).get("reservations", {}).get("devices", [])
+
+
+def flags(command: list[str]) -> dict[str, str]:
+    return dict(item.lstrip("-").split("=", 1) for item in command)
+
+
+@pytest.mark.parametrize("files", [GPU, CPU], ids=["gpu", "cpu"])
+def test_compose_accepts_the_stack(files):
+    cmd = [*compose_command(), *[a for f in files for a in ("-f", str(f))], "config", "-q"]
+    proc = subprocess.run(cmd, env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("files", [GPU, CPU], ids=["gpu", "cpu"])
+def test_compose_refuses_the_stack_without_a_grafana_password(files):
+    with pytest.raises(ComposeError, match="GRAFANA_ADMIN_PASSWORD"):
+        load_compose_model(files, env=compose_env())
+
+
+def test_grafana_password_comes_only_from_the_environment(gpu_model):
+    assert gpu_model["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == PASSWORD
+    raw = (REPO_ROOT / "docker-compose.yml").read_text()
+    assert re.search(r"GF_SECURITY_ADMIN_PASSWORD: \$\{GRAFANA_ADMIN_PASSWORD:\?", raw)
+    assert "GRAFANA_ADMIN_PASSWORD" not in dotenv()
+
+
+def test_gpu_services_reserve_nvidia_gpus(gpu_model):
+    services = gpu_model["services"]
+    for name in ("exporter", "tfserving", "dcgm-exporter"):
+        assert devices(services[name]) == [GPU_DEVICE], name
+    assert services["tfserving"]["image"].endswith("-gpu")
+
+
+def test_cpu_variant_has_no_gpu_reservation_tensorrt_or_dcgm(cpu_model):
+    services = cpu_model["services"]
+    assert "dcgm-exporter" not in services  # behind the gpu-metrics profile
+    assert all(devices(s) == [] for s in services.values())
+    assert not services["tfserving"]["image"].endswith("-gpu")
+    assert services["exporter"]["build"]["args"]["WITH_TENSORRT"] == "0"
+    assert "trt" not in services["exporter"]["command"][0]
+
+
+def test_cpu_command_differs_only_in_the_models_and_batching_files(gpu_model, cpu_model):
+    gpu = flags(gpu_model["services"]["tfserving"]["command"])
+    cpu = flags(cpu_model["services"]["tfserving"]["command"])
+    changed = {k for k in gpu.keys() | cpu.keys() if gpu.get(k) != cpu.get(k)}
+    assert changed == {"model_config_file", "batching_parameters_file"}
+    assert cpu["model_config_file"].endswith("/models.cpu.config")
+    assert cpu["batching_parameters_file"].endswith("/batching.cpu.config")
+
+
+def test_tfserving_flags_point_at_the_serving_files(gpu_model):
+    service = gpu_model["services"]["tfserving"]
+    args = flags(service["command"])
+    mounts = volume_map(service)
+    assert mounts["/etc/tfserving"] == REPO_ROOT / "serving"
+    for flag, name in (("model_config_file", "models.config"), ("batching_parameters_file", "batching.config"),
+                       ("monitoring_config_file", "monitoring.config")):
+        assert args[flag] == f"/etc/tfserving/{name}"
+    assert args["enable_batching"] == "true"
+    assert args["xla_gpu_compilation_enabled"] == args["xla_cpu_compilation_enabled"] == "true"
+    assert int(args["model_config_file_poll_wait_seconds"]) > 0
+    # Labels of the startup config are assigned before its models load (ServerCore::ReloadConfig).
+    assert args["allow_version_labels_for_unavailable_models"] == "true"
+    assert 0 < float(args["per_process_gpu_memory_fraction"]) < 1
+    assert args["rest_api_port"] != args["port"]
+    assert service["entrypoint"] == ["/usr/bin/tensorflow_model_server"]
+
+
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_models_are_mounted_read_only_into_tfserving_and_writable_for_the_exporter(variant, gpu_model, cpu_model):
+    services = (gpu_model if variant == "gpu" else cpu_model)["services"]
+    serving = {v["target"]: v for v in services["tfserving"]["volumes"]}
+    assert serving["/models"]["read_only"] is True
+    assert serving["/models"]["source"] == str(REPO_ROOT / "models")
+    assert serving["/etc/tfserving"]["read_only"] is True
+    exporter = {v["target"]: v for v in services["exporter"]["volumes"]}
+    assert not exporter["/models"].get("read_only")
+
+
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_every_published_port_binds_loopback(variant, gpu_model, cpu_model):
+    model = gpu_model if variant == "gpu" else cpu_model
+    ports = [p for s in model["services"].values() for p in s.get("ports", [])]
+    assert len(ports) >= 4
+    assert {p["host_ip"] for p in ports} == {"127.0.0.1"}
+
+
+def test_tfserving_starts_after_the_exporter_completes(gpu_model, cpu_model):
+    for model in (gpu_model, cpu_model):
+        depends = model["services"]["tfserving"]["depends_on"]
+        assert depends["exporter"]["condition"] == "service_completed_successfully"
+
+
+def test_healthcheck_asks_the_rest_port_with_bash_not_curl(gpu_model):
+    service = gpu_model["services"]["tfserving"]
+    check = service["healthcheck"]
+    assert check["test"][:3] == ["CMD", "bash", "-c"]
+    script = check["test"][3]
+    assert "curl" not in script and "wget" not in script
+    assert f"/dev/tcp/127.0.0.1/{flags(service['command'])['rest_api_port']}" in script
+    assert "GET /v1/models/digits" in script and "AVAILABLE" in script
+    assert check["start_period"]  # resnet50 + TensorRT engines take minutes to load
+
+
+@pytest.mark.parametrize("service", ["prometheus", "grafana"])
+def test_monitoring_services_have_healthchecks(gpu_model, service):
+    assert gpu_model["services"][service]["healthcheck"]["test"]
+
+
+def test_monitoring_mounts_the_monitoring_helpers_paths(gpu_model):
+    prometheus = {v["target"]: v["source"] for v in gpu_model["services"]["prometheus"]["volumes"] if v["type"] == "bind"}
+    assert prometheus["/etc/prometheus/prometheus.yml"] == str(REPO_ROOT / "monitoring/prometheus/prometheus.yml")
+    assert prometheus["/etc/prometheus/rules"] == str(REPO_ROOT / "monitoring/prometheus/rules")
+    grafana = {v["target"]: v["source"] for v in gpu_model["services"]["grafana"]["volumes"] if v["type"] == "bind"}
+    assert grafana["/etc/grafana/provisioning"] == str(REPO_ROOT / "monitoring/grafana/provisioning")
+    assert grafana["/etc/grafana/dashboards"] == str(REPO_ROOT / "monitoring/grafana/dashboards")
+    for source in [*prometheus.values(), *grafana.values()]:
+        assert (REPO_ROOT / source).exists(), source
+
+
+def test_images_are_pinned_in_dotenv_and_never_latest(gpu_model):
+    env = dotenv()
+    images = [s["image"] for s in gpu_model["services"].values()]
+    for image in images:
+        name, _, tag = image.rpartition(":")
+        assert name and tag and "latest" not in tag, image
+    raw = "\n".join((REPO_ROOT / f).read_text() for f in ("docker-compose.yml", "docker-compose.cpu.yml"))
+    for line in re.findall(r"image: (\S+)", raw):
+        assert "${" in line, f"{line}: the tag must come from .env"
+    for key in ("TF_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION"):
+        assert env[key] and env[key] != "latest", key
+
+
+def test_tensorflow_pin_is_the_same_in_dotenv_images_and_pyproject(gpu_model):
+    tf_extra = re.search(r"^tf = \[(.*?)\]", (REPO_ROOT / "pyproject.toml").read_text(), re.S | re.M).group(1)
+    pins = dict(re.findall(r'"([\w-]+)==([\w.]+)"', tf_extra))
+    env = dotenv()
+    assert env["TF_VERSION"] == env["TF_SERVING_VERSION"] == pins["tensorflow"] == pins["tensorflow-serving-api"]
+    services = gpu_model["services"]
+    assert services["tfserving"]["image"] == f"tensorflow/serving:{pins['tensorflow']}-gpu"
+    assert services["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{pins['tensorflow']}-gpu"
+
+
+def exported_names(script: str) -> set[str]:
+    """Published names the exporter service's `ensure` lines produce."""
+    names = set()
+    for line in script.strip().splitlines():
+        argv = shlex.split(line)
+        assert argv[:4] == ["python", "-m", "exporter", "ensure"], line
+        variant = argv[argv.index("--variant") + 1]
+        models = [a for a in argv[4:] if not a.startswith("-") and a not in (variant, "/models")]
+        names |= {m.name for m in ZOO if m.variant == variant and m.model in models}
+        assert len(models) == len([m for m in ZOO if m.variant == variant and m.model in models]), line
+    return names
+
+
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_exporter_exports_exactly_the_models_tfserving_serves(variant, gpu_model, cpu_model):
+    services = (gpu_model if variant == "gpu" else cpu_model)["services"]
+    assert services["exporter"]["entrypoint"] == ["/bin/sh", "-ec"]
+    config_file = flags(services["tfserving"]["command"])["model_config_file"].replace(
+        "/etc/tfserving", str(REPO_ROOT / "serving"))
+    served = {e.name for e in load_model_server_config(config_file).model_config_list.config}
+    assert exported_names(services["exporter"]["command"][0]) == served
+
+
+def test_exporter_dockerfile_builds_from_the_pinned_tensorflow_with_tensorrt_8_6():
+    text = (REPO_ROOT / "exporter/Dockerfile").read_text()
+    pin = dotenv()["TF_VERSION"]
+    assert f"ARG BASE_IMAGE=tensorflow/tensorflow:{pin}-gpu" in text
+    assert re.search(r"TENSORRT_DEB_VERSION=8\.6\.\d+\.\d+-1\+cuda12", text)
+    assert "libnvinfer8=" in text and "libnvinfer-plugin8=" in text
+    assert 'ENTRYPOINT ["python", "-m", "exporter"]' in text

@@ -1,0 +1,64 @@
+"""Model status, metadata, version policies and labels, for every client."""
+from __future__ import annotations
+
+import pytest
+
+from serving import status
+from tests.contract.clients import VersionState
+
+
+def test_status_lists_the_available_version(client, endpoint):
+    assert client.status("digits") == [VersionState(1, "AVAILABLE", "OK")]
+
+
+def test_policy_all_serves_every_version_newest_first(client, endpoint):
+    assert client.status("digits_versions") == [VersionState(2, "AVAILABLE", "OK"),
+                                                VersionState(1, "AVAILABLE", "OK")]
+
+
+def test_policy_specific_serves_only_the_named_version(client, endpoint):
+    assert client.status("digits_specific") == [VersionState(1, "AVAILABLE", "OK")]
+    with pytest.raises(status.NotFound) as caught:
+        client.predict("digits_specific", {"images": _zeros()}, version=2)
+    assert caught.value.details == "Servable not found for request: Specific(digits_specific, 2)"
+
+
+def test_status_of_one_version(client, endpoint):
+    assert client.status("digits_versions", version=1) == [VersionState(1, "AVAILABLE", "OK")]
+
+
+def test_status_of_unknown_model_is_not_found_with_tf_serving_message(client, endpoint):
+    with pytest.raises(status.NotFound) as caught:
+        client.status("no_such_model")
+    assert caught.value.details == "Could not find any versions of model no_such_model"
+
+
+def test_status_of_unknown_version_is_not_found_with_tf_serving_message(client, endpoint):
+    with pytest.raises(status.NotFound) as caught:
+        client.status("digits", version=7)
+    assert caught.value.details == "Could not find version 7 of model digits"
+
+
+def test_metadata_lists_every_signature_with_its_inputs_and_outputs(client, endpoint):
+    metadata = client.metadata("digits")
+    assert (metadata.name, metadata.version) == ("digits", 1)
+    assert metadata.signatures["serving_default"] == (("images",), ("classes", "probabilities"))
+    assert metadata.signatures["logits"] == (("images",), ("logits",))
+
+
+def test_metadata_by_version_and_label(client, endpoint):
+    assert client.metadata("digits_versions", version=1).version == 1
+    assert client.metadata("digits_versions", label="canary").version == 2
+    assert client.metadata("digits_versions").version == 2
+
+
+def test_metadata_of_unknown_model_is_not_found(client, endpoint):
+    with pytest.raises(status.NotFound) as caught:
+        client.metadata("no_such_model")
+    assert caught.value.details == "Servable not found for request: Latest(no_such_model)"
+
+
+def _zeros():
+    import numpy as np
+
+    return np.zeros((1, 8, 8, 1), np.float32)

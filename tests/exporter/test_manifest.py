@@ -1,0 +1,61 @@
+"""The manifest reads back with numpy only and keeps every array exact."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from exporter.manifest import Golden, Manifest, SignatureInfo, TensorInfo, load_manifest, write_manifest
+from tests.support.servers import REPO_ROOT
+
+
+def test_load_manifest_does_not_import_tensorflow(model_repo):
+    code = ("import sys; from exporter.manifest import load_manifest; "
+            f"m = load_manifest({str(model_repo / 'text' / '1')!r}); "
+            "assert m.sample_inputs('serving_default', 3)['text'].shape == (3,); "
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in ('tensorflow', 'keras')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    assert out.strip() == "[]"
+
+
+def _manifest(golden: Golden) -> Manifest:
+    tensor = TensorInfo("x", "DT_STRING", (-1,), "serving_default_x:0")
+    return Manifest(model="m", published_name="m", variant="fp32", tensorflow_version="2.17.1",
+                    source_hash="abc", created="2026-01-01T00:00:00+00:00",
+                    signatures={"serving_default": SignatureInfo("serving_default", "tensorflow/serving/predict",
+                                                                 {"x": tensor}, {"y": tensor})},
+                    golden={"serving_default": golden}, accuracy=0.5)
+
+
+def test_string_arrays_round_trip_exactly_including_nul_bytes_without_pickle(tmp_path):
+    strings = np.empty((3,), dtype=object)
+    strings[:] = [b"\x0a\x00", b"", "caf\u00e9".encode()]
+    floats = np.arange(6, dtype=np.float32).reshape(3, 2)
+    write_manifest(tmp_path, _manifest(Golden("serving_default", {"x": strings}, {"y": floats})))
+    with np.load(tmp_path / "manifest.npz", allow_pickle=False) as npz:
+        assert all(npz[k].dtype != object for k in npz.files)
+    loaded = load_manifest(tmp_path)
+    assert list(loaded.golden_inputs()["x"]) == [b"\x0a\x00", b"", "caf\u00e9".encode()]
+    np.testing.assert_array_equal(loaded.golden_outputs()["y"], floats)
+    assert loaded.accuracy == 0.5 and loaded.version is None  # tmp_path is not a numeric dir
+    assert json.loads((tmp_path / "manifest.json").read_text())["signatures"]["serving_default"]["inputs"]["x"][
+        "shape"] == [-1]
+
+
+def test_sample_inputs_cycle_the_golden_rows_from_an_offset(model_repo):
+    manifest = load_manifest(model_repo / "ranker" / "1")
+    golden = manifest.golden_inputs()
+    sample = manifest.sample_inputs("serving_default", batch_size=20, offset=5)
+    rows = (np.arange(20) + 5) % len(golden["user_id"])
+    for key in ("user_id", "item_id", "features"):
+        np.testing.assert_array_equal(sample[key], golden[key][rows])
+    assert sample["user_id"].dtype == np.int64 and sample["features"].dtype == np.float32
+
+
+def test_manifest_exposes_version_from_its_directory_and_numpy_dtypes(model_repo):
+    manifest = load_manifest(model_repo / "text" / "1")
+    assert manifest.version == 1
+    assert manifest.signatures["serving_default"].inputs["text"].numpy_dtype == np.dtype(object)

@@ -1,0 +1,152 @@
+"""Canary, rollback and promotion against the embedded server while clients keep calling.
+
+The server runs the compose `tfserving` command (CPU variant, paths remapped,
+digits only for a quick start). Client threads call Predict on the `stable`
+and `canary` labels without pause; the rollout CLI moves the labels with
+HandleReloadConfigRequest. Not one request may fail.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+
+from serving import codec
+from serving.config import load_model_server_config
+from serving.config.compose import load_compose_model, plan_embedded_server
+from serving.rollout.plan import find_model, served_versions
+from serving.rollout.publish import publish_saved_model
+from serving.up import compose_files
+from tests.compose.conftest import PASSWORD, compose_env
+from tests.support.servers import REPO_ROOT, EmbeddedServer
+
+pytestmark = pytest.mark.slow
+MODEL = "digits"
+
+
+class Load:
+    """Threads calling Predict on each label until stopped; records (label, version) or the error."""
+
+    def __init__(self, target: str, inputs: dict, threads_per_label: int = 2) -> None:
+        from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+        self.channel = grpc.insecure_channel(target)
+        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        self.requests = {}
+        for label in ("stable", "canary"):
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = MODEL
+            request.model_spec.version_label = label
+            for key, array in inputs.items():
+                codec.ndarray_to_tensor_proto(array, request.inputs[key])
+            self.requests[label] = request
+        self.served: list[tuple[str, int]] = []
+        self.errors: list[str] = []
+        self.mark = 0
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(label,), daemon=True)
+                        for label in self.requests for _ in range(threads_per_label)]
+
+    def _run(self, label: str) -> None:
+        while not self.stop.is_set():
+            try:
+                response = self.stub.Predict(self.requests[label], timeout=60)
+                self.served.append((label, response.model_spec.version.value))
+            except grpc.RpcError as exc:
+                self.errors.append(f"{label}: {exc.code().name}: {exc.details()}")
+
+    def since_mark(self) -> Counter:
+        """(label, version) counts since the last call."""
+        served, self.mark = self.served[self.mark:], len(self.served)
+        return Counter(served)
+
+    def __enter__(self) -> "Load":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(90)
+        self.channel.close()
+
+
+def rollout(server: EmbeddedServer, config: Path, repo: Path, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "serving.rollout", *args, "--model", MODEL,
+                           "--target", server.grpc_target, "--config-file", str(config), "--models-dir", str(repo),
+                           "--timeout", "180"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + server.log_tail()
+    return proc.stdout
+
+
+def state(config: Path) -> tuple[list[int], dict[str, int]]:
+    entry = find_model(load_model_server_config(config), MODEL)
+    return served_versions(entry), dict(entry.version_labels)
+
+
+def wait_for_traffic(load: Load, minimum: int = 20) -> Counter:
+    """Requests served after this point, at least ``minimum`` per label."""
+    import time
+
+    load.since_mark()
+    deadline = time.monotonic() + 60
+    counts: Counter = Counter()
+    while time.monotonic() < deadline:
+        counts += load.since_mark()
+        per_label = Counter(label for (label, _), n in counts.items() for _ in range(n))
+        if min(per_label.get("stable", 0), per_label.get("canary", 0)) >= minimum:
+            return counts
+        time.sleep(0.05)
+    raise AssertionError(f"too little traffic: {counts}; errors: {load.errors[:5]}")
+
+
+def test_canary_rollback_and_promotion_under_load_fail_no_request(model_repo_copy, tmp_path):
+    from exporter.manifest import load_manifest
+
+    service = load_compose_model(compose_files("embedded"), services=["tfserving"],
+                                 env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))["services"]["tfserving"]
+    plan = plan_embedded_server(service, work_dir=tmp_path, models_dir=model_repo_copy, models=[MODEL],
+                                overrides={"port": None, "rest_api_port": None})
+    inputs = load_manifest(model_repo_copy / MODEL / "1").sample_inputs(batch_size=2)
+    config = plan.models_config
+    with EmbeddedServer(plan.args, wait_for=[MODEL], timeout=240) as server, Load(server.grpc_target, inputs) as load:
+        assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 1)}
+
+        publish_saved_model(model_repo_copy / MODEL / "1", model_repo_copy, MODEL, 2)
+        assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 1)}  # published is not served
+
+        out = rollout(server, config, model_repo_copy, "canary", "--version", "2")
+        assert "load digits versions [1, 2]" in out and "move digits labels" in out
+        assert state(config) == ([1, 2], {"stable": 1, "canary": 2})  # written back for the poller
+        assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 2)}
+
+        rollout(server, config, model_repo_copy, "rollback")
+        assert state(config) == ([1], {"stable": 1, "canary": 1})
+        assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 1)}
+
+        rollout(server, config, model_repo_copy, "canary", "--version", "2")
+        rollout(server, config, model_repo_copy, "promote")
+        assert state(config) == ([2], {"stable": 2, "canary": 2})
+        assert set(wait_for_traffic(load)) == {("stable", 2), ("canary", 2)}
+
+    assert load.errors == []
+    assert len(load.served) > 200
+
+
+def test_canary_to_a_version_that_was_never_published_is_refused_before_any_push(model_repo_copy, tmp_path):
+    config = tmp_path / "models.config"
+    config.write_text((REPO_ROOT / "serving/models.cpu.config").read_text())
+    before = config.read_text()
+    proc = subprocess.run([sys.executable, "-m", "serving.rollout", "canary", "--model", MODEL, "--version", "7",
+                           "--target", "127.0.0.1:1", "--config-file", str(config), "--models-dir", str(model_repo_copy)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "version(s) [7] not found" in proc.stderr
+    assert config.read_text() == before

@@ -1,0 +1,104 @@
+"""--enable_batching at the front-ends: full queue 503 / UNAVAILABLE at once, oversize refused or split."""
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from serving import status
+from tests.contract.clients import StubGrpcClient
+from tests.server.frontend.conftest import tiny_flags
+from tests.support.servers import EmbeddedServer
+
+
+def _batching_server(repo, name: str, parameters: str) -> EmbeddedServer:
+    path = repo / f"{name}.batching.config"
+    path.write_text(parameters)
+    return EmbeddedServer(tiny_flags(repo, "--enable_batching", f"--batching_parameters_file={path}"),
+                          wait_for=["tiny"])
+
+
+@pytest.fixture(scope="module")
+def one_slot(tiny_repo):
+    """One batch thread, batches of one, one batch may wait: the third concurrent request finds it full."""
+    with _batching_server(tiny_repo, "one-slot", "max_batch_size { value: 1 }\nbatch_timeout_micros { value: 0 }\n"
+                          "max_enqueued_batches { value: 1 }\nnum_batch_threads { value: 1 }\n") as server:
+        yield server
+
+
+def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slot):
+    answers: dict[str, httpx.Response] = {}
+
+    def call(key: str, seconds: float) -> None:
+        answers[key] = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
+                                  json={"signature_name": "sleep", "instances": [seconds]})
+
+    running = threading.Thread(target=call, args=("running", 3.0))
+    running.start()
+    time.sleep(1.0)                     # "running" occupies the only batch thread
+    queued = threading.Thread(target=call, args=("queued", 0.0))
+    queued.start()
+    time.sleep(0.5)                     # "queued" fills the only queue slot
+    started = time.monotonic()
+    rejected = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
+                          json={"signature_name": "sleep", "instances": [0.0]})
+    rejected_after = time.monotonic() - started
+    running.join(60)
+    queued.join(60)
+    assert rejected.status_code == 503, rejected.text
+    assert rejected.json() == {"error": "The batch scheduling queue to which this task was submitted is full"}
+    assert rejected_after < 2.0, "a full queue must answer at once, not after the running batch"
+    assert answers["running"].status_code == 200 and answers["queued"].status_code == 200
+
+
+def test_full_queue_over_grpc_is_unavailable(one_slot):
+    client = StubGrpcClient(one_slot.grpc_target)
+    seconds = lambda s: {"seconds": np.array([s], np.float32)}  # noqa: E731
+    running = threading.Thread(target=client.predict, args=("tiny", seconds(3.0)), kwargs={"signature": "sleep"})
+    queued = threading.Thread(target=client.predict, args=("tiny", seconds(0.0)), kwargs={"signature": "sleep"})
+    try:
+        running.start()
+        time.sleep(1.0)
+        queued.start()
+        time.sleep(0.5)
+        with pytest.raises(status.Unavailable):
+            client.predict("tiny", seconds(0.0), signature="sleep")
+    finally:
+        running.join(60)
+        queued.join(60)
+        client.close()
+
+
+def test_request_larger_than_max_batch_size_is_refused_as_tf_serving_refuses_it(one_slot):
+    response = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
+                          json={"instances": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]})
+    assert response.status_code == 400
+    assert response.json() == {"error": "Task size 2 is larger than maximum input batch size 1"}
+
+
+def test_grpc_deadline_bounds_the_wait_in_the_batch_queue(one_slot):
+    client = StubGrpcClient(one_slot.grpc_target)
+    running = threading.Thread(target=client.predict, args=("tiny", {"seconds": np.array([3.0], np.float32)}),
+                               kwargs={"signature": "sleep"})
+    try:
+        running.start()
+        time.sleep(1.0)
+        with pytest.raises(status.DeadlineExceeded):
+            client.predict("tiny", {"x": np.ones((1, 3), np.float32)}, timeout=0.5)
+    finally:
+        running.join(60)
+        client.close()
+    assert client is not None
+
+
+def test_large_batch_splitting_serves_requests_larger_than_a_batch(tiny_repo):
+    with _batching_server(tiny_repo, "split", "max_batch_size { value: 2 }\nbatch_timeout_micros { value: 0 }\n"
+                          "enable_large_batch_splitting { value: true }\n"
+                          "max_execution_batch_size { value: 2 }\nnum_batch_threads { value: 1 }\n") as server:
+        rows = [[float(i), 0.0, 1.0] for i in range(5)]
+        response = httpx.post(f"{server.rest_url}/v1/models/tiny:predict", timeout=60, json={"instances": rows})
+    assert response.status_code == 200, response.text
+    assert [p["total"] for p in response.json()["predictions"]] == [2.0 * (i + 1) for i in range(5)]

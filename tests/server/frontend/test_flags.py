@@ -1,0 +1,196 @@
+"""``python -m serving.server`` takes tensorflow_model_server's flags: names, defaults, syntax, conflicts."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from serving import status
+from serving.server import flags as server_flags
+from serving.server.flags import FlagError, ServerFlags, parse_flags, validate_flags
+from tests.support.servers import REPO_ROOT
+
+CPUS = os.cpu_count() or 1
+
+# tensorflow/serving 2.17.1 model_servers/main.cc flag list, defaults from server.h
+# (Server::Options and its constructor) and main.cc's locals. Typed out from the
+# source, independently of serving/server/flags.py.
+TF_SERVING_2_17_1_FLAGS = {
+    "port": 8500,
+    "grpc_socket_path": "",
+    "rest_api_port": 0,
+    "rest_api_num_threads": 4 * CPUS,
+    "rest_api_timeout_in_ms": 30000,
+    "rest_api_enable_cors_support": False,
+    "enable_batching": False,
+    "allow_version_labels_for_unavailable_models": False,
+    "batching_parameters_file": "",
+    "enable_per_model_batching_parameters": False,
+    "model_config_file": "",
+    "model_config_file_poll_wait_seconds": 0,
+    "model_name": "default",
+    "model_base_path": "",
+    "num_load_threads": 0,
+    "num_unload_threads": 0,
+    "max_num_load_retries": 5,
+    "load_retry_interval_micros": 60_000_000,
+    "file_system_poll_wait_seconds": 1,
+    "flush_filesystem_caches": True,
+    "tensorflow_session_parallelism": 0,
+    "tensorflow_session_config_file": "",
+    "tensorflow_intra_op_parallelism": 0,
+    "tensorflow_inter_op_parallelism": 0,
+    "use_alts_credentials": False,
+    "ssl_config_file": "",
+    "platform_config_file": "",
+    "per_process_gpu_memory_fraction": 0.0,
+    "saved_model_tags": "serve",
+    "grpc_channel_arguments": "",
+    "grpc_max_threads": 4 * CPUS,
+    "enable_model_warmup": True,
+    "num_request_iterations_for_warmup": 0,
+    "version": False,
+    "monitoring_config_file": "",
+    "remove_unused_fields_from_bundle_metagraph": True,
+    "prefer_tflite_model": False,
+    "num_tflite_pools": CPUS,
+    "num_tflite_interpreters_per_pool": 1,
+    "enable_signature_method_name_check": False,
+    "xla_cpu_compilation_enabled": False,
+    "enable_profiler": True,
+    "thread_pool_factory_config_file": "",
+    "mixed_precision": "",
+    "skip_initialize_tpu": False,
+    "enable_grpc_healthcheck_service": False,
+}
+# Added after 2.17 (HEAD main.cc); accepted so newer command lines run too.
+TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
+                              "enable_serialization_as_tensor_content": False}
+EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes"}
+
+
+def test_every_tf_serving_flag_exists_with_its_default():
+    defaults = ServerFlags()
+    for name, default in {**TF_SERVING_2_17_1_FLAGS, **TF_SERVING_HEAD_ONLY_FLAGS}.items():
+        assert getattr(defaults, name) == default, name
+
+
+def test_no_flag_is_invented_beyond_the_documented_embedded_extension():
+    ours = {f.name for f in dataclasses.fields(ServerFlags)}
+    assert ours - set(TF_SERVING_2_17_1_FLAGS) - set(TF_SERVING_HEAD_ONLY_FLAGS) == EMBEDDED_ONLY_FLAGS
+    assert "EMBEDDED-ONLY" in next(f for f in dataclasses.fields(ServerFlags)
+                                   if f.name == "rest_api_max_body_bytes").metadata["help"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--port=9000", "--rest_api_port=9001", "--model_name=m"],
+    ["--port", "9000", "--rest_api_port", "9001", "--model_name", "m"],
+    ["-port=9000", "--rest_api_port", "9001", "-model_name", "m"],
+])
+def test_equals_and_space_forms_parse_the_same(argv):
+    flags = parse_flags(argv).flags
+    assert (flags.port, flags.rest_api_port, flags.model_name) == (9000, 9001, "m")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--enable_batching"], True),
+    (["--enable_batching=true"], True),
+    (["--enable_batching=1"], True),
+    (["--enable_batching=false"], False),
+    (["--enable_batching=0"], False),
+    (["--enable_batching", "false"], False),
+    (["--enable_batching", "--port=1"], True),
+])
+def test_boolean_flag_forms(argv, expected):
+    assert parse_flags(argv).flags.enable_batching is expected
+
+
+def test_bare_boolean_does_not_swallow_a_positional_that_is_not_a_boolean():
+    command_line = parse_flags(["--enable_model_warmup", "stray"])
+    assert command_line.flags.enable_model_warmup is True
+    assert command_line.unknown == ("stray",)
+
+
+def test_unknown_flags_are_returned_not_fatal_as_in_tf_serving():
+    command_line = parse_flags(["--port=1", "--no_such_flag=3", "--model_base_path=/m"])
+    assert command_line.unknown == ("--no_such_flag=3",)
+    assert command_line.flags.model_base_path == "/m"
+    assert command_line.given == {"port", "model_base_path"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--port=abc"], "Couldn't interpret value abc for flag port."),
+    (["--enable_batching=maybe"], "Couldn't interpret value maybe for flag enable_batching."),
+    (["--per_process_gpu_memory_fraction=lots"], "for flag per_process_gpu_memory_fraction"),
+    (["--port"], "Flag --port needs a value."),
+])
+def test_bad_value_for_a_known_flag_is_an_error_naming_it(argv, message):
+    with pytest.raises(FlagError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        parse_flags(argv)
+
+
+def test_gpu_only_flags_are_accepted_and_reported_as_having_no_effect(caplog):
+    command_line = parse_flags(["--model_base_path=/m", "--per_process_gpu_memory_fraction=0.5",
+                                "--xla_gpu_compilation_enabled=true", "--enable_batching"])
+    assert command_line.flags.per_process_gpu_memory_fraction == 0.5
+    with caplog.at_level("WARNING"):
+        names = server_flags.log_no_effect(command_line)
+    assert names == ["per_process_gpu_memory_fraction", "xla_gpu_compilation_enabled"]
+    assert "--per_process_gpu_memory_fraction=0.5 is accepted but has no effect" in caplog.text
+    assert "enable_batching" not in caplog.text
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["--model_base_path=/m", "--batching_parameters_file=/b.config"], status.Code.INVALID_ARGUMENT,
+     "server_options.batching_parameters_file is set without setting server_options.enable_batching to true."),
+    (["--port=0", "--model_base_path=/m"], status.Code.INVALID_ARGUMENT,
+     "At least one of server_options.grpc_port or server_options.grpc_socket_path must be set."),
+    ([], status.Code.INVALID_ARGUMENT,
+     "Both server_options.model_base_path and server_options.model_config_file are empty!"),
+    (["--model_base_path=/m", "--tensorflow_session_parallelism=1", "--tensorflow_intra_op_parallelism=1",
+      "--tensorflow_inter_op_parallelism=1"], status.Code.INVALID_ARGUMENT, "You cannot configure all."),
+    (["--model_base_path=/m", "--use_alts_credentials", "--ssl_config_file=/s"], status.Code.INVALID_ARGUMENT,
+     "Either use_alts_credentials must be false or ssl_config_file must be empty."),
+    (["--model_base_path=/m", "--ssl_config_file=/s"], status.Code.UNIMPLEMENTED, "no secure gRPC"),
+])
+def test_conflicting_flags_fail_as_tf_serving_does(argv, code, message):
+    with pytest.raises(status.ServingError) as caught:
+        validate_flags(parse_flags(argv).flags)
+    assert caught.value.code == code
+    assert message in caught.value.details
+
+
+def test_batching_parameters_file_with_enable_batching_is_valid():
+    validate_flags(parse_flags(["--model_base_path=/m", "--enable_batching",
+                                "--batching_parameters_file=/b.config"]).flags)
+
+
+def _run_module(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, "-m", "serving.server", *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_version_prints_model_server_and_tensorflow_versions_and_exits_0():
+    result = _run_module("--version")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("TensorFlow ModelServer: 2.17.1")
+    assert lines[1] == "TensorFlow Library: 2.17.1"
+
+
+def test_batching_file_without_enable_batching_fails_to_start_with_exit_255():
+    result = _run_module("--model_base_path=/nonexistent", "--batching_parameters_file=/b.config")
+    assert result.returncode == 255
+    assert ("Failed to start server. Error: INVALID_ARGUMENT: server_options.batching_parameters_file "
+            "is set without setting server_options.enable_batching to true.") in result.stderr
+
+
+def test_bad_flag_value_prints_usage_and_exits_255():
+    result = _run_module("--port=eighty")
+    assert result.returncode == 255
+    assert "Couldn't interpret value eighty for flag port." in result.stderr
+    assert "--rest_api_timeout_in_ms=30000" in result.stdout

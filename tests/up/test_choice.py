@@ -1,0 +1,67 @@
+"""How `make up` picks compose-gpu, compose-cpu or the embedded server.
+
+A Docker engine cannot run here, so a stand-in `docker` executable answers
+`docker info` the way an engine with and without the NVIDIA runtime does.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving.up import choose_backend, docker_runtimes, ensure_commands
+from tests.support.servers import REPO_ROOT
+
+NO_ENGINE = "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 1"
+GPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'"""
+CPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"runc":{"path":"runc"}}'"""
+
+
+def fake_docker(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "docker"
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = info ] || exit 64\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("body, backend, why", [
+    (GPU_ENGINE, "compose-gpu", "with the nvidia runtime"),
+    (CPU_ENGINE, "compose-cpu", "without the nvidia runtime"),
+    (NO_ENGINE, "embedded", "Cannot connect to the Docker daemon"),
+])
+def test_backend_follows_what_docker_info_reports(tmp_path, body, backend, why):
+    choice = choose_backend(*docker_runtimes(fake_docker(tmp_path, body)))
+    assert choice.backend == backend
+    assert why in choice.reason
+
+
+def test_missing_docker_command_means_embedded():
+    choice = choose_backend(*docker_runtimes("/nonexistent/docker"))
+    assert choice.backend == "embedded"
+    assert "no `/nonexistent/docker` command" in choice.reason
+
+
+def test_make_up_says_what_it_chose_and_why(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "serving.up", "--dry-run", "--docker", fake_docker(tmp_path, CPU_ENGINE)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("make up: compose-cpu: a Docker engine answers without the nvidia runtime")
+
+
+def test_compose_backend_refuses_to_start_without_a_grafana_password(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    proc = subprocess.run([sys.executable, "-m", "serving.up", "--backend", "compose-gpu"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert "GRAFANA_ADMIN_PASSWORD is not set" in proc.stderr
+
+
+def test_missing_models_are_exported_with_one_ensure_per_variant(tmp_path):
+    commands = ensure_commands(tmp_path, ["digits", "digits_xla", "text", "resnet50_xla"])
+    tails = [cmd[cmd.index("--variant"):] for cmd in commands]
+    assert tails == [["--variant", "fp32", "digits", "text"], ["--variant", "xla", "digits", "resnet50"]]
+    assert all(cmd[1:4] == ["-m", "exporter", "ensure"] for cmd in commands)
+    with pytest.raises(ValueError, match="digits_trt"):
+        ensure_commands(tmp_path, ["digits_trt"])

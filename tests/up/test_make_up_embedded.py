@@ -1,0 +1,122 @@
+"""`make up` without Docker: the embedded server, started with the compose `tfserving` command.
+
+`python -m serving.up --backend embedded` reads the CPU variant's command with
+the real Compose binary, remaps its paths to this checkout and starts
+`python -m serving.server` with it. That this server then serves every model of
+models.cpu.config (all but the GPU-only TensorRT model) shows that the compose
+command, the models, batching and monitoring configs and the exporter's
+repository fit together.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from serving import codec
+from serving.config import load_model_server_config
+from tests.compose.conftest import GPU, PASSWORD, compose_env
+from serving.config.compose import load_compose_model
+from tests.support.ports import free_port
+from tests.support.servers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+SERVED = [e.name for e in load_model_server_config(REPO_ROOT / "serving/models.cpu.config").model_config_list.config]
+
+
+@pytest.fixture(scope="module")
+def make_up(cpu_stack_repo, tmp_path_factory):
+    """`python -m serving.up --backend embedded` on free ports, until every model is AVAILABLE."""
+    work = tmp_path_factory.mktemp("up")
+    grpc_port, rest_port = free_port(), free_port()
+    log = work / "up.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "serving.up", "--backend", "embedded", "--models-dir", str(cpu_stack_repo),
+             "--work-dir", str(work), "--grpc-port", str(grpc_port), "--rest-port", str(rest_port),
+             "--timeout", "600"],
+            cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    try:
+        deadline = time.monotonic() + 660
+        while "\nServing: " not in log.read_text(errors="replace"):
+            assert proc.poll() is None, f"make up exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"make up not ready:\n{log.read_text()[-4000:]}"
+            time.sleep(0.5)
+        yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "log": log, "repo": cpu_stack_repo}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_make_up_says_it_chose_the_embedded_server_and_how_to_call_it(make_up):
+    text = make_up["log"].read_text()
+    assert text.startswith("make up: embedded: --backend embedded")
+    assert f"curl {make_up['rest']}/v1/models/digits" in text
+    assert "python -m serving.client" in text and "GrpcClient" in text
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_every_cpu_model_is_available_under_both_labels(make_up, name):
+    for suffix in ("", "/labels/stable", "/labels/canary"):
+        response = httpx.get(f"{make_up['rest']}/v1/models/{name}{suffix}", timeout=30)
+        assert response.status_code == 200, response.text
+        assert [(v["version"], v["state"]) for v in response.json()["model_version_status"]] == [("1", "AVAILABLE")]
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_every_cpu_model_answers_its_golden_inputs(make_up, name):
+    from exporter.manifest import load_manifest
+
+    manifest = load_manifest(make_up["repo"] / name / "1")
+    inputs, expected = manifest.golden_inputs(), manifest.golden_outputs()
+    body = codec.inputs_to_rest_request(inputs, row_format=False)
+    response = httpx.post(f"{make_up['rest']}/v1/models/{name}/labels/stable:predict", content=body, timeout=120)
+    assert response.status_code == 200, response.text[:500]
+    outputs = codec.rest_response_to_outputs(response.content, output_names=list(expected))
+    assert set(outputs) >= set(expected)
+    for key, want in expected.items():
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(outputs[key], want, rtol=1e-3, atol=1e-3, err_msg=f"{name}:{key}")
+        else:
+            assert np.asarray(outputs[key]).shape == want.shape, f"{name}:{key}"
+
+
+def healthcheck_script(rest_port: int) -> str:
+    service = load_compose_model(GPU, env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))["services"]["tfserving"]
+    script = service["healthcheck"]["test"][3]
+    return script.replace("/dev/tcp/127.0.0.1/8501", f"/dev/tcp/127.0.0.1/{rest_port}")
+
+
+def test_the_compose_healthcheck_passes_against_the_running_server(make_up):
+    proc = subprocess.run(["bash", "-c", healthcheck_script(make_up["rest_port"])], capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_compose_healthcheck_fails_for_a_model_that_is_not_served(make_up):
+    script = healthcheck_script(make_up["rest_port"]).replace("/v1/models/digits", "/v1/models/not_served")
+    assert subprocess.run(["bash", "-c", script], capture_output=True, timeout=30).returncode != 0
+
+
+def test_prometheus_path_from_monitoring_config_serves_tf_serving_metrics(make_up):
+    response = httpx.get(f"{make_up['rest']}/monitoring/prometheus/metrics", timeout=30)
+    assert response.status_code == 200
+    assert re.search(r"^:tensorflow:serving:request_count\{", response.text, re.M)
+
+
+def test_gpu_only_flags_are_reported_as_no_ops(make_up):
+    text = make_up["log"].read_text()
+    for flag in ("per_process_gpu_memory_fraction", "xla_gpu_compilation_enabled"):
+        assert re.search(rf"--{flag}\S* .*(no effect|no-op)", text), flag
