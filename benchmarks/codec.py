@@ -10,6 +10,10 @@ best of ``--repeats``), so a busy machine slows both alike. Targets (issue 3):
 - decode the wire bytes to numpy <= 1.5x ``x.tobytes()``;
 - REST JSON encoding >= 10x faster than ``json.dumps(x.tolist())``.
 
+With ``--imports`` it also measures, each in fresh subprocesses (best of 3),
+the import time and peak RSS of ``import serving.client`` against the
+official ``tensorflow_serving`` gRPC stubs and against grpcio + numpy alone.
+
 Prints one JSON object; exit status 1 if a target is missed.
 """
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from typing import Callable
@@ -66,7 +71,9 @@ def _wire(x: np.ndarray, repeats: int) -> dict[str, float]:
         return codec.encode_predict_request("resnet50", {"input_1": x})
 
     wire = encode()
-    funcs = {"copy": x.tobytes, "encode": encode, "decode": lambda: codec.decode_predict_request(wire)}
+    funcs = {"copy": x.tobytes, "encode": encode, "decode": lambda: codec.decode_predict_request(wire),
+             # decode returns read-only views of the wire buffer; a writable copy costs one copy more
+             "decode_writable": lambda: {k: np.array(v) for k, v in codec.decode_predict_request(wire).items()}}
     official = _tf_encode(x)
     same = None
     if official is not None:
@@ -76,7 +83,8 @@ def _wire(x: np.ndarray, repeats: int) -> dict[str, float]:
     best = measure(funcs, repeats)
     out = {**{f"{name}_ms": round(seconds * 1e3, 3) for name, seconds in best.items()},
            "encode_over_copy": best["encode"] / best["copy"],
-           "decode_over_copy": best["decode"] / best["copy"]}
+           "decode_over_copy": best["decode"] / best["copy"],
+           "decode_writable_over_copy": best["decode_writable"] / best["copy"]}
     if "tf_encode" in best:
         out["tf_encode_over_encode"] = best["tf_encode"] / best["encode"]
         out["same_message_as_tf"] = same
@@ -93,18 +101,48 @@ def _rest(x: np.ndarray, repeats: int) -> dict[str, float]:
             "stdlib_json_over_codec_json": best["stdlib_json"] / best["codec_json"]}
 
 
+IMPORTS = {
+    "serving.client": "import serving.client",
+    "tensorflow_serving stubs": "from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc",
+    "grpcio + numpy": "import grpc, numpy",
+}
+# VmHWM (peak RSS of this process image); ru_maxrss would carry the parent's peak over fork+exec.
+_PROBE = ("import time; t = time.perf_counter(); {stmt}; t = time.perf_counter() - t; "
+          "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; print(t, hwm)")
+
+
+def _imports(runs: int = 3) -> dict[str, dict[str, float]]:
+    """Import seconds and peak RSS (MiB) per candidate, best of ``runs`` fresh interpreters."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = {}
+    for name, stmt in IMPORTS.items():
+        samples = []
+        for _ in range(runs):
+            done = subprocess.run([sys.executable, "-c", _PROBE.format(stmt=stmt)], capture_output=True,
+                                  text=True, env=env, check=True)
+            seconds, rss_kib = done.stdout.split()[-2:]
+            samples.append((float(seconds), int(rss_kib) / 1024))
+        out[name] = {"import_s": round(min(s for s, _ in samples), 3),
+                     "peak_rss_mib": round(min(r for _, r in samples), 1)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rest-repeats", type=int, default=3)
+    parser.add_argument("--imports", action="store_true", help="also measure import time and memory")
     args = parser.parse_args(argv)
+    imports = _imports() if args.imports else None
     x = np.random.default_rng(0).random((args.batch, 224, 224, 3), dtype=np.float32)
     result = {"shape": list(x.shape), **_wire(x, args.repeats), **_rest(x, args.rest_repeats)}
     ok = (result["encode_over_copy"] <= 2.5 and result["decode_over_copy"] <= 1.5
           and result.get("tf_encode_over_encode", 2.0) > 1.0 and result.get("same_message_as_tf", True)
           and result["stdlib_json_over_codec_json"] >= 10.0)
     result["targets_met"] = ok
+    if imports is not None:
+        result["imports"] = imports
     print(json.dumps(result, indent=2))
     return 0 if ok else 1
 

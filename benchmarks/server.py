@@ -4,10 +4,14 @@ Measured, in this order, in one invocation:
 
 1. in-process: each model loaded exactly as the server loads it
    (``SavedModelLoader``), ``Servable.run_direct`` timed at several batch
-   sizes — the ceiling for the server's throughput, and the floor for its latency;
+   sizes from 1 thread and from one thread per core — the ceiling for the
+   server's throughput, and the floor for its latency;
 2. the embedded server (``python -m serving.server``) without batching, then
    again with ``--enable_batching --batching_parameters_file=...``: closed-loop
-   clients over gRPC and REST at each concurrency (one row per request).
+   clients over gRPC and REST at each concurrency (one row per request);
+3. a canned gRPC servicer (``benchmarks.loadgen``) that answers without any
+   work, same client and payload at concurrency 32: the most requests/s any
+   Python gRPC front-end reaches here, hence a ceiling on any batching gain.
 
 Then it prints the table and PASS/FAIL per target:
 
@@ -47,11 +51,12 @@ logger = logging.getLogger("benchmarks.server")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
-IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 8, 32)}
+IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 4, 16)}
 DEFAULT_BATCHING = """\
-# benchmarks/server.py default: TF Serving's CPU advice (batching/README.md):
-# threads = cores, a large batch, no timeout; a generous queue while measuring.
-max_batch_size { value: 32 }
+# benchmarks/server.py default, after TF Serving's CPU advice (batching/README.md):
+# threads = cores, no timeout, a generous queue while measuring. The batch stays
+# small: on a 2-core host resnet50 runs fewer rows/s at batch 16 than at batch 4.
+max_batch_size { value: 8 }
 batch_timeout_micros { value: 0 }
 max_enqueued_batches { value: 1000 }
 num_batch_threads { value: %d }
@@ -78,9 +83,10 @@ class Point:
 
 # ---------------------------------------------------------------------------- in-process
 
-def measure_in_process(model: str, version_dir: Path, duration: float,
-                       batch_sizes: Sequence[int]) -> list[Point]:
-    """``Servable.run_direct`` on one thread at each batch size, model loaded as the server loads it."""
+def measure_in_process(model: str, version_dir: Path, duration: float, batch_sizes: Sequence[int],
+                       thread_counts: Sequence[int]) -> list[Point]:
+    """``Servable.run_direct`` at each batch size from 1 and from several threads,
+    the model loaded exactly as the server loads it (``SavedModelLoader``, same session options)."""
     from exporter.manifest import load_manifest
     from serving.server.loader import LoaderOptions, SavedModelLoader
 
@@ -94,23 +100,40 @@ def measure_in_process(model: str, version_dir: Path, duration: float,
             inputs = manifest.sample_inputs(batch_size=batch)
             for _ in range(2):  # build the callable, touch the kernels
                 servable.run_direct("serving_default", inputs, outputs)
-            latencies = _time_calls(lambda: servable.run_direct("serving_default", inputs, outputs), duration)
-            rows = batch * len(latencies) / sum(latencies)
-            points.append(Point(model, "in-process", "-", batch, rows, latencies))
-            logger.info("in-process %s batch %d: %.1f rows/s", model, batch, rows)
+            for threads in thread_counts:
+                latencies, wall = _time_calls(
+                    lambda: servable.run_direct("serving_default", inputs, outputs), duration, threads)
+                rows = batch * len(latencies) / wall
+                points.append(Point(model, "in-process", f"t{threads}", batch, rows, latencies))
+                logger.info("in-process %s batch %d threads %d: %.1f rows/s", model, batch, threads, rows)
     finally:
         servable.close()
     return points
 
 
-def _time_calls(call: Callable[[], object], duration: float, min_calls: int = 3) -> list[float]:
+def _time_calls(call: Callable[[], object], duration: float, threads: int,
+                min_calls: int = 2) -> tuple[list[float], float]:
+    """Call ``call`` in a loop on ``threads`` threads for ``duration`` s; latencies and wall time."""
     latencies: list[float] = []
-    deadline = time.perf_counter() + duration
-    while time.perf_counter() < deadline or len(latencies) < min_calls:
-        start = time.perf_counter()
-        call()
-        latencies.append(time.perf_counter() - start)
-    return latencies
+    lock = threading.Lock()
+    begin = time.perf_counter()
+    deadline = begin + duration
+
+    def loop() -> None:
+        mine: list[float] = []
+        while time.perf_counter() < deadline or len(mine) < min_calls:
+            start = time.perf_counter()
+            call()
+            mine.append(time.perf_counter() - start)
+        with lock:
+            latencies.extend(mine)
+
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return latencies, time.perf_counter() - begin
 
 
 # ---------------------------------------------------------------------------- clients
@@ -263,6 +286,20 @@ def measure_server(repo: Path, models: Sequence[str], batching_file: Optional[Pa
     return points
 
 
+def measure_grpc_floor(repo: Path, model: str, concurrency: int, warmup: float, duration: float) -> Point:
+    """A gRPC servicer that answers every Predict with canned bytes (``benchmarks.loadgen``), same
+    client and payload: the most requests/s any Python gRPC front-end can serve on this machine."""
+    from benchmarks.loadgen import CannedServer
+    from exporter.manifest import load_manifest
+
+    payload = _predict_request_bytes(model, load_manifest(repo / model / "1").sample_inputs(batch_size=1))
+    with CannedServer(set(os.sched_getaffinity(0))) as canned:
+        latencies, errors = run_grpc(f"127.0.0.1:{canned.port}", payload, concurrency, warmup, duration)
+    point = Point("canned", "grpc", "-", concurrency, len(latencies) / duration, latencies, errors)
+    logger.info("canned gRPC servicer c=%d: %.1f req/s", concurrency, point.rows_per_s)
+    return point
+
+
 def _check_answers(server, model: str, grpc_payload: bytes, rest_body: bytes) -> None:
     """One real, decoded answer over each protocol before anything is timed."""
     import grpc
@@ -319,7 +356,7 @@ def evaluate(points: Sequence[Point]) -> list[Target]:
     if on and off:
         targets.append(Target("digits gRPC c=32: batching / no batching (req/s)",
                               on[0].rows_per_s / max(off[0].rows_per_s, 1e-9), 3.0))
-    local = _find(points, model="digits", path="in-process", load=1)
+    local = _find(points, model="digits", path="in-process", batching="t1", load=1)
     for protocol in ("grpc", "rest"):
         served = _find(points, model="digits", path=protocol, batching="off", load=1)
         if local and served:
@@ -329,9 +366,21 @@ def evaluate(points: Sequence[Point]) -> list[Target]:
     return targets
 
 
-def print_report(points: Sequence[Point], targets: Sequence[Target]) -> None:
+def notes(points: Sequence[Point]) -> list[str]:
+    """Context for the targets: the ceiling the gRPC front-end alone puts on any batching gain."""
+    canned = _find(points, model="canned", load=32)
+    off = _find(points, model="digits", path="grpc", batching="off", load=32)
+    if not (canned and off):
+        return []
+    ceiling = canned[0].rows_per_s / max(off[0].rows_per_s, 1e-9)
+    return [f"NOTE  ceiling for any digits gRPC c=32 batching ratio = canned servicer / digits no batching: "
+            f"{canned[0].rows_per_s:.0f} / {off[0].rows_per_s:.0f} = {ceiling:.2f}x"]
+
+
+def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
     header = f"{'model':<10} {'path':<11} {'batching':<8} {'load':>5} {'rows/s':>10} {'p50 ms':>9} " \
              f"{'p99 ms':>9} {'calls':>7} {'errors':>6}"
+    print("in-process: 'batching' column = caller threads; load = rows per call (b) or client concurrency (c)")
     print(header)
     print("-" * len(header))
     for p in points:
@@ -343,6 +392,8 @@ def print_report(points: Sequence[Point], targets: Sequence[Target]) -> None:
     for t in targets:
         sign = ">=" if t.higher_is_better else "<="
         print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} (target {sign} {t.limit}{t.unit})")
+    for remark in remarks:
+        print(remark)
 
 
 # ---------------------------------------------------------------------------- main
@@ -360,9 +411,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--protocols", default="grpc,rest", help="grpc, rest or both")
     parser.add_argument("--batching-config", type=Path, default=None,
                         help="BatchingParameters for the batching run (default: threads = cores, "
-                             "max_batch_size 32, timeout 0)")
+                             "max_batch_size 8, timeout 0)")
     parser.add_argument("--skip-in-process", action="store_true")
     parser.add_argument("--skip-server", action="store_true")
+    parser.add_argument("--skip-floor", action="store_true",
+                        help="skip the canned gRPC servicer (the front-end's ceiling) at concurrency 32")
     return parser
 
 
@@ -383,6 +436,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     protocols = [p for p in args.protocols.split(",") if p]
     durations = {m: (args.resnet50_duration if m == "resnet50" else args.duration) for m in models}
     repo = _model_repo(args.model_repo, models)
+    cores = len(os.sched_getaffinity(0))
     logger.info("models %s from %s; load average %s", models, repo, os.getloadavg())
     points: list[Point] = []
     with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
@@ -390,18 +444,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.skip_in_process:
             for model in models:
                 points += measure_in_process(model, repo / model / "1", durations[model],
-                                             IN_PROCESS_BATCH_SIZES.get(model, (1, 8, 32)))
+                                             IN_PROCESS_BATCH_SIZES.get(model, (1, 8, 32)), (1, cores))
         if not args.skip_server:
             batching_file = args.batching_config
             if batching_file is None:
                 batching_file = workdir / "batching.config"
-                batching_file.write_text(DEFAULT_BATCHING % len(os.sched_getaffinity(0)))
+                batching_file.write_text(DEFAULT_BATCHING % cores)
             for batching in (None, batching_file):
                 points += measure_server(repo, models, batching, durations, concurrencies, protocols,
                                          args.warmup, workdir)
+            if not args.skip_floor and "digits" in models and "grpc" in protocols:
+                points.append(measure_grpc_floor(repo, "digits", 32, args.warmup, durations["digits"]))
     logger.info("load average at the end %s", os.getloadavg())
     targets = evaluate(points)
-    print_report(points, targets)
+    print_report(points, targets, notes(points))
     return 0 if all(t.passed for t in targets) else 1
 
 

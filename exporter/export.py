@@ -7,12 +7,13 @@ publishes the version with one atomic rename (see :mod:`exporter.publish`).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -104,6 +105,24 @@ def _notes(variant: Variant, built: zoo.BuiltModel, allowed: Sequence[int],
     return tuple(notes)
 
 
+class _Steps:
+    """A tqdm bar over the export steps; ``with steps("save"): ...`` advances it."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=len(_STEPS), desc=f"export {label}", unit="step", disable=not enabled)
+
+    @contextlib.contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        self.bar.set_postfix_str(step)
+        yield
+        self.bar.update()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def export_model(name: str, *, variant: str = "fp32", version: Optional[int] = None,
                  out: PathLike = "models", progress: bool = True,
                  batching_config: Optional[PathLike] = None) -> Path:
@@ -114,64 +133,62 @@ def export_model(name: str, *, variant: str = "fp32", version: Optional[int] = N
     trt-fp16 → ``name_trt_fp16``. Warmup covers ``allowed_batch_sizes`` of
     ``batching_config`` (default ``serving/batching.config``, else
     1,2,4,8,16,32). Nothing numeric appears under ``out`` until the version
-    is complete. Raises ValueError (unknown model or variant),
-    :class:`~exporter.variants.VariantUnavailable` (before any work),
-    :class:`~exporter.publish.VersionExists`, or :class:`ExportError` when
-    the saved model disagrees with the built one beyond tolerance.
+    is complete. ``progress=False`` prints nothing. Raises ValueError
+    (unknown model or variant), :class:`~exporter.variants.VariantUnavailable`
+    (before any work), :class:`~exporter.publish.VersionExists`, or
+    :class:`ExportError` when the saved model disagrees with the built one.
     """
-    from tqdm.auto import tqdm
-
     spec = get_variant(variant)
     if name not in zoo.MODELS:
         raise ValueError(f"unknown model {name!r}; the zoo has: {', '.join(zoo.MODELS)}")
     _check_available(spec, name)
-    published = spec.published_name(name)
-    staging = publish.Staging(Path(out) / published, version)
+    staging = publish.Staging(Path(out) / spec.published_name(name), version)
     staging.check_version_free()
     batch_sizes = warmup.allowed_batch_sizes(batching_config)
-    with tqdm(total=len(_STEPS), desc=f"export {published}", unit="step", disable=not progress) as bar:
-        def step(label: str) -> None:
-            bar.set_postfix_str(label)
-
-        step("build")
-        built = zoo.build(name, progress=progress)
-        bar.update()
-        step("trace")
-        functions = built.make_signatures(built.core)
-        reference = _run_all(functions, built.golden_inputs)
-        bar.update()
+    steps = _Steps(spec.published_name(name), progress)
+    try:
+        with steps("build"):
+            built = zoo.build(name, progress=progress)
+        with steps("trace"):
+            functions = built.make_signatures(built.core)
+            reference = _run_all(functions, built.golden_inputs)
         with staging:
-            step("save")
-            _save(spec, built, functions, staging.path, batch_sizes)
-            signatures = describe_signatures(staging.path)
-            bar.update()
-            step("warmup")
-            golden_inputs = {s: built.golden_inputs[s] for s in signatures}
-            records = warmup.build_requests(published, golden_inputs, batch_sizes)
-            warmup.write_warmup(staging.path, records)
-            bar.update()
-            step("golden")
-            golden, agreement = _golden(spec, staging.path, golden_inputs, reference, built)
-            bar.update()
-            step("manifest")
-            covered = sorted({_batch(r) for r in records})
-            write_manifest(staging.path, Manifest(
-                model=name, published_name=published, variant=spec.name,
-                tensorflow_version=_tf_version(), source_hash=source_hash(),
-                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                signatures=signatures, golden=golden, accuracy=built.accuracy,
-                metrics=dict(built.metrics), tolerance=dict(spec.tolerance),
-                warmup={"file": f"{warmup.WARMUP_DIR}/{warmup.WARMUP_FILE}", "records": len(records),
-                        "batch_sizes": covered,
-                        "allowed_batch_sizes": list(batch_sizes)},
-                agreement=agreement, top1_outputs={s: k for s, k in built.top1_outputs.items() if s in golden},
-                notes=_notes(spec, built, batch_sizes, covered)))
-            bar.update()
-            step("publish")
-            path = staging.publish()
-            bar.update()
+            _write_version(staging.path, spec, built, functions, reference, batch_sizes, steps)
+            with steps("publish"):
+                path = staging.publish()
+    finally:
+        steps.close()
     log.info("published %s", path)
     return path
+
+
+def _write_version(dest: Path, spec: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any],
+                   reference: Mapping[str, Mapping[str, np.ndarray]], batch_sizes: Sequence[int],
+                   steps: _Steps) -> None:
+    """Save the model, its warmup file and its manifest into ``dest``."""
+    published = spec.published_name(built.name)
+    with steps("save"):
+        _save(spec, built, functions, dest, batch_sizes)
+        signatures = describe_signatures(dest)
+    with steps("warmup"):
+        golden_inputs = {s: built.golden_inputs[s] for s in signatures}
+        records = warmup.build_requests(published, golden_inputs, batch_sizes)
+        warmup.write_warmup(dest, records)
+        covered = sorted({_batch(r) for r in records})
+    with steps("golden"):
+        golden, agreement = _golden(spec, dest, golden_inputs, reference, built)
+    with steps("manifest"):
+        write_manifest(dest, Manifest(
+            model=built.name, published_name=published, variant=spec.name,
+            tensorflow_version=_tf_version(), source_hash=source_hash(),
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            signatures=signatures, golden=golden, accuracy=built.accuracy,
+            metrics=dict(built.metrics), tolerance=dict(spec.tolerance),
+            warmup={"file": f"{warmup.WARMUP_DIR}/{warmup.WARMUP_FILE}", "records": len(records),
+                    "batch_sizes": covered, "allowed_batch_sizes": list(batch_sizes)},
+            agreement=agreement,
+            top1_outputs={s: k for s, k in built.top1_outputs.items() if s in golden},
+            notes=_notes(spec, built, batch_sizes, covered)))
 
 
 def _tf_version() -> str:

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-import numpy as np
-
 from exporter import warmup
 from exporter.compare import compare_outputs
 from exporter.manifest import Manifest, SignatureInfo, TensorInfo, load_manifest

@@ -24,7 +24,8 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 def _add_run(sub) -> None:
     from loadtest.runner import SCENARIOS
 
-    p = sub.add_parser("run", help="run a locust scenario headless and check SLO gates")
+    p = sub.add_parser("run", help="run a locust scenario headless and check SLO gates",
+                       epilog="Arguments after -- go to locust, e.g. -- --stages 5:2,10:8 or -- --user-rps 20.")
     p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} or a locustfile path")
     p.add_argument("--host", required=True, help="gRPC HOST:PORT, or REST URL http://HOST:PORT")
     p.add_argument("--protocol", choices=("grpc", "rest"), default="grpc")
@@ -39,7 +40,6 @@ def _add_run(sub) -> None:
     gates.add_argument("--max-failure-ratio", type=float,
                        help="failures/requests at most this (default 0 unless the file sets it)")
     gates.add_argument("--min-rps", type=float, help="throughput at least this (requests/s)")
-    p.add_argument("locust_args", nargs="*", help="extra locust arguments after --, e.g. -- --stages 5:2,10:8")
     _add_target(p)
     p.set_defaults(func=_cmd_run)
 
@@ -68,6 +68,9 @@ def _cmd_run(args) -> int:
     s = outcome.summary
     print(f"{s['scenario']} over {s['protocol']}: {s['requests']} requests, {s['failures']} failures, "
           f"{s['rps']:.1f} req/s, p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms")
+    if s.get("generator_cpu_warning"):
+        print("WARNING: locust reported its CPU above 90%: the generator may be the bottleneck; "
+              "add --processes", file=sys.stderr)
     if s["error"]:
         print(f"run failed: {s['error']}", file=sys.stderr)
     for gate in outcome.gates:
@@ -90,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run a subcommand; for ``run``, arguments after ``--`` go to locust unchanged (``-- --stages 5:2,10:8``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    locust_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = build_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.locust_args = locust_args
     return int(args.func(args) or 0)
 
 

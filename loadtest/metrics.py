@@ -51,8 +51,9 @@ def parse_histogram_totals(text: str, model_name: Optional[str] = None) -> Scrap
         if not match or match["name"] not in sums:
             continue
         labels = dict(_LABEL.findall(match["labels"] or ""))
-        if model_name and match["name"] in _PER_MODEL and labels.get("model_name") != model_name:
-            continue
+        if match["name"] in _PER_MODEL:
+            if (model_name and labels.get("model_name") != model_name) or labels.get("API") == "":
+                continue  # another model, or a GET (model status/metadata) rather than inference
         target = sums if match["kind"] == "sum" else counts
         target[match["name"]] += float(match["value"])
     return Scrape(sums, counts)

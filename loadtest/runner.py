@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from loadtest.payloads import Target
 from loadtest.slo import Gates, GateResult, evaluate
 
@@ -114,7 +116,7 @@ def locust_command(spec: RunSpec) -> list[str]:
         sys.executable, "-m", "locust", "-f", str(locustfile_path(spec.scenario)),
         "--headless", "--host", _host_for(spec),
         "-u", str(spec.users), "-r", str(spec.spawn_rate), "--run-time", f"{int(round(spec.run_time))}s",
-        "--stop-timeout", str(spec.stop_timeout), "--exit-code-on-error", "0",
+        "--stop-timeout", f"{int(round(spec.stop_timeout))}s", "--exit-code-on-error", "0",
         "--csv", str(spec.prefix), "--html", f"{spec.prefix}.html",
         "--model", target.model, "--variant", target.variant, "--batch-size", str(target.batch_size),
         "--model-repo", str(Path(target.model_repo).resolve()),
@@ -137,6 +139,8 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
     (locust failed, was killed at the bound, or made no requests).
     """
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    for stale in Path(spec.out_dir).glob(f"{spec.prefix.name}_exact_*.bin"):
+        stale.unlink()
     log_path = Path(f"{spec.prefix}.log")
     returncode, timed_out = _run_bounded(locust_command(spec), log_path,
                                          spec.run_time + spec.stop_timeout + grace)
@@ -185,24 +189,52 @@ def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) ->
         "target": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec.target).items()},
         "users": spec.users, "run_time_s": spec.run_time, **stats,
         "run_ok": run_ok, "error": reason, "locust_exit_code": returncode,
+        "generator_cpu_warning": _cpu_warning(log_path),
         "files": {"csv_prefix": str(spec.prefix), "html": f"{spec.prefix}.html", "log": str(log_path)},
     }
 
 
+def _cpu_warning(log_path: Path) -> bool:
+    """Locust logs "CPU usage above 90%" when the generator itself saturates: then the numbers are suspect."""
+    try:
+        return "CPU usage above" in log_path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def summarize_csv(prefix: Path) -> dict[str, Any]:
-    """Totals and percentiles (ms) from locust's ``PREFIX_stats.csv``, failures, and latency drift."""
+    """Totals and percentiles (ms) from locust's ``PREFIX_stats.csv``, failures, and latency drift.
+
+    Percentiles are exact when the locustfile recorded every response time
+    (``loadtest.users.ExactLatencies``); otherwise locust's rounded ones.
+    """
     row = _aggregated_row(Path(f"{prefix}_stats.csv"))
     requests = int(row.get("Request Count", 0) or 0)
     failures = int(row.get("Failure Count", 0) or 0)
-    pct = {f"p{k}_ms": _num(row.get(f"{k}%")) for k in ("50", "90", "95", "99")}
+    exact = _exact_latencies(Path(prefix))
+    if exact is not None and exact.size:
+        values = np.percentile(exact, [50, 90, 95, 99])
+        pct = {f"p{k}_ms": float(v) for k, v in zip(("50", "90", "95", "99"), values)}
+    else:  # locust's own, rounded to two significant digits
+        pct = {f"p{k}_ms": _num(row.get(f"{k}%")) for k in ("50", "90", "95", "99")}
     return {
         "requests": requests, "failures": failures,
         "failure_ratio": failures / requests if requests else 0.0,
         "rps": _num(row.get("Requests/s")), "avg_ms": _num(row.get("Average Response Time")),
         **pct, "max_ms": _num(row.get("Max Response Time")),
+        "percentiles": "exact" if exact is not None and exact.size else "locust (2 significant digits)",
+        "latency_samples": int(exact.size) if exact is not None else 0,
         "failures_by_error": _failures(Path(f"{prefix}_failures.csv")),
         "drift": _drift(Path(f"{prefix}_stats_history.csv")),
     }
+
+
+def _exact_latencies(prefix: Path) -> Optional[np.ndarray]:
+    """All response times the locust processes recorded (``ExactLatencies``), or None."""
+    files = sorted(prefix.parent.glob(f"{prefix.name}_exact_*.bin"))
+    if not files:
+        return None
+    return np.concatenate([np.fromfile(f, dtype=np.float64) for f in files])
 
 
 def _aggregated_row(path: Path) -> dict[str, str]:

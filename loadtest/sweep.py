@@ -84,6 +84,7 @@ class LevelResult:
     client_cpu_pct: float
     server_cpu_pct: Optional[float] = None
     late_starts: int = 0
+    generator_limited: bool = False
     server: dict[str, Optional[float]] = field(default_factory=dict)
 
 
@@ -198,7 +199,14 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
         error_kinds=kinds, stable=stable, windows=count, measured_s=span,
         client_cpu_pct=100.0 * sum(w.cpu for w in windows) / span,
         server_cpu_pct=None if None in server_cpu else 100.0 * sum(server_cpu) / span,
-        late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict())
+        late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict(),
+        generator_limited=_generator_limited(windows, span, late, len(records)))
+
+
+def _generator_limited(windows: Sequence[_Window], span: float, late: int, requests: int) -> bool:
+    """True when the generator, not the server, may have set the pace: its process used most of a
+    core (Python threads share one GIL), or the open loop started over 1 % of requests late."""
+    return sum(w.cpu for w in windows) / span > 0.85 or (requests > 0 and late / requests > 0.01)
 
 
 def sweep_levels(transport: Transport, settings: SweepSettings, *, metrics_url: Optional[str] = None,
@@ -220,7 +228,7 @@ def sweep_levels(transport: Transport, settings: SweepSettings, *, metrics_url: 
 
 _COLUMNS = ("series", "level", "throughput_rps", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "avg_ms", "requests",
             "errors", "stable", "server_request_ms", "server_queue_ms", "server_runtime_ms",
-            "server_batch_size_mean", "client_cpu_pct", "server_cpu_pct")
+            "server_batch_size_mean", "client_cpu_pct", "server_cpu_pct", "generator_limited")
 
 
 def _row(series: Series, result: LevelResult) -> dict[str, Any]:
@@ -242,7 +250,8 @@ def format_table(series: Series) -> str:
         lines.append(f"{r.level:>6g} {r.throughput_rps:>8.1f} {r.p50_ms:>7.2f} {r.p90_ms:>7.2f} {r.p95_ms:>7.2f} "
                      f"{r.p99_ms:>7.2f} {r.errors:>5d} {f(s.get('server_request_ms'))} {f(s.get('server_queue_ms'))} "
                      f"{f(s.get('server_runtime_ms'))} {f(s.get('server_batch_size_mean'), '5.1f')} "
-                     f"{r.client_cpu_pct:>5.0f} {f(r.server_cpu_pct, '5.0f')} {'yes' if r.stable else 'NO'}")
+                     f"{r.client_cpu_pct:>5.0f} {f(r.server_cpu_pct, '5.0f')} {'yes' if r.stable else 'NO'}"
+                     + ("  GENERATOR-LIMITED" if r.generator_limited else ""))
     return "\n".join(lines)
 
 

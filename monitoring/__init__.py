@@ -1,0 +1,3 @@
+"""Monitoring for the stack: Prometheus rules, Grafana dashboards, a local Prometheus runner."""
+
+__all__: list[str] = []

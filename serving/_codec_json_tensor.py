@@ -172,6 +172,8 @@ def _strings(value: Any) -> np.ndarray:
 def _string_leaf(item: Any) -> bytes:
     if isinstance(item, str):
         return item.encode("utf-8")
+    if isinstance(item, bytes):  # never parsed from JSON; callers building tensors in Python pass bytes
+        return item
     if isinstance(item, dict):
         return decode_b64_object(item)
     raise _type_error(item, enum_from_dtype(object))

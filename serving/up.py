@@ -28,7 +28,8 @@ from typing import Optional, Sequence
 import httpx
 
 from serving.config import load_model_server_config
-from serving.config.compose import ComposeError, compose_command, load_compose_model, plan_embedded_server
+from serving.config.compose import (ComposeError, compose_command, load_compose_model, plan_embedded_server,
+                                    service_models_config)
 from serving.config.models import ZOO, model_versions
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
@@ -111,9 +112,19 @@ def _run_compose(choice: Choice, root: Path) -> int:
     print("+", " ".join(cmd), flush=True)
     code = subprocess.run(cmd, cwd=root).returncode
     if code == 0:
-        _print_usage(8500, 8501, "digits", extra="Grafana: http://127.0.0.1:3000 (admin / $GRAFANA_ADMIN_PASSWORD), "
-                                                 "Prometheus: http://127.0.0.1:9090")
+        services = load_compose_model(compose_files(choice.backend, root), project_dir=root)["services"]
+        tfserving = services["tfserving"]
+        first = load_model_server_config(service_models_config(tfserving)).model_config_list.config[0]
+        _print_usage(_published(tfserving, 8500), _published(tfserving, 8501), first.name,
+                     extra=f"Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} "
+                           f"(admin / $GRAFANA_ADMIN_PASSWORD), "
+                           f"Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}")
     return code
+
+
+def _published(service: dict, target: int) -> int:
+    """The host port a compose service publishes for container port ``target``."""
+    return next(int(p["published"]) for p in service.get("ports", []) if p["target"] == target)
 
 
 def _run_embedded(args: argparse.Namespace, root: Path) -> int:

@@ -25,7 +25,7 @@ NUM_USERS = 1000
 NUM_ITEMS = 500
 EMBEDDING_DIM = 8
 GOLDEN_ROWS = 16
-EPOCHS = 6
+EPOCHS = 5
 
 
 def _clicks(n: int, rng: np.random.Generator, truth: dict) -> dict:
@@ -63,7 +63,7 @@ def build(*, progress: bool = True) -> BuiltModel:
     rng = np.random.default_rng(SEED)
     truth = {"w": rng.normal(size=NUM_FEATURES), "user_bias": rng.normal(size=NUM_USERS),
              "item_bias": rng.normal(size=NUM_ITEMS)}
-    train, test = _clicks(40_000, rng, truth), _clicks(5_000, rng, truth)
+    train, test = _clicks(20_000, rng, truth), _clicks(5_000, rng, truth)
     model = _network()
     module = tf.Module()
     module.model = model

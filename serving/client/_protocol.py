@@ -13,10 +13,10 @@ from typing import Any, Callable, Generator, Mapping, Optional, Sequence
 
 import numpy as np
 
-from serving import status
-from serving.client._types import ModelMetadata, Signature
+from serving import codec, status
+from serving.client._types import ModelMetadata, Signature, TensorSpec
 
-__all__ = ["Call", "Protocol", "ApiGen", "DEFAULT_SIGNATURE", "ModelRef"]
+__all__ = ["Call", "Protocol", "ApiGen", "DEFAULT_SIGNATURE", "ModelRef", "examples_list", "finish", "afinish"]
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -83,20 +83,41 @@ class Protocol:
         return meta.signatures[key]
 
     def forget(self, ref: ModelRef) -> None:
-        """Drop cached metadata (after the model answered NOT_FOUND, say)."""
+        """Drop cached metadata of ``ref``."""
         self._metadata_cache.pop(ref, None)
 
+    def inference(self, ref: ModelRef, call: Call) -> ApiGen:
+        """Yield an inference ``call``; a failure drops ``ref``'s cached metadata (it may be stale)."""
+        try:
+            return (yield call)
+        except status.ServingError:
+            self.forget(ref)
+            raise
+
     def named_inputs(self, ref: ModelRef, inputs: Any, signature: Optional[str]) -> ApiGen:
-        """``inputs`` as a dict; a bare array gets the signature's only input name."""
-        if isinstance(inputs, Mapping):
-            return {name: np.asarray(value) if not isinstance(value, np.ndarray) else value
-                    for name, value in inputs.items()}
+        """``inputs`` as a dict of arrays, typed by the signature where the caller left it open.
+
+        numpy arrays are sent as they are. A bare value gets the signature's
+        only input name; Python lists and scalars take the signature's dtypes
+        (as TF Serving's REST API types JSON), so they mean the same over gRPC.
+        """
+        if isinstance(inputs, Mapping) and all(isinstance(v, np.ndarray) for v in inputs.values()):
+            return dict(inputs)
         sig: Signature = yield from self.signature(ref, signature)
-        if len(sig.inputs) != 1:
-            raise status.InvalidArgument(
-                f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
-        (name,) = sig.inputs
-        return {name: np.asarray(inputs)}
+        if not isinstance(inputs, Mapping):
+            if len(sig.inputs) != 1:
+                raise status.InvalidArgument(
+                    f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
+            inputs = {next(iter(sig.inputs)): inputs}
+        return {name: _typed(value, sig.inputs.get(name)) for name, value in inputs.items()}
+
+
+def _typed(value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if spec is None or spec.dtype is None:
+        return np.asarray(value)
+    return codec.json_to_array(value, spec.dtype)
 
 
 def examples_list(examples: Any) -> Sequence[Mapping[str, Any]]:

@@ -11,7 +11,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, Optional, TypeVar
 
 from serving import status
 
@@ -28,6 +28,8 @@ class RetryPolicy:
     followed, after ``min(max_backoff, initial_backoff * multiplier**(n-1))``
     seconds scaled by a random factor in ``[1 - jitter, 1]``, by attempt
     ``n+1``, up to ``max_attempts`` in all and never past the call's deadline.
+    ``on_retry(attempt, error, delay)``, if given, is called before each wait
+    (for logging or metrics).
     """
 
     max_attempts: int = 5
@@ -36,6 +38,7 @@ class RetryPolicy:
     multiplier: float = 2.0
     jitter: float = 0.5
     retry_codes: frozenset = field(default=frozenset({status.Code.UNAVAILABLE}))
+    on_retry: Optional[Callable[[int, status.ServingError, float], None]] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -104,4 +107,6 @@ def _next_delay(policy: RetryPolicy, error: status.ServingError, attempt: int, d
     delay = policy.backoff(attempt)
     if time.monotonic() + delay >= deadline:
         return None
+    if policy.on_retry is not None:
+        policy.on_retry(attempt, error, delay)
     return delay

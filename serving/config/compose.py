@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping, Optional, Sequence
 
 from serving.config import load_model_server_config
-from serving.config.models import remap_base_paths, write_model_server_config
+from serving.config.models import CONTAINER_MODELS_DIR, remap_base_paths, write_model_server_config
 
 __all__ = [
     "ComposeError",
@@ -32,6 +32,7 @@ __all__ = [
     "load_compose_model",
     "volume_map",
     "remap_server_args",
+    "service_models_config",
     "plan_embedded_server",
 ]
 
@@ -137,6 +138,14 @@ def _flag_value(command: Sequence[str], name: str) -> Optional[str]:
     return None
 
 
+def service_models_config(service: Mapping, mounts: Optional[Mapping[str, Path]] = None) -> Path:
+    """The host path of the service's ``--model_config_file`` (through its bind mounts)."""
+    container_config = _flag_value(service.get("command") or [], "model_config_file")
+    if container_config is None:
+        raise ComposeError("the service has no --model_config_file flag")
+    return Path(_remap(container_config, volume_map(service) if mounts is None else mounts))
+
+
 @dataclass(frozen=True)
 class EmbeddedPlan:
     """How to run a compose service's TF Serving command on this host."""
@@ -156,21 +165,20 @@ def plan_embedded_server(service: Mapping, *, work_dir: Path,
     with base paths remapped through the bind mounts (``models_dir`` replaces
     the host side of the ``/models`` mount, e.g. a test's model cache), and
     remaps every other path flag. ``models`` keeps only those models of the
-    config (a quicker start); unknown names raise ComposeError. GPU-only flags stay: the embedded server
-    reports them as no-ops, as TF Serving's CPU build ignores them.
+    config (a quicker start); unknown names raise ComposeError. GPU-only flags
+    stay: the embedded server reports them as no-ops, as TF Serving's CPU build
+    ignores them.
     """
     command = list(service.get("command") or [])
     mounts = volume_map(service)
     if models_dir is not None:
-        mounts["/models"] = Path(models_dir)
-    container_config = _flag_value(command, "model_config_file")
-    if container_config is None:
-        raise ComposeError("the service has no --model_config_file flag")
-    config = load_model_server_config(_remap(container_config, mounts))
+        mounts[CONTAINER_MODELS_DIR] = Path(models_dir)
+    config = load_model_server_config(service_models_config(service, mounts))
     local = remap_base_paths(_only(config, models), {t: str(s) for t, s in mounts.items()})
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     out = write_model_server_config(local, Path(work_dir) / "models.config",
-                                    header=f"# Local render of {container_config} for the embedded server.\n")
+                                    header=f"# Local render of {_flag_value(command, 'model_config_file')} "
+                                           "for the embedded server.\n")
     args = remap_server_args(command, mounts, {"model_config_file": str(out), **overrides})
     return EmbeddedPlan(args=args, models_config=out, mounts=mounts)
 

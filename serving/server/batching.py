@@ -400,7 +400,7 @@ class BatchQueue:
         limit = self._options.execution_batch_size
         open_batch = self._batches[-1]
         room = limit - open_batch.size if (not open_batch.tasks or open_batch.key == key) else 0
-        if size <= room:
+        if size <= room and self._fits_open_locked(key, size):
             self._batches[-1].add(_Task(inputs, size, key, now, future), now)
             return
         capacity = (self._options.max_enqueued_batches - len(self._batches)) * limit + room

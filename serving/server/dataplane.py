@@ -155,19 +155,26 @@ class DataPlane:
             return response
 
     def multi_inference(self, request: Any, *, deadline: Optional[float] = None) -> Any:
-        """A ``MultiInferenceResponse``: Classify/Regress tasks on one model version and input."""
+        """A ``MultiInferenceResponse``: Classify/Regress tasks on one model version and input.
+
+        The servable is the first task's (``multi_inference_helper.cc``); the
+        tasks are then checked as ``multi_inference.cc`` checks them.
+        """
         from tensorflow_serving.apis import inference_pb2
 
         from serving.server import inference
 
-        spec = _multi_inference_spec(request)
+        first = request.tasks[0].model_spec if request.tasks else None
+        spec = ModelSpec("") if first is None else ModelSpec(
+            first.name, first.version.value if first.HasField("version") else None, first.version_label or None)
         response = inference_pb2.MultiInferenceResponse()
         with self._acquire(spec) as servable, self._deadline(deadline):
+            _check_multi_inference_tasks(request.tasks, servable)
             for task in request.tasks:
                 signature = task.model_spec.signature_name or DEFAULT_SIGNATURE
                 result = response.results.add()
                 self._fill_spec(result.model_spec, servable, signature)
-                if task.method_name == "tensorflow/serving/classify":
+                if task.method_name == _CLASSIFY_METHOD:
                     result.classification_result.CopyFrom(
                         inference.classify(servable, signature, request.input))
                 else:
@@ -251,20 +258,26 @@ def _state_number(state: Any) -> int:
     return int(state)
 
 
-def _multi_inference_spec(request: Any) -> ModelSpec:
-    """The one model all tasks name (TF Serving's ``multi_inference`` rules)."""
-    if not request.tasks:
-        raise status.InvalidArgument("Tasks is empty")
-    first = request.tasks[0].model_spec
-    signatures = set()
-    for task in request.tasks:
-        if task.model_spec.name != first.name:
-            raise status.InvalidArgument("All ModelSpecs in a MultiInferenceRequest must access the same model name.")
-        if task.method_name not in ("tensorflow/serving/classify", "tensorflow/serving/regress"):
-            raise status.Unimplemented(f"Unsupported signature method_name: {task.method_name}")
+_CLASSIFY_METHOD = "tensorflow/serving/classify"
+_REGRESS_METHOD = "tensorflow/serving/regress"
+
+
+def _check_multi_inference_tasks(tasks: Sequence[Any], servable: Any) -> None:
+    """TF Serving's ``TensorFlowMultiInferenceRunner::Infer`` checks, with its messages."""
+    model_name = ""
+    seen: set[str] = set()
+    for task in tasks:
+        if not task.model_spec.name:
+            raise status.InvalidArgument("Found ModelSpec with an empty model name.")
+        if model_name and task.model_spec.name != model_name:
+            raise status.InvalidArgument(
+                "All ModelSpecs in a MultiInferenceRequest must access the same model name.")
+        model_name = task.model_spec.name
         signature = task.model_spec.signature_name or DEFAULT_SIGNATURE
-        if signature in signatures:
-            raise status.InvalidArgument("Duplicate evaluation of signature: " + signature)
-        signatures.add(signature)
-    version = first.version.value if first.HasField("version") else None
-    return ModelSpec(first.name, version, first.version_label or None)
+        if signature in seen:
+            raise status.InvalidArgument(f"Duplicate evaluation of signature: {signature}")
+        seen.add(signature)
+        if signature not in servable.signature_defs:
+            raise status.InvalidArgument(f"Requested signature not found in model graph: {signature}")
+        if task.method_name not in (_CLASSIFY_METHOD, _REGRESS_METHOD):
+            raise status.Unimplemented(f"Unsupported signature method_name: {task.method_name}")

@@ -171,9 +171,12 @@ class GrpcFrontend:
             _PredictionService(self._dataplane, self._use_tensor_content), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), server)
         for address in self._addresses:
-            port = server.add_insecure_port(address)
+            try:
+                port = server.add_insecure_port(address)
+            except RuntimeError as exc:   # grpcio raises when the address cannot be bound
+                raise status.InvalidArgument(f"Failed to BuildAndStart gRPC server: cannot bind {address}") from exc
             if port == 0 and not address.startswith("unix:"):
-                raise status.Unavailable(f"Failed to bind gRPC server to {address}")
+                raise status.InvalidArgument(f"Failed to BuildAndStart gRPC server: cannot bind {address}")
             self.bound_ports.append(port)
             logger.info("Running gRPC ModelServer at %s ...", address)
         server.start()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from serving import status
-from serving.server.servable import RunWrapper, Servable
+from serving.server.servable import RunWrapper, Servable, tf_error_message
 from serving.server.warmup import run_saved_model_warmup
 
 __all__ = ["LoaderOptions", "SavedModelLoader"]
@@ -112,7 +112,7 @@ def _load_error(exc: Exception, path: str, tags: Sequence[str]) -> status.Servin
 
     text = str(exc)
     if isinstance(exc, tf.errors.OpError):
-        return status.error_for(exc.error_code, exc.message)
+        return status.error_for(exc.error_code, tf_error_message(exc))
     if isinstance(exc, OSError) and "does not exist" in text:
         return status.NotFound(
             f"Could not find SavedModel .pb or .pbtxt at supplied export directory path: {path}. "

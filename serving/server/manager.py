@@ -36,9 +36,11 @@ from serving.server.labels import LabelMap, build_label_map
 from serving.server.loader import LoaderOptions, SavedModelLoader
 from serving.server.model_config import validate_model_config_list
 from serving.server.policy import HarnessState, next_action
+from serving.server.retrier import retry
 from serving.server.servable import Servable
 from serving.server.source import AspiredVersion, FileSystemSource, ServableToMonitor
 from serving.server.state import ManagerState, VersionStatus
+from serving.server.state_monitor import ServableStateMonitor
 
 __all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"]
 
@@ -81,8 +83,7 @@ class ServableManager:
         self._allow_unavailable_labels = allow_version_labels_for_unavailable_models
         self._cond = threading.Condition(threading.Lock())
         self._harnesses: dict[str, dict[int, VersionHarness]] = {}
-        self._states: dict[str, dict[int, tuple[VersionStatus, int]]] = {}
-        self._seq = 0
+        self._monitor = ServableStateMonitor(self._cond)
         self._pending: dict[str, list[AspiredVersion]] = {}
         self._labels: LabelMap = {}
         self._config: Any = None
@@ -100,6 +101,7 @@ class ServableManager:
             if self._thread is not None:
                 return
             self._stopping = False
+            self._monitor.reopen()
             self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="servable-worker")
             self._thread = threading.Thread(target=self._manage_loop, name="ServableManager",
                                             daemon=True)
@@ -113,6 +115,7 @@ class ServableManager:
             if self._thread is None:
                 return
             self._stopping = True
+            self._monitor.close()
             for harness in self._all_harnesses():
                 harness.cancelled.set()
             self._cond.notify_all()
@@ -158,11 +161,11 @@ class ServableManager:
             validate_model_config_list(models, previous)
             with self._cond:
                 labels = build_label_map(
-                    models, self._is_available_locked, self._labels,
+                    models, self._monitor.is_available, self._labels,
                     allow_version_labels=self._allow_labels,
                     allow_unavailable=self._allow_unavailable_labels)
                 self._labels = labels
-                start_seq = self._seq
+                start = self._monitor.checkpoint()
             new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
             self._config = type(config)()
             self._config.CopyFrom(config)
@@ -171,7 +174,7 @@ class ServableManager:
                 [ServableToMonitor(m.name, m.base_path,
                                    m.model_version_policy if m.HasField("model_version_policy")
                                    else None) for m in models])
-            self._wait_until_models_available(new_models, start_seq, timeout)
+            self._monitor.wait_until_models_available(new_models, start, timeout)
             log.info("Finished adding/updating models")
 
     def _accepted_model_list(self, config: Any) -> Optional[list]:
@@ -188,36 +191,6 @@ class ServableManager:
         if kind != "model_config_list":
             raise status.InvalidArgument("Missing custom_model_config_loader in ServerCore Options")
         return list(config.model_config_list.config)
-
-    def _wait_until_models_available(self, names: list[str], start_seq: int,
-                                     timeout: Optional[float]) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                pending, failed = self._latest_outcomes(names, start_seq)
-                if not pending:
-                    break
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise status.DeadlineExceeded(
-                        f"Timed out waiting for model(s) to load: {', '.join(pending)}")
-                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
-        if failed:
-            details = "".join(
-                f"{{{{name: {name} version: {st.version}}} due to error: "
-                f"{st.error_code.name}: {st.error_message}}}, " for name, st in failed)
-            raise status.Unknown(f"{len(failed)} model(s) did not become available: {{{details}}}")
-
-    def _latest_outcomes(self, names: list[str], start_seq: int) -> tuple[list, list]:
-        pending, failed = [], []
-        for name in names:
-            fresh = {v: st for v, (st, seq) in self._states.get(name, {}).items() if seq > start_seq}
-            latest = fresh.get(max(fresh)) if fresh else None
-            if latest is None or latest.state not in (ManagerState.AVAILABLE, ManagerState.END):
-                pending.append(name)
-            elif latest.state is ManagerState.END:
-                failed.append((name, latest))
-        return pending, failed
 
     # ------------------------------------------------------------ requests
 
@@ -264,7 +237,7 @@ class ServableManager:
     def model_status(self, name: str, version: Optional[int] = None) -> list[VersionStatus]:
         """The versions of ``name`` and their states, newest first (``GetModelStatus``)."""
         with self._cond:
-            states = {v: st for v, (st, _) in self._states.get(name, {}).items()}
+            states = self._monitor.version_states(name)
         if version is not None:
             if int(version) not in states:
                 raise status.NotFound(f"Could not find version {version} of model {name}")
@@ -287,20 +260,12 @@ class ServableManager:
 
     # ------------------------------------------------------------ state machine
 
-    def _is_available_locked(self, name: str, version: int) -> bool:
-        entry = self._states.get(name, {}).get(int(version))
-        return entry is not None and entry[0].state is ManagerState.AVAILABLE
-
     def _all_harnesses(self) -> list[VersionHarness]:
         return [h for versions in self._harnesses.values() for h in versions.values()]
 
     def _publish(self, harness: VersionHarness, state: ManagerState,
                  error: Optional[status.ServingError] = None) -> None:
-        self._seq += 1
-        code = error.code if error is not None else status.Code.OK
-        entry = VersionStatus(harness.version, state, code, error.details if error else "")
-        self._states.setdefault(harness.name, {})[harness.version] = (entry, self._seq)
-        self._cond.notify_all()
+        self._monitor.publish(harness.name, harness.version, state, error)
 
     def _set_state(self, harness: VersionHarness, state: HarnessState,
                    published: ManagerState, error: Optional[status.ServingError] = None) -> None:
@@ -370,46 +335,28 @@ class ServableManager:
 
     def _load(self, harness: VersionHarness) -> None:
         log.info("Loading servable version %s", harness.id)
-        servable, error = self._load_with_retries(harness)
-        cancelled = servable is not None and harness.cancelled.is_set()
-        if cancelled:
-            servable.close()
-        with self._cond:
-            if cancelled:
-                self._set_state(harness, HarnessState.DISABLED, ManagerState.END,
-                                status.Cancelled("Loading of servable cancelled"))
-            elif servable is not None:
-                harness.servable = servable
-                self._set_state(harness, HarnessState.READY, ManagerState.AVAILABLE)
-                log.info("Successfully loaded servable version %s", harness.id)
-            else:
+        options = self._options
+        try:
+            servable = retry(f"Loading servable: {harness.id}", options.max_num_load_retries,
+                             options.load_retry_interval_micros,
+                             lambda: self._loader.load(harness.name, harness.version, harness.path),
+                             harness.cancelled)
+        except status.ServingError as error:
+            with self._cond:
                 harness.error = error
                 self._set_state(harness, HarnessState.ERROR, ManagerState.END, error)
-                log.error("Servable %s cannot be loaded: %s", harness.id, error)
-
-    def _load_with_retries(self, harness: VersionHarness):
-        """TF Serving's ``Retry``: 1 + max_num_load_retries attempts, cancellable between them."""
-        description = f"Loading servable: {harness.id}"
-        error: Optional[status.ServingError] = None
-        for attempt in range(self._options.max_num_load_retries + 1):
-            if attempt > 0:
-                if harness.cancelled.wait(self._options.load_retry_interval_micros / 1e6):
-                    log.info("Retrying of %s was cancelled.", description)
-                    break
-                log.info("Retrying of %s retry: %d", description, attempt)
-            try:
-                return self._loader.load(harness.name, harness.version, harness.path), None
-            except status.ServingError as exc:
-                error = exc
-            except Exception as exc:  # a loader bug must not kill the worker silently
-                error = status.Internal(f"{type(exc).__name__}: {exc}")
-            log.error("%s failed: %s", description, error)
-            if harness.cancelled.is_set():
-                break
-        else:
-            log.info("Retrying of %s exhausted max_num_retries: %d", description,
-                     self._options.max_num_load_retries)
-        return None, error
+            log.error("Servable %s cannot be loaded: %s", harness.id, error)
+            return
+        if harness.cancelled.is_set():  # un-aspired while loading: never serve it
+            servable.close()
+            with self._cond:
+                self._set_state(harness, HarnessState.DISABLED, ManagerState.END,
+                                status.Cancelled("Loading of servable cancelled"))
+            return
+        with self._cond:
+            harness.servable = servable
+            self._set_state(harness, HarnessState.READY, ManagerState.AVAILABLE)
+        log.info("Successfully loaded servable version %s", harness.id)
 
     def _unload(self, harness: VersionHarness) -> None:
         with self._cond:

@@ -3,9 +3,9 @@
 This is the embedded server's counterpart of TF Serving's ``SavedModelBundle``
 (``servables/tensorflow``): a TF1 ``Session`` holding the imported MetaGraph,
 plus the MetaGraph's ``signature_def`` map. ``run`` feeds signature inputs by
-alias and fetches outputs by alias through ``Session.make_callable`` handles,
-cached per (signature, input aliases, output aliases): one C++ call per
-request, with the GIL released while TensorFlow runs.
+alias and fetches outputs by alias through Session callables (``MakeCallable``),
+cached per (signature, input aliases, output aliases): one C++
+``Session::RunCallable`` per request, with the GIL released while TensorFlow runs.
 
 Lifecycle: a ``Servable`` is built by ``loader.SavedModelLoader`` and owned by
 the manager. Requests reach it only through ``ServableManager.acquire``; the
@@ -29,7 +29,7 @@ import numpy as np
 from serving import status
 from serving.codec import dtype_from_enum
 
-__all__ = ["TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper"]
+__all__ = ["TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,10 @@ class Servable:
             output_keys: Sequence[str]) -> dict[str, np.ndarray]:
         """Run a signature; inputs and outputs by alias. Goes through the run wrapper, if any.
 
-        Thread-safe. TensorFlow's InvalidArgumentError becomes
-        ``status.InvalidArgument``; any other TF failure ``status.Internal``.
+        Thread-safe. A TensorFlow error keeps its canonical code (as TF
+        Serving returns it: InvalidArgumentError is ``status.InvalidArgument``,
+        FailedPreconditionError ``status.FailedPrecondition``, ...); any
+        other failure is ``status.Internal``.
         """
         return self._run(signature_name, inputs, output_keys)
 
@@ -146,7 +148,7 @@ class Servable:
         with self._callables_lock:
             fn = self._callables.get(key)
             if fn is None:
-                fn = self._session.make_callable(fetches, feed_list=feeds)
+                fn = _make_session_callable(self._session, feeds, fetches)
                 self._callables[key] = fn
         return fn
 
@@ -172,6 +174,22 @@ class Servable:
         self._session.close()
 
 
+def _make_session_callable(session: Any, feeds: list[str], fetches: list[str]) -> Callable:
+    """A C++ ``Session::MakeCallable`` handle: one ``RunCallable`` per call, GIL released.
+
+    ``Session.make_callable`` with a feed list falls back to the full
+    ``Session.run`` machinery in TF 2.x; ``_make_callable_from_options``
+    (TF's own Keras TF1 backend uses it) gives the real callable.
+    """
+    from tensorflow.core.protobuf import config_pb2
+
+    options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
+    make = getattr(session, "_make_callable_from_options", None)
+    if make is None:  # a TF without the private API: correct, only slower
+        return session.make_callable(fetches, feed_list=feeds)
+    return make(options)
+
+
 def _lookup(specs: Mapping[str, TensorSpec], alias: str, kind: str, signature: str) -> TensorSpec:
     try:
         return specs[alias]
@@ -182,14 +200,24 @@ def _lookup(specs: Mapping[str, TensorSpec], alias: str, kind: str, signature: s
 
 
 def _to_serving_error(exc: Exception) -> status.ServingError:
+    """The canonical error TF Serving would return: TensorFlow's own code and message."""
     import tensorflow as tf
 
     if isinstance(exc, status.ServingError):
         return exc
-    if isinstance(exc, tf.errors.InvalidArgumentError):
-        return status.InvalidArgument(exc.message)
     if isinstance(exc, tf.errors.OpError):
-        return status.Internal(exc.message)
-    if isinstance(exc, (ValueError, TypeError)):  # make_callable's own feed checks
+        return status.error_for(exc.error_code, tf_error_message(exc))
+    if isinstance(exc, (ValueError, TypeError)):  # numpy conversion of the feeds
         return status.InvalidArgument(str(exc))
     return status.Internal(f"{type(exc).__name__}: {exc}")
+
+
+_PYTHON_PREFIX = "Graph execution error:"
+
+
+def tf_error_message(exc: Any) -> str:
+    """A TF error's message as the C++ runtime reports it (without Python's prefix)."""
+    message = exc.message
+    if message.startswith(_PYTHON_PREFIX):
+        message = message[len(_PYTHON_PREFIX):].lstrip("\n")
+    return message

@@ -13,7 +13,7 @@ import pytest
 
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, compose_command, load_compose_model, volume_map
-from serving.config.models import ZOO
+from serving.config.models import published_name
 from tests.compose.conftest import CPU, GPU, PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT
 
@@ -172,27 +172,35 @@ def test_tensorflow_pin_is_the_same_in_dotenv_images_and_pyproject(gpu_model):
     assert services["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{pins['tensorflow']}-gpu"
 
 
-def exported_names(script: str) -> set[str]:
-    """Published names the exporter service's `ensure` lines produce."""
-    names = set()
-    for line in script.strip().splitlines():
-        argv = shlex.split(line)
+def exporter_calls(script: str) -> list[dict]:
+    """The exporter service's `ensure` lines: variant, models and batching file of each."""
+    lines = script.replace("$$", "$").strip().splitlines()  # compose's canonical output keeps $$ escaped
+    assignment, *calls = lines
+    name, _, value = assignment.partition("=")
+    parsed = []
+    for line in calls:
+        argv = shlex.split(line.replace(f"${name}", value))
         assert argv[:4] == ["python", "-m", "exporter", "ensure"], line
+        options = dict(a.lstrip("-").split("=", 1) for a in argv if a.startswith("--") and "=" in a)
         variant = argv[argv.index("--variant") + 1]
         models = [a for a in argv[4:] if not a.startswith("-") and a not in (variant, "/models")]
-        names |= {m.name for m in ZOO if m.variant == variant and m.model in models}
-        assert len(models) == len([m for m in ZOO if m.variant == variant and m.model in models]), line
-    return names
+        parsed.append({"variant": variant, "models": models, "batching": options.get("batching-config")})
+    return parsed
 
 
 @pytest.mark.parametrize("variant", ["gpu", "cpu"])
 def test_exporter_exports_exactly_the_models_tfserving_serves(variant, gpu_model, cpu_model):
     services = (gpu_model if variant == "gpu" else cpu_model)["services"]
     assert services["exporter"]["entrypoint"] == ["/bin/sh", "-ec"]
-    config_file = flags(services["tfserving"]["command"])["model_config_file"].replace(
-        "/etc/tfserving", str(REPO_ROOT / "serving"))
-    served = {e.name for e in load_model_server_config(config_file).model_config_list.config}
-    assert exported_names(services["exporter"]["command"][0]) == served
+    tfserving = flags(services["tfserving"]["command"])
+    served = {e.name for e in load_model_server_config(
+        tfserving["model_config_file"].replace("/etc/tfserving", str(REPO_ROOT / "serving"))).model_config_list.config}
+    calls = exporter_calls(services["exporter"]["command"][0])
+    exported = [published_name(m, c["variant"]) for c in calls for m in c["models"]]
+    assert sorted(exported) == sorted(served)
+    # Warmup (and TensorRT engines) cover the batch sizes tfserving's batching file allows.
+    assert {c["batching"] for c in calls} == {tfserving["batching_parameters_file"]}
+    assert {v["target"] for v in services["exporter"]["volumes"]} == {"/models", "/etc/tfserving"}
 
 
 def test_exporter_dockerfile_builds_from_the_pinned_tensorflow_with_tensorrt_8_6():
@@ -202,3 +210,12 @@ def test_exporter_dockerfile_builds_from_the_pinned_tensorflow_with_tensorrt_8_6
     assert re.search(r"TENSORRT_DEB_VERSION=8\.6\.\d+\.\d+-1\+cuda12", text)
     assert "libnvinfer8=" in text and "libnvinfer-plugin8=" in text
     assert 'ENTRYPOINT ["python", "-m", "exporter"]' in text
+
+
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_the_healthcheck_model_is_served_by_the_variant(variant, gpu_model, cpu_model):
+    service = (gpu_model if variant == "gpu" else cpu_model)["services"]["tfserving"]
+    model = re.search(r"GET /v1/models/(\w+) ", service["healthcheck"]["test"][3]).group(1)
+    config = load_model_server_config(flags(service["command"])["model_config_file"].replace(
+        "/etc/tfserving", str(REPO_ROOT / "serving")))
+    assert model in {e.name for e in config.model_config_list.config}

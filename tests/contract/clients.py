@@ -211,9 +211,12 @@ class JsonRestClient:
         body: dict[str, Any] = {"inputs": {k: self._json_value(np.asarray(v)) for k, v in inputs.items()}}
         if signature:
             body["signature_name"] = signature
-        outputs = self.request("POST", self._path(model, version, label) + ":predict", body)["outputs"]
-        if not isinstance(outputs, dict):
-            raise AssertionError(f"columnar answer for one output must be bare; unwrap it in the test: {outputs!r}")
+        path = self._path(model, version, label)
+        outputs = self.request("POST", path + ":predict", body)["outputs"]
+        if not isinstance(outputs, dict):   # one output: TF Serving omits its name
+            signature_def = self.request("GET", path + "/metadata")["metadata"]["signature_def"]["signature_def"]
+            (name,) = signature_def[signature or "serving_default"]["outputs"]
+            outputs = {name: outputs}
         return {k: np.asarray(v) for k, v in outputs.items()}
 
     def _examples(self, examples: Sequence[Mapping[str, Any]]) -> list:
@@ -283,9 +286,9 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def _normalise_metadata(result: Any) -> ModelMetadata:
-    """Accepts the SDK's metadata object or dict (name, version, signatures with inputs/outputs)."""
+    """The SDK's ``ModelMetadata`` (model, version, signatures with inputs/outputs)."""
     signatures = _field(result, "signatures")
-    return ModelMetadata(_field(result, "name"), int(_field(result, "version")), {
+    return ModelMetadata(_field(result, "model"), int(_field(result, "version")), {
         key: (tuple(sorted(_field(sig, "inputs"))), tuple(sorted(_field(sig, "outputs"))))
         for key, sig in signatures.items()})
 

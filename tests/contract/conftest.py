@@ -7,7 +7,8 @@
   server sees them: ``TFS_CONTRACT_MODELS_IN_SERVER``, default the same dir),
   plus the ``batching.config`` and ``monitoring.config`` written beside it;
 * otherwise the embedded server (``python -m serving.server``), started once
-  per session over a writable copy of the ``model_repo`` fixture;
+  per session over a writable copy of the ``model_repo`` fixture (or of the
+  exported repository named by ``TFS_CONTRACT_EXPORTED_REPO``);
 * and, where a Docker engine answers, real ``tensorflow/serving:2.17.1``
   started with the docker SDK (skipped with the reason otherwise).
 
@@ -91,7 +92,7 @@ def _start_docker(repo: Path) -> Iterator[Endpoint]:
         container.stop(timeout=10)
 
 
-@pytest.fixture(scope="session", params=["server", "docker"])
+@pytest.fixture(scope="session", params=["server", pytest.param("docker", marks=pytest.mark.docker)])
 def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     """The server under contract; one per session (per kind)."""
     external = os.environ.get("TFS_CONTRACT_GRPC"), os.environ.get("TFS_CONTRACT_REST")
@@ -107,7 +108,8 @@ def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         _wait_rest(external[1], layout.MODELS)
         yield Endpoint("external", external[0], external[1].rstrip("/"), repo, root)
         return
-    model_repo = request.getfixturevalue("model_repo")
+    exported = os.environ.get("TFS_CONTRACT_EXPORTED_REPO")
+    model_repo = Path(exported) if exported else request.getfixturevalue("model_repo")
     repo = tmp_path_factory.mktemp("contract") / "models"
     if request.param == "docker":
         layout.write_contract_repo(model_repo, repo, Path("/models"))

@@ -20,12 +20,13 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["MODELS", "MONITORING_PATH", "MAX_BATCH_SIZE", "write_contract_repo", "server_flags",
+__all__ = ["MODELS", "MONITORING_PATH", "MAX_BATCH_SIZE", "MAX_EXECUTION_BATCH_SIZE", "write_contract_repo", "server_flags",
            "model_config_text", "publish_version"]
 
 MODELS = ["digits", "text", "ranker", "digits_versions", "digits_specific", "digits_live"]
 MONITORING_PATH = "/monitoring/prometheus/metrics"
-MAX_BATCH_SIZE = 64            # >= the exporter's largest warmup batch, or warmup fails under batching
+MAX_BATCH_SIZE = 32768         # largest request (the > 4 MiB gRPC test sends 20000 rows)
+MAX_EXECUTION_BATCH_SIZE = 64  # largest run: big requests are split (>= the largest warmup batch)
 BATCH_TIMEOUT_MICROS = 5000
 
 
@@ -60,6 +61,8 @@ def write_contract_repo(model_repo: Path, dest: Path, root_in_server: Optional[P
     (dest / "models.config").write_text(model_config_text(root_in_server or dest))
     (dest / "batching.config").write_text(
         f"max_batch_size {{ value: {MAX_BATCH_SIZE} }}\n"
+        "enable_large_batch_splitting { value: true }\n"
+        f"max_execution_batch_size {{ value: {MAX_EXECUTION_BATCH_SIZE} }}\n"
         f"batch_timeout_micros {{ value: {BATCH_TIMEOUT_MICROS} }}\n"
         "max_enqueued_batches { value: 1000 }\n"
         "num_batch_threads { value: 2 }\n")
@@ -73,7 +76,10 @@ def server_flags(root: Path) -> list[str]:
     return [f"--model_config_file={root / 'models.config'}",
             f"--monitoring_config_file={root / 'monitoring.config'}",
             "--enable_batching", f"--batching_parameters_file={root / 'batching.config'}",
-            "--file_system_poll_wait_seconds=1"]
+            "--file_system_poll_wait_seconds=1", "--max_num_load_retries=0",
+            # TF Serving checks labels before the first load: without this flag the initial
+            # config's labels point at versions not yet available and startup fails.
+            "--allow_version_labels_for_unavailable_models"]
 
 
 def publish_version(source: Path, base: Path, version: int) -> Path:

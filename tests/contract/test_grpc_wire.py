@@ -112,16 +112,51 @@ def test_reload_config_adds_and_removes_models(stub, endpoint):
         time.sleep(0.2)
 
 
-def test_reload_config_with_a_label_on_an_unloaded_version_fails_precondition(stub, endpoint):
+def test_reload_config_moving_a_label_to_an_unloaded_version_fails_precondition(stub, endpoint):
     from google.protobuf import text_format
     from tensorflow_serving.apis import model_management_pb2
     from tensorflow_serving.config import model_server_config_pb2
 
     config = text_format.Parse(layout.model_config_text(endpoint.root_in_server), model_server_config_pb2.ModelServerConfig())
-    config.model_config_list.config[0].version_labels["future"] = 9
+    versions = next(c for c in config.model_config_list.config if c.name == "digits_versions")
+    versions.version_labels["stable"] = 9   # an in-use label may only move to an available version
     error = _rpc_error(stub.models.HandleReloadConfigRequest,
                        model_management_pb2.ReloadConfigRequest(config=config), timeout=60)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error.details() == ("Request to assign label to version 9 of model digits, "
+    assert error.details() == ("Request to assign label to version 9 of model digits_versions, "
                                "which is not currently available for inference")
     assert stub.status("digits")[0].state == "AVAILABLE"
+    assert stub.metadata("digits_versions", label="stable").version == 1
+
+
+def test_multi_inference_answers_like_classify(stub, endpoint):
+    from tensorflow_serving.apis import inference_pb2
+
+    from tests.contract.clients import _examples_to_protos
+    from tests.contract.helpers import examples_from_serialized
+
+    examples = examples_from_serialized(manifest(endpoint.repo, "text").golden_inputs("classification")["inputs"][:3])
+    request = inference_pb2.MultiInferenceRequest()
+    task = request.tasks.add()
+    task.model_spec.name, task.model_spec.signature_name = "text", "classification"
+    task.method_name = "tensorflow/serving/classify"
+    request.input.example_list.examples.extend(_examples_to_protos(examples))
+    response = stub.predictions.MultiInference(request, timeout=60)
+    (result,) = response.results
+    assert (result.model_spec.name, result.model_spec.version.value) == ("text", 1)
+    labels = [[c.label for c in item.classes] for item in result.classification_result.classifications]
+    expected = stub.classify("text", examples, signature="classification")
+    assert labels == [[label for label, _ in row] for row in expected]
+
+
+def test_multi_inference_refuses_predict_tasks_as_unimplemented(stub):
+    from tensorflow_serving.apis import inference_pb2
+
+    request = inference_pb2.MultiInferenceRequest()
+    task = request.tasks.add()
+    task.model_spec.name, task.model_spec.signature_name = "text", "classification"
+    task.method_name = "tensorflow/serving/predict"
+    request.input.example_list.examples.add()
+    error = _rpc_error(stub.predictions.MultiInference, request, timeout=60)
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert error.details() == "Unsupported signature method_name: tensorflow/serving/predict"

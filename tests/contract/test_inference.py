@@ -19,8 +19,9 @@ def test_predict_named_signature_and_output_filter(client, endpoint):
     man = manifest(endpoint.repo, "digits")
     got = client.predict("digits", man.golden_inputs("logits"), signature="logits")
     assert_outputs_match(got, man.golden_outputs("logits"), man.tolerance)
-    filtered = client.predict("digits", man.golden_inputs(), output_filter=["probabilities"])
-    assert list(filtered) == ["probabilities"]
+    if client.transport == "grpc":   # REST has no output_filter
+        filtered = client.predict("digits", man.golden_inputs(), output_filter=["probabilities"])
+        assert list(filtered) == ["probabilities"]
 
 
 @pytest.mark.parametrize("selector, version", [({"version": 1}, 1), ({"version": 2}, 2),

@@ -12,11 +12,11 @@ from exporter.validate import ValidationError, validate
 from tests.exporter.helpers import run_cli
 
 
-def test_validate_cli_passes_a_fresh_export_and_reports_measures(model_repo):
-    result = run_cli(["validate", str(model_repo / "digits" / "1")])
-    assert result.returncode == 0, result.stderr
-    assert "OK" in result.stdout and "golden serving_default: max abs error" in result.stdout
-    assert "warmup:" in result.stdout
+def test_validate_passes_a_fresh_export_and_reports_measures(model_repo):
+    report = validate(model_repo / "digits" / "1")
+    assert report.problems == [] and report.variant == "fp32"
+    assert report.golden["serving_default"] == {"max_abs_error": 0.0, "top1_agreement": 1.0}
+    assert report.warmup_records == 2 * len(report.warmup_batch_sizes)
 
 
 def test_validate_accepts_a_model_directory_and_checks_its_latest_version(model_repo):
@@ -50,17 +50,17 @@ def test_validate_fails_when_the_manifest_claims_a_different_signature(model_rep
                "manifest says DT_FLOAT [-1, 28, 28, 1]" in p for p in caught.value.problems)
 
 
-def test_validate_cli_fails_when_the_saved_model_is_another_models(model_repo_copy):
+def test_validate_fails_when_the_saved_model_is_another_models(model_repo_copy):
     digits, text = model_repo_copy / "digits" / "1", model_repo_copy / "text" / "1"
     for part in ("saved_model.pb", "variables"):
         target = digits / part
         shutil.rmtree(target) if target.is_dir() else target.unlink()
         (shutil.copytree if (text / part).is_dir() else shutil.copy2)(text / part, target)
-    result = run_cli(["validate", str(digits)])
-    assert result.returncode == 1
-    assert ("signatures are ['classification', 'serving_default'], manifest says ['logits', 'serving_default']"
-            in result.stderr)
-    assert "golden data for signature 'logits', which the saved model lacks" in result.stderr
+    with pytest.raises(ValidationError) as caught:
+        validate(digits)
+    message = str(caught.value)
+    assert "signatures are ['classification', 'serving_default'], manifest says ['logits', 'serving_default']" in message
+    assert "golden data for signature 'logits', which the saved model lacks" in message
 
 
 def test_validate_fails_on_a_warmup_request_with_the_wrong_dtype(model_repo_copy):

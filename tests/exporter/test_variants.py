@@ -47,13 +47,15 @@ def _xla_must_compile_functions(version_dir) -> list[str]:
             if f.attr.get("_XlaMustCompile") is not None and f.attr["_XlaMustCompile"].b]
 
 
-def test_xla_variant_exports_validates_and_agrees_with_fp32(model_repo, tmp_path):
+def test_xla_variant_exports_validates_and_agrees_with_fp32(model_repo, tmp_path, capsys):
     import tensorflow as tf
 
     config = tmp_path / "batching.config"
     config.write_text("max_batch_size { value: 3 }\nallowed_batch_sizes: 1\nallowed_batch_sizes: 3\n")
     path = export_model("digits", variant="xla", out=tmp_path / "models", progress=False,
                         batching_config=config)
+    captured = capsys.readouterr()
+    assert "Epoch" not in captured.out and "export digits_xla" not in captured.err  # progress=False is silent
     assert path == tmp_path / "models" / "digits_xla" / "1"
     assert _xla_must_compile_functions(path), "no jit_compile function in the saved graph"
 
@@ -62,7 +64,11 @@ def test_xla_variant_exports_validates_and_agrees_with_fp32(model_repo, tmp_path
     manifest = load_manifest(path)
     assert any("--xla_cpu_compilation_enabled" in note for note in manifest.notes)
 
-    images = load_manifest(model_repo / "digits" / "1").golden_inputs()["images"]
+    fp32_manifest = load_manifest(model_repo / "digits" / "1")
+    # Seeded training is reproducible: this process trained the same weights as the cached export.
+    for key, want in fp32_manifest.golden_outputs().items():
+        np.testing.assert_allclose(manifest.golden_outputs()[key], want, rtol=1e-6, atol=1e-7)
+    images = fp32_manifest.golden_inputs()["images"]
     fp32 = tf.saved_model.load(str(model_repo / "digits" / "1")).signatures["serving_default"]
     xla = tf.saved_model.load(str(path)).signatures["serving_default"]
     want, got = fp32(images=tf.constant(images)), xla(images=tf.constant(images))

@@ -16,7 +16,7 @@ from tests.monitoring import promql
 
 PROVISIONING = promql.MONITORING / "grafana" / "provisioning"
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__interval_ms", "__range_s"}
-COMPOSE_DASHBOARDS_PATH = "/var/lib/grafana/dashboards"   # where compose mounts monitoring/grafana/dashboards
+COMPOSE_DASHBOARDS_PATH = "/etc/grafana/dashboards"   # where docker-compose.yml mounts monitoring/grafana/dashboards
 
 BOARDS = promql.dashboards()
 

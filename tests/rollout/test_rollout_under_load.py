@@ -7,6 +7,7 @@ HandleReloadConfigRequest. Not one request may fail.
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import threading
@@ -96,6 +97,8 @@ def wait_for_traffic(load: Load, minimum: int = 20) -> Counter:
     import time
 
     load.since_mark()
+    time.sleep(1.0)  # requests in flight when the step returned may still carry the previous version
+    load.since_mark()
     deadline = time.monotonic() + 60
     counts: Counter = Counter()
     while time.monotonic() < deadline:
@@ -107,45 +110,60 @@ def wait_for_traffic(load: Load, minimum: int = 20) -> Counter:
     raise AssertionError(f"too little traffic: {counts}; errors: {load.errors[:5]}")
 
 
-def test_canary_rollback_and_promotion_under_load_fail_no_request(model_repo_copy, tmp_path):
+@pytest.fixture
+def digits_repo(model_repo: Path, tmp_path: Path) -> Path:
+    """A writable repository holding digits version 1 only."""
+    repo = tmp_path / "models"
+    shutil.copytree(model_repo / MODEL, repo / MODEL)
+    return repo
+
+
+def test_canary_rollback_and_promotion_under_load_fail_no_request(digits_repo, tmp_path):
     from exporter.manifest import load_manifest
 
+    repo = digits_repo
     service = load_compose_model(compose_files("embedded"), services=["tfserving"],
                                  env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))["services"]["tfserving"]
-    plan = plan_embedded_server(service, work_dir=tmp_path, models_dir=model_repo_copy, models=[MODEL],
+    plan = plan_embedded_server(service, work_dir=tmp_path, models_dir=repo, models=[MODEL],
                                 overrides={"port": None, "rest_api_port": None})
-    inputs = load_manifest(model_repo_copy / MODEL / "1").sample_inputs(batch_size=2)
+    inputs = load_manifest(repo / MODEL / "1").sample_inputs(batch_size=2)
     config = plan.models_config
     with EmbeddedServer(plan.args, wait_for=[MODEL], timeout=240) as server, Load(server.grpc_target, inputs) as load:
         assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 1)}
 
-        publish_saved_model(model_repo_copy / MODEL / "1", model_repo_copy, MODEL, 2)
+        publish_saved_model(repo / MODEL / "1", repo, MODEL, 2)
         assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 1)}  # published is not served
 
-        out = rollout(server, config, model_repo_copy, "canary", "--version", "2")
+        out = rollout(server, config, repo, "canary", "--version", "2")
         assert "load digits versions [1, 2]" in out and "move digits labels" in out
         assert state(config) == ([1, 2], {"stable": 1, "canary": 2})  # written back for the poller
         assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 2)}
 
-        rollout(server, config, model_repo_copy, "rollback")
+        rollout(server, config, repo, "rollback")
         assert state(config) == ([1], {"stable": 1, "canary": 1})
         assert set(wait_for_traffic(load)) == {("stable", 1), ("canary", 1)}
 
-        rollout(server, config, model_repo_copy, "canary", "--version", "2")
-        rollout(server, config, model_repo_copy, "promote")
+        rollout(server, config, repo, "canary", "--version", "2")
+        rollout(server, config, repo, "promote")
         assert state(config) == ([2], {"stable": 2, "canary": 2})
         assert set(wait_for_traffic(load)) == {("stable", 2), ("canary", 2)}
+        status = subprocess.run([sys.executable, "-m", "serving.rollout", "status", "--model", MODEL, "--target",
+                                 server.grpc_target, "--config-file", str(config)],
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        assert "config serves [2], labels {'canary': 2, 'stable': 2}" in status.stdout, status.stderr
+        assert "version 2: AVAILABLE" in status.stdout
 
     assert load.errors == []
     assert len(load.served) > 200
 
 
-def test_canary_to_a_version_that_was_never_published_is_refused_before_any_push(model_repo_copy, tmp_path):
+def test_canary_to_a_version_that_was_never_published_is_refused_before_any_push(digits_repo, tmp_path):
+    repo = digits_repo
     config = tmp_path / "models.config"
     config.write_text((REPO_ROOT / "serving/models.cpu.config").read_text())
     before = config.read_text()
     proc = subprocess.run([sys.executable, "-m", "serving.rollout", "canary", "--model", MODEL, "--version", "7",
-                           "--target", "127.0.0.1:1", "--config-file", str(config), "--models-dir", str(model_repo_copy)],
+                           "--target", "127.0.0.1:1", "--config-file", str(config), "--models-dir", str(repo)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "version(s) [7] not found" in proc.stderr

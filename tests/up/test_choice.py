@@ -65,3 +65,37 @@ def test_missing_models_are_exported_with_one_ensure_per_variant(tmp_path):
     assert all(cmd[1:4] == ["-m", "exporter", "ensure"] for cmd in commands)
     with pytest.raises(ValueError, match="digits_trt"):
         ensure_commands(tmp_path, ["digits_trt"])
+
+
+def test_compose_backend_runs_compose_up_with_the_variants_files_and_prints_the_ports(tmp_path):
+    """A stand-in `docker` answers `info` and `compose up`; `compose config` is the real Compose binary."""
+    from serving.config.compose import compose_command
+
+    real_compose = " ".join(compose_command())
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!/bin/sh
+case "$1" in
+  info) {CPU_ENGINE} ;;
+  compose)
+    shift
+    case " $* " in
+      *" version "*) exit 0 ;;
+      *" config "*) exec {real_compose} "$@" ;;
+      *) echo "$*" >> {calls}; exit 0 ;;
+    esac ;;
+  *) exit 64 ;;
+esac
+""")
+    fake.chmod(0o755)
+    env = {**__import__("os").environ, "PATH": f"{fake.parent}:{__import__('os').environ['PATH']}",
+           "GRAFANA_ADMIN_PASSWORD": "test-only-password"}
+    proc = subprocess.run([sys.executable, "-m", "serving.up"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert calls.read_text().split() == ["-f", str(REPO_ROOT / "docker-compose.yml"),
+                                         "-f", str(REPO_ROOT / "docker-compose.cpu.yml"),
+                                         "up", "-d", "--build", "--wait"]
+    assert "curl http://127.0.0.1:8501/v1/models/digits" in proc.stdout
+    assert "Grafana: http://127.0.0.1:3000" in proc.stdout

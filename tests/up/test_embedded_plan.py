@@ -52,6 +52,10 @@ def test_overrides_replace_drop_or_append_flags():
     assert args == ["--port=9000", f"--model_config_file={REPO_ROOT / 'm.config'}", "--extra=1"]
 
 
-def test_models_without_a_version_are_the_ones_to_export(cpu_service, tmp_path, model_repo):
-    plan = plan_embedded_server(cpu_service, work_dir=tmp_path, models_dir=model_repo)
-    assert missing_models(plan.models_config, model_repo) == ["digits_xla", "resnet50", "resnet50_xla"]
+def test_models_without_a_version_are_the_ones_to_export(cpu_service, tmp_path):
+    repo = tmp_path / "models"
+    for name in ("digits", "text", "ranker", "resnet50"):
+        (repo / name / "1").mkdir(parents=True)
+    (repo / "digits_xla" / ".export-host-1-abcd").mkdir(parents=True)  # an unfinished export is no version
+    plan = plan_embedded_server(cpu_service, work_dir=tmp_path, models_dir=repo)
+    assert missing_models(plan.models_config, repo) == ["digits_xla", "resnet50_xla"]

@@ -10,8 +10,10 @@ import pytest
 
 from serving import status
 from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import tiny_flags
+from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
 from tests.support.servers import EmbeddedServer
+
+RUNNING_SECONDS = 6.0   # how long the request holding the only batch thread runs
 
 
 def _batching_server(repo, name: str, parameters: str) -> EmbeddedServer:
@@ -36,12 +38,12 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
         answers[key] = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                                   json={"signature_name": "sleep", "instances": [seconds]})
 
-    running = threading.Thread(target=call, args=("running", 3.0))
+    running = threading.Thread(target=call, args=("running", RUNNING_SECONDS))
     running.start()
-    time.sleep(1.0)                     # "running" occupies the only batch thread
+    time.sleep(2.0)                     # "running" occupies the only batch thread
     queued = threading.Thread(target=call, args=("queued", 0.0))
     queued.start()
-    time.sleep(0.5)                     # "queued" fills the only queue slot
+    time.sleep(1.0)                     # "queued" fills the only queue slot
     started = time.monotonic()
     rejected = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                           json={"signature_name": "sleep", "instances": [0.0]})
@@ -50,20 +52,21 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
     queued.join(60)
     assert rejected.status_code == 503, rejected.text
     assert rejected.json() == {"error": "The batch scheduling queue to which this task was submitted is full"}
-    assert rejected_after < 2.0, "a full queue must answer at once, not after the running batch"
+    assert rejected_after < RUNNING_SECONDS - 3.0, "a full queue must answer at once, not after the running batch"
     assert answers["running"].status_code == 200 and answers["queued"].status_code == 200
 
 
 def test_full_queue_over_grpc_is_unavailable(one_slot):
     client = StubGrpcClient(one_slot.grpc_target)
     seconds = lambda s: {"seconds": np.array([s], np.float32)}  # noqa: E731
-    running = threading.Thread(target=client.predict, args=("tiny", seconds(3.0)), kwargs={"signature": "sleep"})
+    running = threading.Thread(target=client.predict, args=("tiny", seconds(RUNNING_SECONDS)),
+                               kwargs={"signature": "sleep"})
     queued = threading.Thread(target=client.predict, args=("tiny", seconds(0.0)), kwargs={"signature": "sleep"})
     try:
         running.start()
-        time.sleep(1.0)
+        time.sleep(2.0)
         queued.start()
-        time.sleep(0.5)
+        time.sleep(1.0)
         with pytest.raises(status.Unavailable):
             client.predict("tiny", seconds(0.0), signature="sleep")
     finally:
@@ -79,26 +82,42 @@ def test_request_larger_than_max_batch_size_is_refused_as_tf_serving_refuses_it(
     assert response.json() == {"error": "Task size 2 is larger than maximum input batch size 1"}
 
 
+def _request_count(server: EmbeddedServer, code: str) -> float:
+    prefix = f':tensorflow:serving:request_count{{model_name="tiny",status="{code}"}} '
+    page = httpx.get(server.rest_url + MONITORING_PATH, timeout=60).text
+    return sum(float(line[len(prefix):]) for line in page.splitlines() if line.startswith(prefix))
+
+
 def test_grpc_deadline_bounds_the_wait_in_the_batch_queue(one_slot):
+    """The server itself gives up at the deadline: the queued call ends DEADLINE_EXCEEDED, not OK later."""
+    before = {code: _request_count(one_slot, code) for code in ("OK", "DEADLINE_EXCEEDED")}
     client = StubGrpcClient(one_slot.grpc_target)
-    running = threading.Thread(target=client.predict, args=("tiny", {"seconds": np.array([3.0], np.float32)}),
+    running = threading.Thread(target=client.predict,
+                               args=("tiny", {"seconds": np.array([RUNNING_SECONDS], np.float32)}),
                                kwargs={"signature": "sleep"})
     try:
         running.start()
-        time.sleep(1.0)
+        time.sleep(2.0)
         with pytest.raises(status.DeadlineExceeded):
             client.predict("tiny", {"x": np.ones((1, 3), np.float32)}, timeout=0.5)
     finally:
         running.join(60)
         client.close()
-    assert client is not None
+    time.sleep(0.5)
+    assert _request_count(one_slot, "DEADLINE_EXCEEDED") - before["DEADLINE_EXCEEDED"] == 1
+    assert _request_count(one_slot, "OK") - before["OK"] == 1   # only the running call
 
 
-def test_large_batch_splitting_serves_requests_larger_than_a_batch(tiny_repo):
-    with _batching_server(tiny_repo, "split", "max_batch_size { value: 2 }\nbatch_timeout_micros { value: 0 }\n"
+def test_large_batch_splitting_serves_requests_larger_than_an_execution_batch(tiny_repo):
+    # TF's rule: with splitting, max_batch_size bounds a request, max_execution_batch_size a run.
+    with _batching_server(tiny_repo, "split", "max_batch_size { value: 8 }\nbatch_timeout_micros { value: 0 }\n"
                           "enable_large_batch_splitting { value: true }\n"
                           "max_execution_batch_size { value: 2 }\nnum_batch_threads { value: 1 }\n") as server:
         rows = [[float(i), 0.0, 1.0] for i in range(5)]
         response = httpx.post(f"{server.rest_url}/v1/models/tiny:predict", timeout=60, json={"instances": rows})
+        page = httpx.get(server.rest_url + MONITORING_PATH, timeout=60).text
     assert response.status_code == 200, response.text
+    runs = [line for line in page.splitlines()
+            if line.startswith(":tensorflow:serving:batching_session:processed_batch_size_count")]
+    assert runs and float(runs[0].split()[-1]) >= 3, runs   # 5 rows in runs of at most 2
     assert [p["total"] for p in response.json()["predictions"]] == [2.0 * (i + 1) for i in range(5)]

@@ -45,8 +45,32 @@ def test_string_signature_takes_bytes_objects(loaded):
 
 
 def test_run_maps_a_tensorflow_invalid_argument_to_invalid_argument(loaded):
-    with pytest.raises(status.InvalidArgument):
-        loaded.run("serving_default", {"x": np.ones((2, 4), np.float32)}, ["y"])
+    with pytest.raises(status.InvalidArgument, match="Could not parse example input"):
+        loaded.run("regression", {"inputs": np.array([b"not an example"], dtype=object)}, ["outputs"])
+    with pytest.raises(status.InvalidArgument, match="Type mismatch: actual double vs. expect float"):
+        loaded.run("serving_default", {"x": np.ones((1, 3), np.float64)}, ["y"])
+
+
+def test_keras3_model_in_a_tf_module_fails_with_failed_precondition_like_tf_serving(tmp_path):
+    """tensorflow/serving#2250: such an export loads, but every run reads unrestored variables."""
+    import keras
+    import tensorflow as tf
+
+    inputs = keras.Input((3,))
+    module = tf.Module()
+    module.model = keras.Model(inputs, keras.layers.Dense(2, name="dense")(inputs))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+    def serve(x):
+        return {"y": module.model(x, training=False)}
+
+    tf.saved_model.save(module, str(tmp_path / "1"), signatures={"serving_default": serve})
+    servable = SavedModelLoader(LoaderOptions()).load("keras", 1, str(tmp_path / "1"))
+    try:
+        with pytest.raises(status.FailedPrecondition, match="^FAILED_PRECONDITION: Could not find variable"):
+            servable.run("serving_default", {"x": np.ones((1, 3), np.float32)}, ["y"])
+    finally:
+        servable.close()
 
 
 def test_run_is_thread_safe_under_concurrent_calls(loaded):

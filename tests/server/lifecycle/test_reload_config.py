@@ -124,3 +124,23 @@ def test_reload_before_start_is_a_programming_error():
 
     with pytest.raises(RuntimeError, match="before start"):
         ServableManager().reload_config(model_server_config())
+
+
+def test_stop_releases_a_reload_still_waiting_for_models(make_manager, tmp_path):
+    (tmp_path / "empty").mkdir()
+    manager = make_manager()
+    outcome = []
+
+    def reload() -> None:
+        try:
+            manager.reload_config(model_server_config(("empty", tmp_path / "empty")))
+        except status.ServingError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=reload)
+    thread.start()
+    wait_for(lambda: manager.model_names() == ["empty"], what="config applied")
+    manager.stop()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert [type(e) for e in outcome] == [status.Cancelled]

@@ -1,0 +1,79 @@
+"""The public methods, written once for all four clients.
+
+Each method builds the protocol generator and hands it to ``self._drive``:
+the sync clients return the value, the async clients return an awaitable of
+it. Argument names and return values are the same everywhere.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from serving.client._protocol import ApiGen, ModelRef, Protocol
+from serving.client._types import ModelMetadata, VersionStatus
+
+__all__ = ["ClientApi"]
+
+Inputs = Any  # an array, or a mapping of input name to array
+
+
+class ClientApi:
+    """predict / classify / regress / metadata / status / reload_config.
+
+    ``version`` and ``label`` choose the servable (at most one; neither means
+    the latest available version). ``timeout`` (seconds) bounds the whole
+    call, retries included; None means the client's default. Failures raise
+    ``serving.client.errors.ServingError`` subclasses.
+    """
+
+    _protocol: Protocol
+
+    def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+        raise NotImplementedError
+
+    def predict(self, model: str, inputs: Inputs, *, version: Optional[int] = None,
+                label: Optional[str] = None, signature: Optional[str] = None,
+                output_filter: Optional[Sequence[str]] = None,
+                timeout: Optional[float] = None) -> dict[str, np.ndarray]:
+        """Run the model: ``{output name: array}`` with the signature's dtypes.
+
+        A bare array is sent as the signature's only input. Arrays decoded
+        from gRPC share the response buffer and are read-only.
+        """
+        gen = self._protocol.predict(ModelRef(model, version, label), inputs, signature, output_filter)
+        return self._drive(gen, timeout)
+
+    def classify(self, model: str, examples: Any, *, context: Optional[Mapping[str, Any]] = None,
+                 version: Optional[int] = None, label: Optional[str] = None,
+                 signature: Optional[str] = None,
+                 timeout: Optional[float] = None) -> list[list[tuple[str, float]]]:
+        """Classify tf.Examples given as dicts: ``[[(label, score), ...] per example]``."""
+        gen = self._protocol.classify(ModelRef(model, version, label), examples, context, signature)
+        return self._drive(gen, timeout)
+
+    def regress(self, model: str, examples: Any, *, context: Optional[Mapping[str, Any]] = None,
+                version: Optional[int] = None, label: Optional[str] = None,
+                signature: Optional[str] = None, timeout: Optional[float] = None) -> np.ndarray:
+        """Regress tf.Examples given as dicts: a float32 array, one value per example."""
+        gen = self._protocol.regress(ModelRef(model, version, label), examples, context, signature)
+        return self._drive(gen, timeout)
+
+    def metadata(self, model: str, *, version: Optional[int] = None, label: Optional[str] = None,
+                 timeout: Optional[float] = None) -> ModelMetadata:
+        """The served version and its signatures (``GetModelMetadata``, ``signature_def``)."""
+        return self._drive(self._protocol.metadata(ModelRef(model, version, label)), timeout)
+
+    def status(self, model: str, *, version: Optional[int] = None, label: Optional[str] = None,
+               timeout: Optional[float] = None) -> list[VersionStatus]:
+        """Versions and their states (``GetModelStatus``); all versions unless one is named."""
+        return self._drive(self._protocol.status(ModelRef(model, version, label)), timeout)
+
+    def reload_config(self, config: Any, *, timeout: Optional[float] = None) -> None:
+        """Replace the server's model list (``HandleReloadConfigRequest``; gRPC only).
+
+        ``config`` is a ``ModelServerConfig`` (the SDK's or the official
+        message) or its text proto. The REST client raises ``Unimplemented``:
+        TF Serving's REST API has no such call.
+        """
+        return self._drive(self._protocol.reload_config(config), timeout)

@@ -1,0 +1,70 @@
+"""The asyncio gRPC client (``grpc.aio``): same methods as ``GrpcClient``, awaited."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import grpc
+import grpc.aio
+
+from serving.client._api import ClientApi
+from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, channel_options
+from serving.client._grpc_protocol import GrpcProtocol, error_from_rpc
+from serving.client._protocol import ApiGen, Call, afinish
+from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry
+
+__all__ = ["AsyncGrpcClient"]
+
+
+class AsyncGrpcClient(ClientApi):
+    """TF Serving over gRPC with asyncio; ``async with`` or ``await close()``.
+
+    The channel is created on the first call, inside the running event loop.
+    """
+
+    def __init__(self, target: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[tuple[str, Any]] = (),
+                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+        self.target, self.timeout, self.retry = target, timeout, retry
+        self._options = channel_options(max_message_bytes, options)
+        self._credentials = credentials
+        self._metadata = tuple(metadata)
+        self._protocol = GrpcProtocol()
+        self._channel: Optional[grpc.aio.Channel] = None
+        self._stubs: dict[str, Any] = {}
+
+    def _stub(self, method: str) -> Any:
+        if self._channel is None:
+            self._channel = (grpc.aio.secure_channel(self.target, self._credentials, self._options)
+                             if self._credentials else grpc.aio.insecure_channel(self.target, self._options))
+        stub = self._stubs.get(method)
+        if stub is None:
+            stub = self._stubs[method] = self._channel.unary_unary(method)
+        return stub
+
+    async def _send_once(self, call: Call, timeout: float) -> bytes:
+        try:
+            return await self._stub(call.method)(call.body, timeout=timeout, metadata=self._metadata or None)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
+
+    async def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+        budget = self.timeout if timeout is None else timeout
+
+        async def send(call: Call) -> bytes:
+            policy = self.retry if call.idempotent else NO_RETRY
+            return await acall_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
+        return await afinish(gen, send)
+
+    async def close(self) -> None:
+        """Close the channel (if one was opened)."""
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._stubs.clear()
+
+    async def __aenter__(self) -> "AsyncGrpcClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

@@ -1,0 +1,107 @@
+"""gRPC requests and answers (TF Serving's messages, as the SDK's wire schema declares them)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from google.protobuf import text_format
+
+from serving import codec, status
+from serving.client._protocol import ApiGen, Call, ModelRef, Protocol, examples_list
+from serving.client._types import ModelMetadata, VersionStatus
+from serving.wire import methods
+from serving.wire import serving_apis_pb2 as apis
+
+__all__ = ["GrpcProtocol", "model_spec", "error_from_rpc", "config_message"]
+
+
+def model_spec(ref: ModelRef, signature: Optional[str] = None) -> apis.ModelSpec:
+    """The ``ModelSpec`` addressing ``ref``."""
+    spec = apis.ModelSpec(name=ref.name, signature_name=signature or "")
+    if ref.version is not None:
+        spec.version.value = int(ref.version)
+    elif ref.label is not None:
+        spec.version_label = ref.label
+    return spec
+
+
+def error_from_rpc(exc: Any) -> status.ServingError:
+    """The SDK exception for a ``grpc.RpcError`` (sync or aio): same code, server's details."""
+    code = status.from_grpc_status(exc.code())
+    return status.error_for(code, exc.details() or "")
+
+
+def config_message(config: Any) -> apis.ModelServerConfig:
+    """A ``ModelServerConfig`` from the wire message, any message with its bytes, or text proto."""
+    if isinstance(config, apis.ModelServerConfig):
+        return config
+    if isinstance(config, str):
+        try:
+            return text_format.Parse(config, apis.ModelServerConfig())
+        except text_format.ParseError as exc:
+            raise status.InvalidArgument(f"invalid ModelServerConfig text proto: {exc}") from exc
+    if hasattr(config, "SerializeToString"):
+        return apis.ModelServerConfig.FromString(config.SerializeToString())
+    raise TypeError("config must be a ModelServerConfig message or its text proto")
+
+
+def _fill_input(input_proto: Any, examples: Any, context: Optional[Mapping[str, Any]]) -> None:
+    target = input_proto.example_list
+    if context is not None:
+        target = input_proto.example_list_with_context
+        codec.example_from_dict(context, target.context)
+    for features in examples_list(examples):
+        codec.example_from_dict(features, target.examples.add())
+
+
+class GrpcProtocol(Protocol):
+    """Builds TF Serving gRPC calls; bodies are serialized messages."""
+
+    def metadata_call(self, ref: ModelRef) -> Call:
+        request = apis.GetModelMetadataRequest(model_spec=model_spec(ref), metadata_field=["signature_def"])
+        return Call(methods.GET_MODEL_METADATA, request.SerializeToString())
+
+    def parse_metadata(self, answer: bytes) -> ModelMetadata:
+        response = apis.GetModelMetadataResponse.FromString(answer)
+        signature_defs = apis.SignatureDefMap()
+        if "signature_def" in response.metadata:
+            packed = response.metadata["signature_def"]
+            if packed.type_url != methods.SIGNATURE_DEF_MAP_TYPE_URL:
+                raise status.Internal(f"unexpected metadata type {packed.type_url!r}")
+            signature_defs.ParseFromString(packed.value)
+        return ModelMetadata.from_wire(response.model_spec, signature_defs)
+
+    def predict(self, ref: ModelRef, inputs: Any, signature: Optional[str],
+                output_filter: Optional[Sequence[str]]) -> ApiGen:
+        named = yield from self.named_inputs(ref, inputs, signature)
+        body = codec.encode_predict_request(ref.name, named, version=ref.version, version_label=ref.label,
+                                            signature_name=signature, output_filter=output_filter or ())
+        answer = yield from self.inference(ref, Call(methods.PREDICT, body))
+        return codec.decode_predict_response(answer)
+
+    def classify(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
+                 signature: Optional[str]) -> ApiGen:
+        request = apis.ClassificationRequest(model_spec=model_spec(ref, signature))
+        _fill_input(request.input, examples, context)
+        answer = yield Call(methods.CLASSIFY, request.SerializeToString())
+        return codec.classification_result_to_list(apis.ClassificationResponse.FromString(answer).result)
+
+    def regress(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
+                signature: Optional[str]) -> ApiGen:
+        request = apis.RegressionRequest(model_spec=model_spec(ref, signature))
+        _fill_input(request.input, examples, context)
+        answer = yield Call(methods.REGRESS, request.SerializeToString())
+        return codec.regression_result_to_array(apis.RegressionResponse.FromString(answer).result)
+
+    def status(self, ref: ModelRef) -> ApiGen:
+        request = apis.GetModelStatusRequest(model_spec=model_spec(ref))
+        answer = yield Call(methods.GET_MODEL_STATUS, request.SerializeToString())
+        response = apis.GetModelStatusResponse.FromString(answer)
+        return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
+
+    def reload_config(self, config: Any) -> ApiGen:
+        request = apis.ReloadConfigRequest(config=config_message(config))
+        answer = yield Call(methods.RELOAD_CONFIG, request.SerializeToString())
+        result = apis.ReloadConfigResponse.FromString(answer).status
+        if result.error_code != status.Code.OK:
+            raise status.error_for(result.error_code, result.error_message)
+        return None

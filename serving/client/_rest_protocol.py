@@ -1,0 +1,122 @@
+"""REST requests and answers, as TF Serving's HTTP API defines them (tf-serving.md §2)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+from urllib.parse import quote
+
+from google.protobuf import json_format
+
+from serving import codec, status
+from serving.client._protocol import ApiGen, Call, ModelRef, Protocol, examples_list
+from serving.client._types import ModelMetadata, Signature, VersionStatus
+from serving.wire import serving_apis_pb2 as apis
+
+__all__ = ["RestProtocol", "model_path", "error_from_http", "CODE_HEADER", "JSON_HEADERS"]
+
+# Optional: a server may name the canonical code of an error (HTTP statuses are
+# shared by several codes: 400 is INVALID_ARGUMENT, FAILED_PRECONDITION and
+# OUT_OF_RANGE). TF Serving does not send it; the HTTP status decides then.
+CODE_HEADER = "x-tfs-stack-code"
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def model_path(ref: ModelRef) -> str:
+    """``/v1/models/NAME[/versions/N | /labels/L]``."""
+    path = f"/v1/models/{quote(ref.name, safe='')}"
+    if ref.version is not None:
+        path += f"/versions/{int(ref.version)}"
+    elif ref.label is not None:
+        path += f"/labels/{quote(ref.label, safe='')}"
+    return path
+
+
+def error_from_http(status_code: int, headers: Mapping[str, str], body: bytes) -> status.ServingError:
+    """The SDK exception for a non-2xx answer: TF Serving's ``{"error": msg}`` body."""
+    code = _code_from_header(headers.get(CODE_HEADER)) or status.from_http_status(status_code)
+    try:
+        doc = codec.json_loads(body)
+        details = doc["error"] if isinstance(doc, dict) and "error" in doc else body.decode("utf-8", "replace")
+    except status.InvalidArgument:
+        details = body.decode("utf-8", "replace") or f"HTTP {status_code}"
+    return status.error_for(code, str(details))
+
+
+def _code_from_header(value: Optional[str]) -> Optional[status.Code]:
+    if not value:
+        return None
+    try:
+        return status.Code[value.strip().upper()] if not value.strip().isdigit() else status.Code(int(value))
+    except (KeyError, ValueError):
+        return None
+
+
+def _parse(message: Any, doc: Any) -> Any:
+    try:
+        return json_format.ParseDict(doc or {}, message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise status.Internal(f"unreadable {type(message).__name__} JSON: {exc}") from exc
+
+
+class RestProtocol(Protocol):
+    """Builds TF Serving REST calls; answers are 2xx bodies.
+
+    ``cast_outputs``: fetch (once per model reference) the signature and cast
+    Predict outputs to its dtypes, so results equal the gRPC client's.
+    """
+
+    def __init__(self, *, cast_outputs: bool = True) -> None:
+        super().__init__()
+        self.cast_outputs = cast_outputs
+
+    def metadata_call(self, ref: ModelRef) -> Call:
+        return Call("GET", None, path=model_path(ref) + "/metadata")
+
+    def parse_metadata(self, answer: bytes) -> ModelMetadata:
+        doc = codec.json_loads(answer)
+        spec = _parse(apis.ModelSpec(), doc.get("model_spec"))
+        signature_doc = dict((doc.get("metadata") or {}).get("signature_def") or {})
+        signature_doc.pop("@type", None)
+        return ModelMetadata.from_wire(spec, _parse(apis.SignatureDefMap(), signature_doc))
+
+    def predict(self, ref: ModelRef, inputs: Any, signature: Optional[str],
+                output_filter: Optional[Sequence[str]]) -> ApiGen:
+        sig: Optional[Signature] = None
+        if self.cast_outputs:
+            sig = yield from self.signature(ref, signature)
+        body = codec.inputs_to_rest_request(inputs, signature_name=signature, row_format=False)
+        answer = yield from self.inference(ref, Call("POST", body, path=model_path(ref) + ":predict"))
+        names = list(sig.outputs) if sig else []
+        dtypes = {name: spec.dtype for name, spec in sig.outputs.items() if spec.dtype is not None} if sig else {}
+        outputs = codec.rest_response_to_outputs(answer, output_names=names, output_dtypes=dtypes)
+        if output_filter:  # TF Serving's REST API has no output filter: drop the rest here
+            missing = [name for name in output_filter if name not in outputs]
+            if missing:
+                raise status.InvalidArgument(f"output_filter names unknown outputs: {missing}")
+            outputs = {name: outputs[name] for name in output_filter}
+        return outputs
+
+    def _examples_call(self, ref: ModelRef, verb: str, examples: Any,
+                       context: Optional[Mapping[str, Any]], signature: Optional[str]) -> Call:
+        body = codec.examples_to_rest_request(examples_list(examples), context=context, signature_name=signature)
+        return Call("POST", body, path=f"{model_path(ref)}:{verb}")
+
+    def classify(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
+                 signature: Optional[str]) -> ApiGen:
+        answer = yield self._examples_call(ref, "classify", examples, context, signature)
+        return codec.rest_response_to_results(answer, method="classify")
+
+    def regress(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
+                signature: Optional[str]) -> ApiGen:
+        answer = yield self._examples_call(ref, "regress", examples, context, signature)
+        return codec.rest_response_to_results(answer, method="regress")
+
+    def status(self, ref: ModelRef) -> ApiGen:
+        answer = yield Call("GET", None, path=model_path(ref))
+        response = _parse(apis.GetModelStatusResponse(), codec.json_loads(answer))
+        return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
+
+    def reload_config(self, config: Any) -> ApiGen:
+        raise status.Unimplemented(
+            "TF Serving's REST API has no ReloadConfig call; use GrpcClient.reload_config "
+            "(ModelService/HandleReloadConfigRequest)")
+        yield  # pragma: no cover  (makes this a generator like the others)

@@ -1,0 +1,132 @@
+"""``python -m serving.client``: call a model from the shell and print JSON.
+
+    python -m serving.client predict  (--grpc HOST:PORT | --rest URL) --model NAME
+                                      [--version N | --label L] [--signature S]
+                                      --input FILE.npy|FILE.npz|FILE.json [--timeout SEC]
+    python -m serving.client metadata (--grpc ... | --rest ...) --model NAME [--version N | --label L]
+    python -m serving.client status   (--grpc ... | --rest ...) --model NAME [--version N | --label L]
+    python -m serving.client classify|regress (--grpc ... | --rest ...) --model NAME [--signature S]
+                                      --input EXAMPLES.json
+
+For predict, ``.npy`` holds one array (the signature's only input); ``.npz``
+one array per input name; ``.json`` a list (the only input) or an object of
+input name to nested lists, converted with the signature's dtypes. For
+classify/regress, the JSON is a list of feature dicts or TF Serving's body
+``{"examples": [...], "context": {...}}``. Errors print
+``{"error": ..., "code": ...}`` on stderr and exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from serving import codec
+from serving.client._api import ClientApi
+from serving.client._grpc import GrpcClient
+from serving.client._rest import RestClient
+from serving.client._types import ModelMetadata, TensorSpec, VersionStatus
+from serving.status import ServingError
+
+__all__ = ["main", "build_parser", "load_inputs"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m serving.client", description="Call TF Serving; print JSON.")
+    parser.add_argument("command", choices=["predict", "classify", "regress", "metadata", "status"])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--grpc", metavar="HOST:PORT")
+    where.add_argument("--rest", metavar="URL")
+    parser.add_argument("--model", required=True)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--version", type=int)
+    which.add_argument("--label")
+    parser.add_argument("--signature")
+    parser.add_argument("--input", type=Path, help=".npy, .npz or .json (predict); .json (classify, regress)")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    return parser
+
+
+def load_inputs(path: Path, signature: Optional[Any]) -> Any:
+    """Inputs from a file; JSON values take the signature's dtypes."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    if suffix != ".json":
+        raise SystemExit(f"--input must be .npy, .npz or .json, not {path.name}")
+    value = codec.json_loads(path.read_bytes())
+    specs = signature.inputs if signature else {}
+    if isinstance(value, dict):
+        return {name: _json_input(item, specs.get(name)) for name, item in value.items()}
+    only = next(iter(specs.values())) if len(specs) == 1 else None
+    return _json_input(value, only)
+
+
+def _json_input(value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
+    if spec is not None and spec.dtype is not None:
+        return codec.json_to_array(value, spec.dtype)
+    return np.asarray(value)
+
+
+def _jsonable_metadata(meta: ModelMetadata) -> dict:
+    def tensors(specs: Any) -> dict:
+        return {name: {"dtype": codec.enum_from_dtype(s.dtype).name if s.dtype is not None else None,
+                       "shape": None if s.shape is None else [-1 if d is None else d for d in s.shape],
+                       "name": s.tensor_name} for name, s in specs.items()}
+    return {"model": meta.model, "version": meta.version,
+            "signatures": {key: {"method_name": sig.method_name, "inputs": tensors(sig.inputs),
+                                 "outputs": tensors(sig.outputs)} for key, sig in meta.signatures.items()}}
+
+
+def _jsonable_status(versions: Sequence[VersionStatus]) -> list:
+    return [{"version": v.version, "state": v.state, "error_code": v.error_code.name,
+             "error_message": v.error_message} for v in versions]
+
+
+def _run(client: ClientApi, args: argparse.Namespace) -> Any:
+    where = {"version": args.version, "label": args.label, "timeout": args.timeout}
+    if args.command == "metadata":
+        return _jsonable_metadata(client.metadata(args.model, **where))
+    if args.command == "status":
+        return _jsonable_status(client.status(args.model, **where))
+    if args.input is None:
+        raise SystemExit(f"{args.command} needs --input")
+    if args.command in ("classify", "regress"):
+        return _examples_call(client, args, where)
+    signature = None
+    if args.input.suffix.lower() == ".json":
+        meta = client.metadata(args.model, **where)
+        signature = meta.signatures.get(args.signature or "serving_default")
+    inputs = load_inputs(args.input, signature)
+    outputs = client.predict(args.model, inputs, signature=args.signature, **where)
+    return {"outputs": {name: codec.array_to_json(value, as_b64=name.endswith(codec.BYTES_SUFFIX))
+                        for name, value in outputs.items()}}
+
+
+def _examples_call(client: ClientApi, args: argparse.Namespace, where: dict) -> Any:
+    doc = codec.json_loads(args.input.read_bytes())
+    examples, context = (doc.get("examples"), doc.get("context")) if isinstance(doc, dict) else (doc, None)
+    call = client.classify if args.command == "classify" else client.regress
+    results = call(args.model, examples, context=context, signature=args.signature, **where)
+    return {"results": results if args.command == "classify" else results.tolist()}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse ``argv``, make one call, print its JSON; 0 on success, 1 on a serving error."""
+    args = build_parser().parse_args(argv)
+    client: ClientApi = GrpcClient(args.grpc, timeout=args.timeout) if args.grpc \
+        else RestClient(args.rest, timeout=args.timeout)
+    try:
+        with client:
+            result = _run(client, args)
+    except ServingError as exc:
+        sys.stderr.write(codec.json_dumps({"error": exc.details, "code": exc.code.name}).decode() + "\n")
+        return 1
+    sys.stdout.write(codec.json_dumps(result).decode() + "\n")
+    return 0

@@ -1,0 +1,104 @@
+"""Every state a version was published in, as ``GetModelStatus`` reports it.
+
+Mirrors TF Serving's ``ServableStateMonitor``: the last state of every
+version ever managed (END ones included), and waiting until models reach
+AVAILABLE or END (``ServerCore::WaitUntilModelsAvailable``).
+
+Thread-safety: guarded by the condition passed in (the manager's); methods
+marked "caller holds the lock" must be called inside ``with condition``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional, Sequence
+
+from serving import status
+from serving.server.state import ManagerState, VersionStatus
+
+__all__ = ["ServableStateMonitor"]
+
+
+class ServableStateMonitor:
+    """Published version states, with a sequence number to tell fresh events from old ones."""
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self._cond = condition
+        self._states: dict[str, dict[int, tuple[VersionStatus, int]]] = {}
+        self._seq = 0
+        self._closed = False
+
+    def close(self) -> None:
+        """Make current and future waits fail with CANCELLED. Caller holds the lock."""
+        self._closed = True
+        self._cond.notify_all()
+
+    def reopen(self) -> None:
+        """Allow waiting again (the manager restarted). Caller holds the lock."""
+        self._closed = False
+
+    def publish(self, name: str, version: int, state: ManagerState,
+                error: Optional[status.ServingError] = None) -> None:
+        """Record a state change and wake waiters. Caller holds the lock."""
+        self._seq += 1
+        entry = VersionStatus(version, state, error.code if error else status.Code.OK,
+                              error.details if error else "")
+        self._states.setdefault(name, {})[version] = (entry, self._seq)
+        self._cond.notify_all()
+
+    def checkpoint(self) -> int:
+        """A mark; ``wait_until_models_available`` only counts events after it. Caller holds the lock."""
+        return self._seq
+
+    def version_states(self, name: str) -> dict[int, VersionStatus]:
+        """version -> last published status. Caller holds the lock."""
+        return {version: entry for version, (entry, _) in self._states.get(name, {}).items()}
+
+    def is_available(self, name: str, version: int) -> bool:
+        """Caller holds the lock."""
+        entry = self._states.get(name, {}).get(int(version))
+        return entry is not None and entry[0].state is ManagerState.AVAILABLE
+
+    def wait_until_models_available(self, names: Sequence[str], since: int,
+                                     timeout: Optional[float] = None) -> None:
+        """Wait until each model's latest version published after ``since`` is AVAILABLE or END.
+
+        Takes the lock itself. Raises ``status.Unknown`` with ServerCore's
+        message if some ended in error, ``status.DeadlineExceeded`` after
+        ``timeout`` seconds (None = no limit), ``status.Cancelled`` once closed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                pending, failed = self._latest_outcomes(names, since)
+                if not pending:
+                    break
+                if self._closed:
+                    raise status.Cancelled(
+                        f"Stopped while waiting for model(s) to load: {', '.join(pending)}")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise status.DeadlineExceeded(
+                        f"Timed out waiting for model(s) to load: {', '.join(pending)}")
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+        if failed:
+            details = "".join(
+                f"{{{{name: {name} version: {st.version}}}{_due_to(st)}}}, " for name, st in failed)
+            raise status.Unknown(f"{len(failed)} model(s) did not become available: {{{details}}}")
+
+    def _latest_outcomes(self, names: Sequence[str], since: int) -> tuple[list, list]:
+        pending, failed = [], []
+        for name in names:
+            fresh = {v: st for v, (st, seq) in self._states.get(name, {}).items() if seq > since}
+            latest = fresh[max(fresh)] if fresh else None
+            if latest is None or latest.state not in (ManagerState.AVAILABLE, ManagerState.END):
+                pending.append(name)
+            elif latest.state is ManagerState.END:
+                failed.append((name, latest))
+        return pending, failed
+
+
+def _due_to(entry: VersionStatus) -> str:
+    if entry.error_code == status.Code.OK:
+        return ""
+    return f" due to error: {entry.error_code.name}: {entry.error_message}"

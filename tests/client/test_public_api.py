@@ -1,0 +1,43 @@
+"""The SDK's public surface is pinned, and importing it loads no TensorFlow."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import serving.client
+import serving.client.errors
+from tests.support.servers import REPO_ROOT
+
+
+def test_public_names_are_pinned():
+    assert serving.client.__all__ == [
+        "GrpcClient", "RestClient", "AsyncGrpcClient", "AsyncRestClient", "RetryPolicy", "NO_RETRY",
+        "ModelMetadata", "Signature", "TensorSpec", "VersionStatus", "ServingError", "errors"]
+    for name in serving.client.__all__:
+        assert getattr(serving.client, name) is not None
+
+
+def test_error_tree_is_serving_status():
+    import serving.status
+    for name in serving.client.errors.__all__:
+        assert getattr(serving.client.errors, name) is getattr(serving.status, name)
+
+
+def test_sync_and_async_clients_have_the_same_methods():
+    import inspect
+    names = ["predict", "classify", "regress", "metadata", "status", "reload_config"]
+    signatures = {cls.__name__: [inspect.signature(getattr(cls, n)) for n in names]
+                  for cls in (serving.client.GrpcClient, serving.client.RestClient,
+                              serving.client.AsyncGrpcClient, serving.client.AsyncRestClient)}
+    assert len({tuple(map(str, s)) for s in signatures.values()}) == 1
+
+
+def test_importing_the_client_loads_neither_tensorflow_nor_tensorflow_serving():
+    code = ("import sys, json; import serving.client; from serving.client import GrpcClient, RestClient; "
+            "GrpcClient('127.0.0.1:1').close(); RestClient('http://127.0.0.1:1').close(); "
+            "print(json.dumps(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('tensorflow', 'tensorflow_serving', 'keras', 'tf_keras'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

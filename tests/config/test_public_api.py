@@ -1,0 +1,26 @@
+"""The public names of the stack's modules (STYLE 8: `__all__` is the API)."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+API = {
+    "serving.config": ["load_model_server_config", "load_batching_parameters", "load_monitoring_config",
+                       "parse_text_proto"],
+    "serving.config.compose": ["ComposeError", "EmbeddedPlan", "compose_command", "load_compose_model",
+                               "volume_map", "remap_server_args", "service_models_config",
+                               "plan_embedded_server"],
+    "serving.config.protos": ["batching_parameters_class", "monitoring_config_class"],
+    "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
+                        "rollback_labels", "served_versions", "ModelServiceClient", "Rollout"],
+    "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
+                   "ensure_commands", "main"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(API))
+def test_all_is_pinned(module):
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(API[module])
+    assert all(hasattr(mod, name) for name in mod.__all__)

@@ -1,0 +1,200 @@
+"""Fast checks of the load-test library's pure parts (no server, no locust in this process)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from loadtest import generator, metrics, payloads, runner, slo, sweep, tune
+from loadtest.metrics import parse_histogram_totals, split_between
+from loadtest.runner import parse_duration
+from loadtest.slo import Gates, evaluate, load_gates
+from loadtest.tune import coordinate_descent, score_levels
+from tests.support.servers import REPO_ROOT
+
+# A page in TF Serving's exposition format (names as prometheus_exporter.cc writes them).
+PAGE_BEFORE = """\
+# TYPE :tensorflow:serving:request_count counter
+:tensorflow:serving:request_count{model_name="digits",status="OK"} 10
+# TYPE :tensorflow:serving:request_latency histogram
+:tensorflow:serving:request_latency_bucket{model_name="digits",API="predict",entrypoint="GRPC",le="10"} 0
+:tensorflow:serving:request_latency_sum{model_name="digits",API="predict",entrypoint="GRPC"} 10000
+:tensorflow:serving:request_latency_count{model_name="digits",API="predict",entrypoint="GRPC"} 10
+:tensorflow:serving:request_latency_sum{model_name="text",API="predict",entrypoint="GRPC"} 99999
+:tensorflow:serving:request_latency_count{model_name="text",API="predict",entrypoint="GRPC"} 7
+:tensorflow:serving:runtime_latency_sum{model_name="digits",API="Predict",runtime="TF1"} 5000
+:tensorflow:serving:runtime_latency_count{model_name="digits",API="Predict",runtime="TF1"} 10
+:tensorflow:serving:batching_session:queuing_latency_sum{thread_pool_name="model_server_batch_threads"} 2000
+:tensorflow:serving:batching_session:queuing_latency_count{thread_pool_name="model_server_batch_threads"} 10
+:tensorflow:serving:batching_session:processed_batch_size_sum 10
+:tensorflow:serving:batching_session:processed_batch_size_count 10
+"""
+PAGE_AFTER = (PAGE_BEFORE
+              .replace('entrypoint="GRPC"} 10000', 'entrypoint="GRPC"} 40000')
+              .replace('API="predict",entrypoint="GRPC"} 10\n', 'API="predict",entrypoint="GRPC"} 20\n')
+              + ':tensorflow:serving:request_latency_sum{model_name="digits",API="predict",entrypoint="REST"} 20000\n'
+              + ':tensorflow:serving:request_latency_count{model_name="digits",API="predict",entrypoint="REST"} 10\n'
+              ).replace('runtime="TF1"} 5000', 'runtime="TF1"} 15000').replace('runtime="TF1"} 10', 'runtime="TF1"} 30') \
+               .replace('batch_threads"} 2000', 'batch_threads"} 8000').replace('batch_threads"} 10', 'batch_threads"} 30') \
+               .replace("processed_batch_size_sum 10", "processed_batch_size_sum 30") \
+               .replace("processed_batch_size_count 10", "processed_batch_size_count 15")
+
+
+def test_server_split_is_the_delta_of_sum_over_count_for_the_model_only():
+    split = split_between(parse_histogram_totals(PAGE_BEFORE, "digits"), parse_histogram_totals(PAGE_AFTER, "digits"))
+    # request latency: (40000 + 20000 - 10000) us over (20 + 10 - 10) requests = 2.5 ms; text's series is ignored
+    assert split.request_ms == pytest.approx(2.5)
+    assert split.requests == 20
+    assert split.runtime_ms == pytest.approx(0.5)           # 10000 us / 20
+    assert split.queue_ms == pytest.approx(0.3)             # 6000 us / 20
+    assert split.batch_size_mean == pytest.approx(4.0)      # 20 rows / 5 batches
+
+
+def test_server_split_is_empty_when_a_scrape_is_missing_or_nothing_was_recorded():
+    assert split_between(None, parse_histogram_totals(PAGE_AFTER)).request_ms is None
+    same = parse_histogram_totals(PAGE_BEFORE, "digits")
+    assert split_between(same, same).queue_ms is None
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("30s", 30), ("2m", 120), ("1h30m", 5400), ("1m30s", 90)])
+def test_durations_parse_like_locust(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "ten", "5x", "3m-"])
+def test_bad_durations_are_rejected(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_each_gate_reports_measured_value_and_limit():
+    summary = {"p99_ms": 12.0, "failure_ratio": 0.01, "rps": 50.0}
+    results = {r.gate: r for r in evaluate(Gates(p99_ms=10, max_failure_ratio=0.05, min_rps=100), summary)}
+    assert not results["p99_ms"].passed and results["p99_ms"].measured == 12.0
+    assert results["max_failure_ratio"].passed
+    assert not results["min_rps"].passed
+    assert "min_rps" in str(results["min_rps"]) and "50" in str(results["min_rps"])
+    assert "BROKEN" in str(results["p99_ms"])
+
+
+def test_unset_gates_are_not_checked():
+    assert evaluate(Gates(), {"p99_ms": 1e9, "failure_ratio": 1.0, "rps": 0.0}) == []
+
+
+def test_gates_file_values_are_overridden_by_flags(tmp_path):
+    path = tmp_path / "slo.json"
+    path.write_text(json.dumps({"p99_ms": 50, "min_rps": 10}))
+    gates = load_gates(path).merged(Gates(p99_ms=20))
+    assert gates == Gates(p99_ms=20, max_failure_ratio=None, min_rps=10)
+
+
+def test_gates_file_with_unknown_gate_is_rejected(tmp_path):
+    path = tmp_path / "slo.json"
+    path.write_text(json.dumps({"p95_ms": 50}))
+    with pytest.raises(ValueError, match="p95_ms"):
+        load_gates(path)
+
+
+def test_target_refuses_version_and_label_together():
+    with pytest.raises(ValueError, match="not both"):
+        payloads.Target(version=2, version_label="stable")
+
+
+def test_published_names_follow_the_exporter():
+    assert payloads.published_name("digits", "xla") == "digits_xla"
+    assert payloads.published_name("resnet50", "trt-fp16") == "resnet50_trt_fp16"
+    with pytest.raises(ValueError):
+        payloads.published_name("digits", "int8")
+
+
+def test_locust_command_selects_user_class_and_forwards_target(tmp_path):
+    spec = runner.RunSpec(scenario="ramp", host="127.0.0.1:8500", protocol="rest", run_time=12, users=4,
+                          target=payloads.Target(model="text", version_label="canary"), out_dir=tmp_path)
+    cmd = runner.locust_command(spec)
+    assert cmd[-1] == "RestUser"
+    assert cmd[cmd.index("--host") + 1] == "http://127.0.0.1:8500"
+    assert cmd[cmd.index("--version-label") + 1] == "canary"
+    assert cmd[cmd.index("--model") + 1] == "text"
+    assert cmd[cmd.index("-f") + 1].endswith("loadtest/locustfiles/ramp.py")
+
+
+def _level(level, rps, p99, errors=0, requests=100):
+    return sweep.LevelResult(level=level, mode="concurrency", throughput_rps=rps, p50_ms=p99 / 2, p90_ms=p99,
+                             p95_ms=p99, p99_ms=p99, avg_ms=p99 / 2, requests=requests, errors=errors,
+                             error_kinds={}, stable=True, windows=3, measured_s=3.0, client_cpu_pct=10.0)
+
+
+def test_score_is_best_throughput_within_budget_and_without_errors():
+    levels = [_level(1, 100, 5), _level(2, 180, 9), _level(4, 300, 12), _level(8, 400, 8, errors=3)]
+    score, best = score_levels(levels, budget_ms=10)
+    assert score == 180 and best.level == 2
+
+
+def test_score_is_zero_when_no_level_meets_the_budget():
+    assert score_levels([_level(1, 100, 50)], budget_ms=10) == (0.0, None)
+
+
+def test_coordinate_descent_climbs_to_the_optimum_within_the_trial_bound():
+    grid = {"num_batch_threads": (1, 2, 4), "max_batch_size": (1, 2, 4, 8, 16, 32),
+            "batch_timeout_micros": (0, 1000, 5000), "max_enqueued_batches": (1, 4, 16)}
+    optimum = {"num_batch_threads": 2, "max_batch_size": 16, "batch_timeout_micros": 1000, "max_enqueued_batches": 4}
+    calls = []
+
+    def measure(p):
+        calls.append(p)
+        return 1000.0 - sum(abs(grid[k].index(p[k]) - grid[k].index(optimum[k])) * 100 for k in p)
+
+    start = {"num_batch_threads": 1, "max_batch_size": 2, "batch_timeout_micros": 0, "max_enqueued_batches": 16}
+    best, scores = coordinate_descent(start, grid, measure, max_trials=30, min_gain=0.01)
+    assert best == optimum
+    assert len(calls) == len(scores) <= 30
+
+
+def test_coordinate_descent_never_exceeds_max_trials():
+    grid = {k: tuple(range(10)) for k in tune.KNOBS}
+    calls = []
+    best, scores = coordinate_descent({k: 0 for k in tune.KNOBS}, grid,
+                                      lambda p: calls.append(p) or float(sum(p.values())), max_trials=5)
+    assert len(calls) == 5 and len(scores) == 5
+
+
+def test_candidate_proto_keeps_allowed_batch_sizes_valid():
+    from google.protobuf import text_format
+    from serving.config.protos import batching_parameters_class
+
+    base = text_format.Parse("max_batch_size { value: 64 } allowed_batch_sizes: [1, 8, 32, 64] "
+                             "pad_variable_length_inputs: true", batching_parameters_class()())
+    proto = tune.candidate_proto({"num_batch_threads": 2, "max_batch_size": 16, "batch_timeout_micros": 500,
+                                  "max_enqueued_batches": 4}, base)
+    assert list(proto.allowed_batch_sizes) == [1, 8, 16]
+    assert proto.max_batch_size.value == 16 and proto.pad_variable_length_inputs
+
+
+def test_written_config_parses_back_with_the_real_loader(tmp_path):
+    from serving.config import load_batching_parameters
+
+    params = {"num_batch_threads": 2, "max_batch_size": 8, "batch_timeout_micros": 250, "max_enqueued_batches": 64}
+    path = tune.write_config(tmp_path / "batching.config", tune.candidate_proto(params), ["measured: 1 -> 2", "ok"])
+    assert path.read_text().startswith("# measured: 1 -> 2\n# ok\n")
+    assert tune.params_of(load_batching_parameters(path)) == params
+
+
+@pytest.mark.parametrize("module", [generator, metrics, payloads, runner, slo, sweep, tune])
+def test_library_modules_declare_all(module):
+    assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
+
+
+def test_importing_the_library_does_not_import_locust_or_gevent():
+    code = ("import sys, loadtest, loadtest.__main__, loadtest.runner, loadtest.sweep, loadtest.tune, "
+            "loadtest.payloads, loadtest.generator, loadtest.servers, loadtest.plots, loadtest.metrics\n"
+            "print(sorted(m for m in ('locust', 'gevent', 'tensorflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_locustfiles_are_not_a_package():
+    assert not (REPO_ROOT / "loadtest" / "locustfiles" / "__init__.py").exists()
+    assert sorted(p.stem for p in (REPO_ROOT / "loadtest" / "locustfiles").glob("*.py")) == sorted(runner.SCENARIOS)

@@ -1,0 +1,50 @@
+"""``python -m monitoring.local`` runs Debian's Prometheus with the shipped rules
+against loopback targets (what ``make monitor`` runs)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.monitoring import promql
+from tests.support.ports import free_port
+from tests.support.servers import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (make debs)")
+
+
+def test_monitoring_local_serves_prometheus_with_the_shipped_rules_and_loopback_targets(tmp_path):
+    port, tfserving_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitoring.local", f"--listen=127.0.0.1:{port}", f"--storage={tmp_path}",
+         f"--tfserving=127.0.0.1:{tfserving_port}", "--scrape-interval=1s"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
+            try:
+                if httpx.get(f"{base}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        groups = httpx.get(f"{base}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        loaded = {rule["name"] for group in groups for rule in group["rules"]}
+        shipped = {rule.get("record") or rule.get("alert") for rule in promql.rules()}
+        assert loaded == shipped
+        urls: set[str] = set()
+        while len(urls) < 2 and time.monotonic() < deadline:   # discovery runs just after ready
+            time.sleep(0.2)
+            targets = httpx.get(f"{base}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+            urls = {t["scrapeUrl"] for t in targets}
+        assert f"http://127.0.0.1:{tfserving_port}/monitoring/prometheus/metrics" in urls
+        assert f"http://127.0.0.1:{port}/metrics" in urls
+        assert (tmp_path / "prometheus.yml").is_file()
+    finally:
+        proc.terminate()
+        proc.wait(30)

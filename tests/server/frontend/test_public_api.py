@@ -1,0 +1,46 @@
+"""The front-end modules' public names are pinned (``__all__``), and importing them has no side effects."""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.servers import REPO_ROOT
+
+PUBLIC = {
+    "serving.server.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelSpec", "Prediction",
+                                 "DataPlane", "remaining_seconds"},
+    "serving.server.batching_adapter": {"BatchingRunWrapper"},
+    "serving.server.grpc_frontend": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"},
+    "serving.server.rest_frontend": {"RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
+                                     "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX"},
+    "serving.server.flags": {"ServerFlags", "CommandLine", "FlagError", "parse_flags", "log_no_effect",
+                             "validate_flags", "usage", "NO_EFFECT_FLAGS", "DEFAULT_REST_API_MAX_BODY_BYTES"},
+    "serving.server.server": {"ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"},
+    "serving.server.main": {"main", "version_text", "DRAIN_GRACE_SECONDS"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_all_is_pinned_and_every_name_exists(module):
+    imported = importlib.import_module(module)
+    assert set(imported.__all__) == PUBLIC[module]
+    for name in imported.__all__:
+        assert hasattr(imported, name), name
+
+
+def test_importing_the_server_loads_neither_tensorflow_nor_grpc_servers():
+    code = ("import sys, serving.server.main, serving.server.server, serving.server.flags; "
+            "print('tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_grpc_channel_arguments_are_parsed_like_tf_serving():
+    from serving.server.grpc_frontend import parse_channel_arguments
+
+    assert parse_channel_arguments("grpc.max_connection_age_ms=2000, grpc.primary_user_agent=tfs") == [
+        ("grpc.max_connection_age_ms", 2000), ("grpc.primary_user_agent", "tfs")]
+    assert parse_channel_arguments("") == []

@@ -1,0 +1,51 @@
+"""The lifecycle modules' public API is pinned: changing it must be deliberate."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "servable": {"TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"},
+    "loader": {"LoaderOptions", "SavedModelLoader"},
+    "source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
+               "list_versions"},
+    "manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"},
+    "warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"},
+    "inference": {"DEFAULT_SIGNATURE", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
+                  "CLASSIFY_OUTPUT_SCORES", "REGRESS_INPUTS", "REGRESS_OUTPUTS", "rest_signature",
+                  "predict", "classify", "regress", "serialized_examples"},
+    "state": {"ManagerState", "VersionStatus"},
+    "policy": {"HarnessState", "VersionSnapshot", "Action", "next_action"},
+    "harness": {"VersionHarness"},
+    "labels": {"LABEL_PATTERN", "LabelMap", "build_label_map"},
+    "model_config": {"TENSORFLOW_PLATFORM", "model_platform", "validate_model_config_list"},
+    "retrier": {"retry"},
+    "state_monitor": {"ServableStateMonitor"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_all_is_pinned_and_every_name_exists(module):
+    mod = importlib.import_module(f"serving.server.{module}")
+    assert set(mod.__all__) == PUBLIC[module]
+    assert all(hasattr(mod, name) for name in mod.__all__)
+
+
+def test_manager_states_equal_the_get_model_status_proto_numbers():
+    from tensorflow_serving.apis import get_model_status_pb2
+
+    from serving.server.state import ManagerState
+
+    proto = get_model_status_pb2.ModelVersionStatus.State
+    assert {s.name: int(s) for s in ManagerState} == {n: proto.Value(n) for n in proto.keys()}
+
+
+def test_importing_the_lifecycle_does_not_import_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; import serving.server.manager, serving.server.inference; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
