@@ -164,7 +164,7 @@ def independent_predict_rate(target: str, payload, concurrency: int, seconds: fl
     stop = threading.Event()
 
     def worker(i: int) -> None:
-        with grpc.insecure_channel(target) as channel:
+        with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
             stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
             stub.Predict(request, timeout=30)  # connect before the clock starts
             barrier.wait()

@@ -68,10 +68,25 @@ def _check_available(variant: Variant, name: str) -> None:
             f"run it in the compose stack's GPU exporter image: {trt.GPU_COMMAND.format(model=name)}")
 
 
+def _expose_keras_variables(module: Any) -> None:
+    """Make a Keras 3 model's variables restorable by a TF1 Session loader.
+
+    Saving a ``tf.Module`` that holds a Keras 3 model writes signatures that
+    read the underlying ``tf.Variable`` objects, while the checkpoint tracks
+    only Keras' wrappers. TF Serving's loader (a Session) then fails with
+    "Could not find variable ..." (tensorflow/serving#2250). Tracking the
+    ``tf.Variable`` objects themselves makes the restore fill them.
+    """
+    model = getattr(module, "model", None)
+    if model is not None and not hasattr(module, "tf_variables"):
+        module.tf_variables = [getattr(v, "value", v) for v in model.variables]
+
+
 def _save(variant: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any], dest: Path,
           batch_sizes: Sequence[int]) -> None:
     import tensorflow as tf
 
+    _expose_keras_variables(built.module)
     if variant.name == "fp32":
         tf.saved_model.save(built.module, str(dest), signatures=dict(functions))
     elif variant.name == "xla":

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 
 from exporter.manifest import SignatureInfo, TensorInfo
-from serving.codec import dtype_from_enum
+from serving.codec import dtype_from_enum, example_from_dict
 
 __all__ = [
     "SERVING_DEFAULT",
@@ -53,30 +53,15 @@ def describe_signatures(saved_model_dir: Union[str, Path]) -> dict[str, Signatur
     return infos
 
 
-def _feature(value: Any, feature: Any) -> None:
-    values = np.asarray(value).reshape(-1)
-    if values.dtype.kind == "f":
-        feature.float_list.value.extend(values.astype(np.float32).tolist())
-    elif values.dtype.kind in ("i", "u", "b"):
-        feature.int64_list.value.extend(values.astype(np.int64).tolist())
-    else:
-        feature.bytes_list.value.extend(v.encode("utf-8") if isinstance(v, str) else bytes(v)
-                                        for v in values)
-
-
 def serialize_examples(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """Serialized ``tf.train.Example`` protos (an object array of bytes), one per row.
 
-    Floats go to ``float_list``, integers to ``int64_list``, str/bytes to
-    ``bytes_list`` — the layout ``tf.io.parse_example`` and TF Serving's
-    Classify/Regress expect.
+    Built with the codec's ``example_from_dict`` (TF Serving's rules: floats
+    to ``float_list``, integers to ``int64_list``, str/bytes to
+    ``bytes_list``), the layout ``tf.io.parse_example`` and Classify/Regress expect.
     """
     from tensorflow.core.example import example_pb2
 
     out = np.empty(len(rows), dtype=object)
-    for i, row in enumerate(rows):
-        example = example_pb2.Example()
-        for name, value in row.items():
-            _feature(value, example.features.feature[name])
-        out[i] = example.SerializeToString()
+    out[:] = [example_from_dict(row, example_pb2.Example()).SerializeToString() for row in rows]
     return out

@@ -35,7 +35,8 @@ def grpc_transport(target: str, payload: Payload, timeout: float = 30.0) -> Tran
         import grpc
 
         channel = grpc.insecure_channel(target, options=[
-            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+            ("grpc.use_local_subchannel_pool", 1)])  # its own TCP connection, like a separate client
         call = channel.unary_unary(payload.grpc_method)
         request = payload.grpc_request
 

@@ -154,7 +154,8 @@ class GrpcPredictUser(_ThinkTime, User):
         self.payload = payload_for(environment)
         self.timeout = float(environment.parsed_options.request_timeout)
         self.channel = grpc.insecure_channel(_grpc_target(self.host), options=[
-            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+            ("grpc.use_local_subchannel_pool", 1)])  # its own TCP connection, like a separate client
         self._call = self.channel.unary_unary(self.payload.grpc_method)  # bytes in, bytes out
         self._name = f"Predict {self.payload.label}"
 

@@ -236,8 +236,15 @@ def array_to_json(array: Any, *, as_b64: bool = False) -> Any:
     Numeric arrays are returned as they are (``json_dumps`` writes them fast,
     non-finite values included). String tensors become nested lists of text;
     with ``as_b64`` (outputs named ``*_bytes``) or for ``bytes`` that are not
-    UTF-8, elements become ``{"b64": ...}``.
+    UTF-8, elements become ``{"b64": ...}``. Python lists keep their values
+    (only ``bytes`` and arrays inside them are converted).
     """
+    if isinstance(array, (list, tuple)):
+        return [array_to_json(item, as_b64=as_b64) for item in array]
+    if isinstance(array, (bytes, bytearray, str)):
+        return _string_json(array if isinstance(array, str) else bytes(array), as_b64)
+    if isinstance(array, (int, float, bool, dict)) or array is None:
+        return array
     arr = np.asarray(array)
     if arr.dtype.kind not in "OSU":
         return arr

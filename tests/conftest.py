@@ -21,7 +21,8 @@ SMALL_MODELS = ("digits", "text", "ranker")
 
 def _exporter_hash() -> str:
     digest = hashlib.sha256()
-    for path in sorted((REPO_ROOT / "exporter").rglob("*.py")) + [REPO_ROOT / "serving" / "codec.py"]:
+    sources = sorted((REPO_ROOT / "exporter").rglob("*.py")) + sorted((REPO_ROOT / "serving").glob("*codec*.py"))
+    for path in sources:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

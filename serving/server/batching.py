@@ -68,6 +68,11 @@ BatchFn = Callable[[Tensors], Mapping[str, np.ndarray]]
 
 QUEUE_FULL_MESSAGE = "The batch scheduling queue to which this task was submitted is full"
 
+# TF Serving's model server creates its batching sessions with thread_pool_name ""
+# (batching_session.cc CreateBatchingSession, 2.17.1 and HEAD), so the real server
+# exports queuing_latency{thread_pool_name=""} whatever the pool is called.
+_QUEUING_LATENCY_POOL_LABEL = ""
+
 
 def _default_num_batch_threads() -> int:
     """TF's ``port::MaxParallelism()``: the CPUs this process may run on."""
@@ -444,7 +449,7 @@ class BatchQueue:
         dequeued = time.monotonic()
         if metrics is not None:
             for task in batch.tasks:
-                metrics.record_queuing_latency(options.thread_pool_name, (dequeued - task.enqueued) * 1e6)
+                metrics.record_queuing_latency(_QUEUING_LATENCY_POOL_LABEL, (dequeued - task.enqueued) * 1e6)
         tasks = [task for task in batch.tasks if task.claim()]
         if not tasks:
             return
@@ -471,7 +476,8 @@ class BatchScheduler:
 
     Threads take batches from the queues round-robin, so a busy queue cannot
     starve the others. ``metrics`` (a ``ServerMetrics``) receives TF Serving's
-    ``batching_session`` metrics. Lifecycle: ``start()`` once, ``stop()`` once
+    ``batching_session`` metrics, labelled as the real server labels them
+    (``queuing_latency{thread_pool_name=""}``). Lifecycle: ``start()`` once, ``stop()`` once
     (idempotent; drains every queue first). Thread-safe.
     """
 

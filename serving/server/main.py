@@ -3,8 +3,8 @@
 Parses TF Serving's flags (``serving.server.flags``), starts ``ModelServer``
 and serves until SIGTERM or SIGINT, which drain: the listeners close, running
 requests finish (up to ``DRAIN_GRACE_SECONDS``), then the process exits 0.
-Exit codes follow ``main.cc``: 0 after ``--version`` or a drain, 255 (``-1``)
-for a bad flag value or a server that fails to start.
+Exit codes follow ``main.cc``: 0 after ``--version``, ``--help`` or a drain,
+255 (``-1``) for a bad flag value or a server that fails to start.
 """
 from __future__ import annotations
 
@@ -44,8 +44,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s] %(message)s",
                         datefmt="%Y-%m-%d %H:%M:%S")
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if "--help" in arguments or "-h" in arguments:
+        sys.stdout.write(server_flags.usage())
+        return 0
     try:
-        command_line = server_flags.parse_flags(sys.argv[1:] if argv is None else argv)
+        command_line = server_flags.parse_flags(arguments)
     except server_flags.FlagError as exc:
         logger.error("%s", exc)
         sys.stdout.write(server_flags.usage())

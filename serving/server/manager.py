@@ -87,6 +87,7 @@ class ServableManager:
         self._pending: dict[str, list[AspiredVersion]] = {}
         self._labels: LabelMap = {}
         self._config: Any = None
+        self._model_names: list[str] = []
         self._config_lock = threading.Lock()
         self._source = FileSystemSource(self._on_aspired_versions, file_system_poll_wait_seconds)
         self._workers: Optional[ThreadPoolExecutor] = None
@@ -165,6 +166,7 @@ class ServableManager:
                     allow_version_labels=self._allow_labels,
                     allow_unavailable=self._allow_unavailable_labels)
                 self._labels = labels
+                self._model_names = [m.name for m in models]
                 start = self._monitor.checkpoint()
             new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
             self._config = type(config)()
@@ -248,10 +250,8 @@ class ServableManager:
 
     def model_names(self) -> list[str]:
         """Names of the models in the current config, in config order."""
-        with self._config_lock:
-            if self._config is None:
-                return []
-            return [m.name for m in self._config.model_config_list.config]
+        with self._cond:
+            return list(self._model_names)
 
     def version_labels(self, name: str) -> dict[str, int]:
         """The labels of ``name`` (label -> version) currently in force."""

@@ -374,7 +374,8 @@ def test_batching_metrics_are_recorded(metrics):
         results([first, *futures])
     page = metrics.render().decode()
     assert ":tensorflow:serving:batching_session:wrapped_run_count{} 2\n" in page
-    assert ':tensorflow:serving:batching_session:queuing_latency_count{thread_pool_name="pool"} 4\n' in page
+    # TF Serving's model server labels queuing latency with an empty pool name, whatever the pool.
+    assert ':tensorflow:serving:batching_session:queuing_latency_count{thread_pool_name=""} 4\n' in page
     # TF records one input_batch_size sample per input tensor of every task.
     assert ":tensorflow:serving:batching_session:input_batch_size_count{} 7\n" in page
     assert ":tensorflow:serving:batching_session:processed_batch_size_sum{} 4\n" in page
@@ -398,3 +399,12 @@ def test_many_concurrent_submitters_each_get_their_own_result():
             thread.join(WAIT)
     assert len(outputs) == 3200 and all(total == 2 * i for i, total in outputs.items())
     assert max(model.sizes) <= 16
+
+
+def test_one_pool_of_num_batch_threads_named_after_the_pool_serves_all_queues():
+    with BatchScheduler(BatchingOptions(num_batch_threads=3, thread_pool_name="shared_pool")) as scheduler:
+        first, second = scheduler.queue(Model(), "a"), scheduler.queue(Model(), "b")
+        results([first.submit(rows(1)), second.submit(rows(2))])
+        names = sorted(t.name for t in threading.enumerate() if t.name.startswith("shared_pool_"))
+    assert names == ["shared_pool_0", "shared_pool_1", "shared_pool_2"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("shared_pool_")]  # stop() joined them

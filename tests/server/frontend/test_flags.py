@@ -194,3 +194,41 @@ def test_bad_flag_value_prints_usage_and_exits_255():
     assert result.returncode == 255
     assert "Couldn't interpret value eighty for flag port." in result.stderr
     assert "--rest_api_timeout_in_ms=30000" in result.stdout
+
+
+def test_help_prints_every_flag_with_its_default():
+    result = _run_module("--help")
+    assert result.returncode == 0
+    for name in TF_SERVING_2_17_1_FLAGS:
+        assert f"--{name}=" in result.stdout, name
+
+
+@pytest.mark.parametrize("compose_file", ["docker-compose.yml", "docker-compose.cpu.yml"])
+def test_the_compose_files_tf_serving_command_line_parses_without_unknown_flags(compose_file):
+    import re
+
+    import yaml
+
+    path = REPO_ROOT / compose_file
+    if not path.exists():
+        pytest.skip(f"{compose_file} is not in this checkout")
+    class ComposeLoader(yaml.SafeLoader):
+        """Compose's merge tags (!override, !reset) keep their node's plain value."""
+
+    def plain(loader, _suffix, node):
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node)
+        return loader.construct_scalar(node)
+
+    ComposeLoader.add_multi_constructor("!", plain)
+    services = yaml.load(path.read_text(), Loader=ComposeLoader)["services"]
+    command = next(s["command"] for s in services.values()
+                   if isinstance(s.get("command"), list) and any(str(a).startswith("--port=") for a in s["command"]))
+    # ${VAR:-default} as compose expands it with the variable unset.
+    argv = [re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(arg)) for arg in command]
+    command_line = parse_flags(argv)
+    assert command_line.unknown == ()
+    validate_flags(command_line.flags)
+    assert command_line.flags.enable_batching and command_line.flags.allow_version_labels_for_unavailable_models
