@@ -37,9 +37,9 @@ class ExportError(RuntimeError):
 
 
 def source_hash() -> str:
-    """sha256 of the exporter's code (and the codec it uses) that builds every model."""
+    """sha256 of the code that builds every model: the exporter and the codec modules it uses."""
     digest = hashlib.sha256()
-    for path in sorted((_ROOT / "exporter").rglob("*.py")) + [_ROOT / "serving" / "codec.py"]:
+    for path in sorted((_ROOT / "exporter").rglob("*.py")) + sorted((_ROOT / "serving").glob("*codec*.py")):
         digest.update(path.relative_to(_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -68,36 +68,42 @@ def _check_available(variant: Variant, name: str) -> None:
             f"run it in the compose stack's GPU exporter image: {trt.GPU_COMMAND.format(model=name)}")
 
 
-def _expose_keras_variables(module: Any) -> None:
-    """Make a Keras 3 model's variables restorable by a TF1 Session loader.
+def _variables_module(functions: Mapping[str, Any]) -> Any:
+    """A ``tf.Module`` that tracks exactly the ``tf.Variable`` objects the signatures read.
 
-    Saving a ``tf.Module`` that holds a Keras 3 model writes signatures that
-    read the underlying ``tf.Variable`` objects, while the checkpoint tracks
-    only Keras' wrappers. TF Serving's loader (a Session) then fails with
-    "Could not find variable ..." (tensorflow/serving#2250). Tracking the
-    ``tf.Variable`` objects themselves makes the restore fill them.
+    Saving the Keras 3 model itself would checkpoint Keras' variable wrappers
+    (and the optimizer's state) while the signatures read the underlying
+    ``tf.Variable`` objects: ``tf.saved_model.load`` copes, but a TF1
+    Session loader — TF Serving's — fails with "Could not find variable ..."
+    (tensorflow/serving#2250). Tracking the captured variables themselves
+    makes both loaders restore them, and stores each weight once.
     """
-    model = getattr(module, "model", None)
-    if model is not None and not hasattr(module, "tf_variables"):
-        module.tf_variables = [getattr(v, "value", v) for v in model.variables]
+    import tensorflow as tf
+
+    captured: dict[int, Any] = {}
+    for function in functions.values():
+        for variable in function.get_concrete_function().variables:
+            captured.setdefault(id(variable), variable)
+    module = tf.Module()
+    module.serving_variables = list(captured.values())
+    return module
 
 
 def _save(variant: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any], dest: Path,
           batch_sizes: Sequence[int]) -> None:
     import tensorflow as tf
 
-    _expose_keras_variables(built.module)
-    if variant.name == "fp32":
-        tf.saved_model.save(built.module, str(dest), signatures=dict(functions))
-    elif variant.name == "xla":
+    if variant.name == "xla":
         from exporter.variants.xla import xla_signatures
 
-        tf.saved_model.save(built.module, str(dest), signatures=xla_signatures(built))
+        functions = xla_signatures(built)
+    if variant.name in ("fp32", "xla"):
+        tf.saved_model.save(_variables_module(functions), str(dest), signatures=dict(functions))
     else:
         from exporter.variants import trt
 
         with tempfile.TemporaryDirectory(prefix="tfs-stack-fp32-") as fp32:
-            tf.saved_model.save(built.module, fp32, signatures=dict(functions))
+            tf.saved_model.save(_variables_module(functions), fp32, signatures=dict(functions))
             trt.convert(Path(fp32), dest, built.golden_inputs["serving_default"], batch_sizes)
 
 

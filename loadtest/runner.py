@@ -139,8 +139,8 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
     (locust failed, was killed at the bound, or made no requests).
     """
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
-    for stale in Path(spec.out_dir).glob(f"{spec.prefix.name}_exact_*.bin"):
-        stale.unlink()
+    for stale in [*Path(spec.out_dir).glob(f"{spec.prefix.name}_exact_*.bin"), Path(f"{spec.prefix}_final.json")]:
+        stale.unlink(missing_ok=True)
     log_path = Path(f"{spec.prefix}.log")
     returncode, timed_out = _run_bounded(locust_command(spec), log_path,
                                          spec.run_time + spec.stop_timeout + grace)
@@ -209,8 +209,9 @@ def summarize_csv(prefix: Path) -> dict[str, Any]:
     (``loadtest.users.ExactLatencies``); otherwise locust's rounded ones.
     """
     row = _aggregated_row(Path(f"{prefix}_stats.csv"))
-    requests = int(row.get("Request Count", 0) or 0)
-    failures = int(row.get("Failure Count", 0) or 0)
+    final = _final(Path(f"{prefix}_final.json"))
+    requests = int(final.get("requests", row.get("Request Count", 0)) or 0)
+    failures = int(final.get("failures", row.get("Failure Count", 0)) or 0)
     exact = _exact_latencies(Path(prefix))
     if exact is not None and exact.size:
         values = np.percentile(exact, [50, 90, 95, 99])
@@ -220,13 +221,23 @@ def summarize_csv(prefix: Path) -> dict[str, Any]:
     return {
         "requests": requests, "failures": failures,
         "failure_ratio": failures / requests if requests else 0.0,
-        "rps": _num(row.get("Requests/s")), "avg_ms": _num(row.get("Average Response Time")),
-        **pct, "max_ms": _num(row.get("Max Response Time")),
+        "rps": final.get("rps", _num(row.get("Requests/s"))),
+        "avg_ms": final.get("avg_ms", _num(row.get("Average Response Time"))),
+        **pct, "max_ms": final.get("max_ms", _num(row.get("Max Response Time"))),
         "percentiles": "exact" if exact is not None and exact.size else "locust (2 significant digits)",
         "latency_samples": int(exact.size) if exact is not None else 0,
-        "failures_by_error": _failures(Path(f"{prefix}_failures.csv")),
+        "failures_by_error": final.get("errors", _failures(Path(f"{prefix}_failures.csv"))),
+        "totals": "final" if final else "locust CSV (written once a second; may miss the last second)",
         "drift": _drift(Path(f"{prefix}_stats_history.csv")),
     }
+
+
+def _final(path: Path) -> dict[str, Any]:
+    """The totals ``ExactLatencies`` wrote when locust quit, or {}."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _exact_latencies(prefix: Path) -> Optional[np.ndarray]:

@@ -41,6 +41,7 @@ __all__ = [
     "write_config",
     "add_arguments",
     "run_tune",
+    "warmup_batch_floor",
 ]
 
 KNOBS = ("num_batch_threads", "max_batch_size", "batch_timeout_micros", "max_enqueued_batches")
@@ -225,6 +226,18 @@ class _Bench:
         return trial
 
 
+def warmup_batch_floor(target: Target) -> int:
+    """The largest batch the model's warmup requests send (from its manifest), 0 if unknown.
+
+    A ``max_batch_size`` below it fails the load ("Task size N is larger than
+    maximum input batch size M"), so the search never goes there.
+    """
+    from exporter.manifest import load_manifest
+
+    sizes = load_manifest(target.version_dir()).warmup.get("batch_sizes") or []
+    return max(int(s) for s in sizes) if sizes else 0
+
+
 def _fmt(params: dict[str, int]) -> str:
     return " ".join(f"{k}={params[k]}" for k in KNOBS)
 
@@ -247,11 +260,18 @@ def run_tune(args) -> int:
     target = Target(model=args.model, variant=args.variant.split(",")[0], signature=args.signature,
                     batch_size=args.batch_size, model_repo=args.model_repo)
     baseline = load_batching_parameters(args.baseline_config)
-    start = params_of(baseline)
+    start, grid, floor = params_of(baseline), _grid(args), warmup_batch_floor(target)
+    if floor:
+        grid["max_batch_size"] = tuple(v for v in grid["max_batch_size"] if v >= floor) or (floor,)
+        if start["max_batch_size"] < floor:
+            print(f"note: baseline max_batch_size {start['max_batch_size']} is below the largest warmup batch "
+                  f"({floor}) of {target.name}; TF Serving would fail the load, so the baseline runs with "
+                  f"max_batch_size {floor}", flush=True)
+            start["max_batch_size"] = floor
     bench = _Bench(args, target, baseline)
     print(f"tuning {target.name} over {args.protocol}: p99 budget {args.p99_budget_ms} ms, "
           f"at most {args.max_trials} trials, baseline {args.baseline_config}: {_fmt(start)}", flush=True)
-    best, _ = coordinate_descent(start, _grid(args), lambda p: bench.measure(p, "search").score_rps,
+    best, _ = coordinate_descent(start, grid, lambda p: bench.measure(p, "search").score_rps,
                                  max_trials=args.max_trials, min_gain=args.min_gain)
     final_base = bench.measure(start, "baseline")
     final_best = bench.measure(best, "tuned") if best != start else final_base

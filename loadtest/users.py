@@ -61,11 +61,14 @@ def prepare_locustfile(events: Any) -> None:
 
 
 class ExactLatencies:
-    """Every response time (ms, float) of this process, written as ``<csv prefix>_exact_<pid>.bin`` at quit.
+    """Exact response times and final totals, written when locust quits (after every user stopped).
 
-    Locust keeps response times rounded to two significant digits; the runner
-    reads these files to report exact percentiles of the same population
-    (all requests, as locust counts them). 8 bytes a request.
+    Locust keeps response times rounded to two significant digits and writes
+    its CSV files only once a second (the last second is missing from them).
+    This listener writes every response time of its process (ms, 8 bytes
+    each) to ``<csv prefix>_exact_<pid>.bin``, and, in the process that holds
+    the totals (not a worker), ``<csv prefix>_final.json``: requests,
+    failures, throughput and errors as locust prints them at the end.
     """
 
     def __init__(self) -> None:
@@ -77,12 +80,23 @@ class ExactLatencies:
         self.times.append(response_time)
 
     def on_quitting(self, environment: Any, **_: Any) -> None:
+        import json
         import os
 
         prefix = getattr(environment.parsed_options, "csv_prefix", None)
-        if prefix and self.times:
+        if not prefix:
+            return
+        if self.times:
             with open(f"{prefix}_exact_{os.getpid()}.bin", "wb") as handle:
                 self.times.tofile(handle)
+        if type(environment.runner).__name__ != "WorkerRunner":
+            total = environment.stats.total
+            final = {"requests": total.num_requests, "failures": total.num_failures, "rps": total.total_rps,
+                     "avg_ms": total.avg_response_time, "max_ms": total.max_response_time,
+                     "errors": {f"{e.method} {e.name}: {e.error}": e.occurrences
+                                for e in environment.stats.errors.values()}}
+            with open(f"{prefix}_final.json", "w") as handle:
+                json.dump(final, handle)
 
 
 def _check_payload(environment: Any, **_: Any) -> None:

@@ -15,6 +15,8 @@ SEED = 0
 class BuiltModel:
     """A trained (or seeded) zoo model, ready to be traced into signatures.
 
+    The exporter saves exactly the variables the traced signatures read
+    (not the Keras objects), so ``core`` only needs to close over the model.
     ``core`` is the numeric part of the model (no string ops, no parsing); a
     variant may wrap it, e.g. ``tf.function(core, jit_compile=True)`` for XLA.
     ``make_signatures(core)`` returns ``{signature key: tf.function}``, each
@@ -25,7 +27,6 @@ class BuiltModel:
     """
 
     name: str
-    module: Any
     core: Callable[..., Any]
     make_signatures: Callable[[Callable[..., Any]], dict[str, Any]]
     golden_inputs: Mapping[str, Mapping[str, np.ndarray]]

@@ -56,11 +56,8 @@ def build(*, progress: bool = True) -> BuiltModel:
     predicted = np.argmax(model.predict(x_test, verbose=0), axis=-1)
     accuracy = float(np.mean(predicted == y_test))
 
-    module = tf.Module()
-    module.model = model
-
     def core(images):
-        return module.model(images, training=False)
+        return model(images, training=False)
 
     def make_signatures(core_fn):
         spec = tf.TensorSpec([None, 8, 8, 1], tf.float32, name="images")
@@ -78,7 +75,7 @@ def build(*, progress: bool = True) -> BuiltModel:
 
     golden = {"images": x_test[:GOLDEN_ROWS]}
     return BuiltModel(
-        name="digits", module=module, core=core, make_signatures=make_signatures,
+        name="digits", core=core, make_signatures=make_signatures,
         golden_inputs={"serving_default": golden, "logits": golden},
         labels={"serving_default": y_test[:GOLDEN_ROWS], "logits": y_test[:GOLDEN_ROWS]},
         top1_outputs={"serving_default": "probabilities", "logits": "logits"},

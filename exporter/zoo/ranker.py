@@ -65,11 +65,8 @@ def build(*, progress: bool = True) -> BuiltModel:
              "item_bias": rng.normal(size=NUM_ITEMS)}
     train, test = _clicks(20_000, rng, truth), _clicks(5_000, rng, truth)
     model = _network()
-    module = tf.Module()
-    module.model = model
-
     def core(user_id, item_id, features):
-        score, user_vec = module.model(
+        score, user_vec = model(
             [tf.math.floormod(user_id, NUM_USERS), tf.math.floormod(item_id, NUM_ITEMS), features],
             training=False)
         return tf.squeeze(score, axis=-1), user_vec
@@ -104,7 +101,7 @@ def build(*, progress: bool = True) -> BuiltModel:
     golden = {k: test[k][:GOLDEN_ROWS] for k in ("user_id", "item_id", "features")}
     examples = serialize_examples([{k: v[i] for k, v in golden.items()} for i in range(GOLDEN_ROWS)])
     return BuiltModel(
-        name="ranker", module=module, core=core, make_signatures=make_signatures,
+        name="ranker", core=core, make_signatures=make_signatures,
         golden_inputs={"serving_default": golden, "regression": {"inputs": examples}},
         labels={"serving_default": test["clicked"][:GOLDEN_ROWS],
                 "regression": test["clicked"][:GOLDEN_ROWS]},

@@ -26,11 +26,8 @@ def build(*, progress: bool = True) -> BuiltModel:
     keras.utils.set_random_seed(SEED)
     model = keras.applications.ResNet50(weights=None, input_shape=(IMAGE_SIZE, IMAGE_SIZE, 3),
                                         classes=1000, classifier_activation=None)
-    module = tf.Module()
-    module.model = model
-
     def core(images):
-        return module.model(keras.applications.resnet50.preprocess_input(images), training=False)
+        return model(keras.applications.resnet50.preprocess_input(images), training=False)
 
     def make_signatures(core_fn):
         @tf.function(input_signature=[
@@ -44,7 +41,7 @@ def build(*, progress: bool = True) -> BuiltModel:
     rng = np.random.default_rng(SEED)
     images = rng.integers(0, 256, size=(GOLDEN_ROWS, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
     return BuiltModel(
-        name="resnet50", module=module, core=core, make_signatures=make_signatures,
+        name="resnet50", core=core, make_signatures=make_signatures,
         golden_inputs={"serving_default": {"images": images}},
         top1_outputs={"serving_default": "probabilities"},
         metrics={"weights": f"seeded random initialisation (seed {SEED}), weights=None; no accuracy"},

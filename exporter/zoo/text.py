@@ -102,12 +102,8 @@ def build(*, progress: bool = True) -> BuiltModel:
     predicted = np.argmax(model.predict(tokenize(tf.constant(test_text)).numpy(), verbose=0), -1)
     accuracy = float(np.mean(predicted == y_test))
 
-    module = tf.Module()
-    module.model = model
-    module.labels = tf.constant(LABELS)
-
     def core(token_ids):
-        return module.model(token_ids, training=False)
+        return model(token_ids, training=False)
 
     def make_signatures(core_fn):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
@@ -115,14 +111,14 @@ def build(*, progress: bool = True) -> BuiltModel:
             probabilities = tf.nn.softmax(core_fn(tokenize(text)))
             class_id = tf.argmax(probabilities, axis=-1)
             return {"probabilities": probabilities, "class_id": class_id,
-                    "label": tf.gather(module.labels, class_id)}
+                    "label": tf.gather(tf.constant(LABELS), class_id)}
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
         def classification(inputs):
             features = tf.io.parse_example(
                 inputs, {"text": tf.io.FixedLenFeature([], tf.string, default_value="")})
             scores = tf.nn.softmax(core_fn(tokenize(features["text"])))
-            classes = tf.tile(module.labels[tf.newaxis, :], [tf.shape(scores)[0], 1])
+            classes = tf.tile(tf.constant([LABELS]), [tf.shape(scores)[0], 1])
             return {"classes": tf.ensure_shape(classes, [None, len(LABELS)]), "scores": scores}
 
         return {"serving_default": serving_default, "classification": classification}
@@ -132,7 +128,7 @@ def build(*, progress: bool = True) -> BuiltModel:
     golden_examples = serialize_examples([{"text": t} for t in golden_text])
     golden_labels = np.array([LABELS[i].encode() for i in y_test[:GOLDEN_ROWS]], dtype=object)
     return BuiltModel(
-        name="text", module=module, core=core, make_signatures=make_signatures,
+        name="text", core=core, make_signatures=make_signatures,
         golden_inputs={"serving_default": {"text": golden_text},
                        "classification": {"inputs": golden_examples}},
         labels={"serving_default": golden_labels, "classification": golden_labels},

@@ -1,7 +1,7 @@
 """Consistency rules for ``batching.config`` and ``monitoring.config``."""
 from __future__ import annotations
 
-__all__ = ["check_batching_parameters", "check_monitoring_config"]
+__all__ = ["check_batching_parameters", "check_warmup_fits", "check_monitoring_config"]
 
 
 def check_batching_parameters(params) -> list[str]:
@@ -30,6 +30,19 @@ def check_batching_parameters(params) -> list[str]:
             and params.max_execution_batch_size.value > max_batch:
         problems.append("max_execution_batch_size must be <= max_batch_size")
     return problems
+
+
+def check_warmup_fits(params, warmup_sizes) -> list[str]:
+    """Problems if a warmup batch size exceeds ``max_batch_size`` (the load would fail).
+
+    The exporter writes warmup requests for the GPU profile's
+    ``allowed_batch_sizes``; with batching on, every profile must accept them.
+    """
+    if not params.HasField("max_batch_size") or params.enable_large_batch_splitting.value:
+        return []
+    too_big = sorted(s for s in warmup_sizes if s > params.max_batch_size.value)
+    return [f"warmup batch sizes {too_big} exceed max_batch_size {params.max_batch_size.value}: "
+            "loading a model with those warmup requests fails"] if too_big else []
 
 
 def check_monitoring_config(config) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
-from serving.config.checks import check_batching_parameters, check_monitoring_config
+from serving.config.checks import check_batching_parameters, check_monitoring_config, check_warmup_fits
 from serving.config.models import (
     CONTAINER_MODELS_DIR, HEADER, ZOO, check_against_exporter, check_in_sync, check_model_dirs, check_model_server_config,
     format_model_server_config, remap_base_paths, render_model_server_config, without_gpu_only,
@@ -41,15 +41,19 @@ def check_serving_dir(serving_dir: Path, *, models_dir: Optional[Path] = None,
     ``variant``'s models config serves (``/models/<name>`` → ``models_dir/<name>``).
     """
     problems: list[str] = [f"exporter: {p}" for p in check_against_exporter()]
-    configs = {}
+    configs, batching = {}, {}
     for name, (models_file, batching_file) in CONFIG_FILES.items():
         configs[name] = _parsed(serving_dir / models_file, load_model_server_config, problems)
         if configs[name] is not None:
             problems += [f"{models_file}: {p}" for p in check_model_server_config(
                 configs[name], base_path_prefix=base_path_prefix, include_gpu_only=name == "gpu")]
-        params = _parsed(serving_dir / batching_file, load_batching_parameters, problems)
-        if params is not None:
-            problems += [f"{batching_file}: {p}" for p in check_batching_parameters(params)]
+        batching[name] = _parsed(serving_dir / batching_file, load_batching_parameters, problems)
+        if batching[name] is not None:
+            problems += [f"{batching_file}: {p}" for p in check_batching_parameters(batching[name])]
+    if all(batching.values()):
+        warmup_sizes = list(batching["gpu"].allowed_batch_sizes)  # what the exporter warms up
+        for name, params in batching.items():
+            problems += [f"{CONFIG_FILES[name][1]}: {p}" for p in check_warmup_fits(params, warmup_sizes)]
     monitoring = _parsed(serving_dir / MONITORING_FILE, load_monitoring_config, problems)
     if monitoring is not None:
         problems += [f"{MONITORING_FILE}: {p}" for p in check_monitoring_config(monitoring)]

@@ -32,6 +32,12 @@ Queue rules (``shared_batch_scheduler.h``):
   each tensor is padded up to the batch's largest dims with its own first
   element (TF Serving's ``AddPadding``).
 
+Differences from TF Serving, on purpose: outputs without one row per padded
+input row fail the batch with ``Internal`` (TF: ``FailedPrecondition``, same
+wording); tasks of different shapes get separate batches (TF merges them and
+fails the whole batch); a cancelled future leaves its batch (TF has per-task
+deadlines instead).
+
 Thread-safety: ``submit`` may be called from any number of threads. Lifecycle:
 ``start()`` launches the threads; ``stop()`` closes every queue, runs every
 task already accepted (each future gets a result or an exception) and joins the

@@ -18,10 +18,12 @@ does, so dashboards and alerts written against the real server work unchanged:
 - a sample lands in the first bucket whose limit is *greater* than it
   (``std::upper_bound`` in TF's ``Histogram::Add``).
 
-Two deliberate differences, both invisible to PromQL: ``_sum`` is printed with
-full precision (TF rounds it to six significant digits, which makes
-``rate(..._sum)`` step), and a newline in a label value is escaped as ``\\n``
-(TF leaves it raw, which breaks the page).
+Deliberate differences: ``_sum`` is printed with full precision (TF rounds it
+to six significant digits, which makes ``rate(..._sum)`` step); a newline in a
+label value is escaped as ``\\n`` (TF leaves it raw, which breaks the page);
+``CONTENT_TYPE`` names the text format's version (TF sends bare ``text/plain``);
+every family's ``# TYPE`` line is present from the start (TF declares its
+batching families only once batching has run).
 
 Thread-safety: every method may be called from any thread; one lock guards
 all series. Lifecycle: none — the object only holds numbers; it is registered

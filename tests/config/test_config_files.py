@@ -95,3 +95,16 @@ def test_monitoring_path_is_the_one_prometheus_scrapes_on_the_rest_port():
     compose = (REPO_ROOT / "docker-compose.yml").read_text()
     rest_port = re.search(r"--rest_api_port=(\d+)", compose).group(1)
     assert job["static_configs"][0]["targets"] == [f"tfserving:{rest_port}"]
+
+
+def test_every_profile_accepts_the_warmup_batches_the_exporter_writes():
+    from serving.config.checks import check_warmup_fits
+
+    warmup_sizes = list(load_batching_parameters(SERVING / "batching.config").allowed_batch_sizes)
+    for name in ("batching.config", "batching.cpu.config"):
+        params = load_batching_parameters(SERVING / name)
+        assert check_warmup_fits(params, warmup_sizes) == [], name
+    small = load_batching_parameters(SERVING / "batching.cpu.config")
+    small.max_batch_size.value = 32
+    assert check_warmup_fits(small, warmup_sizes) == [
+        "warmup batch sizes [64] exceed max_batch_size 32: loading a model with those warmup requests fails"]

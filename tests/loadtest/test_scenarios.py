@@ -40,6 +40,7 @@ def test_scenario_makes_requests_without_failures(digits_server, model_repo, tmp
     assert summary["run_ok"] and summary["passed"]
     # percentiles come from every response time locust saw, not its rounded buckets
     assert summary["percentiles"] == "exact" and summary["latency_samples"] == summary["requests"]
+    assert summary["totals"] == "final"
     assert Path(tmp_path, f"{scenario}_{protocol}.html").stat().st_size > 0
     assert Path(tmp_path, f"{scenario}_{protocol}_stats.csv").exists()
 

@@ -5,7 +5,6 @@ import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
