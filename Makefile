@@ -8,11 +8,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEBIAN_PACKAGES := prometheus
 
-.PHONY: help up test install debs venv clean bench
+.PHONY: help up test install debs venv clean bench monitor
 
 help:
 	@echo "make up     run the stack (exports demo models if missing)"
 	@echo "make test   install what the tests need and run them"
+	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +36,11 @@ test: $(STAMP) debs
 
 up: $(STAMP)
 	$(PY) -m serving.up
+
+# Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or
+# the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--tfserving=HOST:PORT").
+monitor: $(STAMP) debs
+	$(PY) -m monitoring.local $(MONITOR_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache

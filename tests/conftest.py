@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,21 @@ def _exporter_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def _prune_stale(cache: Path, max_age_s: float = 3600.0) -> None:
+    """Remove exports of older exporter code (about 140 MB each with resnet50)."""
+    if not cache.is_dir():
+        return
+    for old in cache.iterdir():
+        if old.is_dir() and time.time() - old.stat().st_mtime > max_age_s:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def _cached_export(names: tuple[str, ...], variant: str = "fp32") -> Path:
     from exporter.export import export_model
 
     root = REPO_ROOT / ".cache" / "test-models" / _exporter_hash()
+    if not root.exists():
+        _prune_stale(root.parent)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -117,6 +117,14 @@ class DataPlane:
                 latency_us = (time.perf_counter() - start) * 1e6
                 self._metrics.record_request(model_name, api, entrypoint, code, latency_us)
 
+    @contextlib.contextmanager
+    def _runtime(self, model_name: str, api: str) -> Iterator[None]:
+        """``runtime_latency`` of a model run that succeeded (``predict_util.cc``: API is fixed, runtime TF1)."""
+        start = time.perf_counter()
+        yield
+        if self._metrics is not None:
+            self._metrics.record_runtime(model_name, api, (time.perf_counter() - start) * 1e6)
+
     # -- inference -------------------------------------------------------
     def predict(self, spec: ModelSpec, inputs: Union[Mapping[str, np.ndarray], InputDecoder],
                 output_filter: Sequence[str] = (), *, deadline: Optional[float] = None) -> Prediction:
@@ -127,7 +135,8 @@ class DataPlane:
         with self._acquire(spec) as servable, self._deadline(deadline):
             if callable(inputs):
                 inputs = inputs(inference.rest_signature(servable, signature_name))
-            outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
+            with self._runtime(servable.name, "Predict"):
+                outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
             return Prediction(servable.name, servable.version, signature_name, outputs)
 
     def classify(self, spec: ModelSpec, input_proto: Any, *, deadline: Optional[float] = None) -> Any:
@@ -137,7 +146,8 @@ class DataPlane:
         from serving.server import inference
 
         with self._acquire(spec) as servable, self._deadline(deadline):
-            result = inference.classify(servable, spec.signature_name or DEFAULT_SIGNATURE, input_proto)
+            with self._runtime(servable.name, "Classify"):
+                result = inference.classify(servable, spec.signature_name or DEFAULT_SIGNATURE, input_proto)
             response = classification_pb2.ClassificationResponse(result=result)
             self._fill_spec(response.model_spec, servable, spec.signature_name or DEFAULT_SIGNATURE)
             return response
@@ -149,7 +159,8 @@ class DataPlane:
         from serving.server import inference
 
         with self._acquire(spec) as servable, self._deadline(deadline):
-            result = inference.regress(servable, spec.signature_name or DEFAULT_SIGNATURE, input_proto)
+            with self._runtime(servable.name, "Regress"):
+                result = inference.regress(servable, spec.signature_name or DEFAULT_SIGNATURE, input_proto)
             response = regression_pb2.RegressionResponse(result=result)
             self._fill_spec(response.model_spec, servable, spec.signature_name or DEFAULT_SIGNATURE)
             return response

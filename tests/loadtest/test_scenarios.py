@@ -82,4 +82,5 @@ def test_unknown_model_fails_the_run_with_the_servers_not_found(digits_server, m
     assert out.returncode == 1, out.stdout + out.stderr
     summary = json.loads(Path(tmp_path, "steady_grpc_summary.json").read_text())
     assert summary["failures"] == summary["requests"] > 0
-    assert any("NotFound" in error for error in summary["failures_by_error"])
+    assert any("NOT_FOUND: Servable not found for request: Latest(text)" in error
+               for error in summary["failures_by_error"])

@@ -96,6 +96,11 @@ class PrometheusProcess:
     def alerts(self) -> list[dict]:
         return httpx.get(f"{self.url}/api/v1/alerts", timeout=30.0).json()["data"]["alerts"]
 
+    def rules(self) -> list[dict]:
+        """Every loaded rule with its ``health`` and ``lastError`` from live evaluation."""
+        groups = httpx.get(f"{self.url}/api/v1/rules", timeout=30.0).json()["data"]["groups"]
+        return [rule for group in groups for rule in group["rules"]]
+
     def targets(self) -> list[dict]:
         return httpx.get(f"{self.url}/api/v1/targets", timeout=30.0).json()["data"]["activeTargets"]
 

@@ -270,6 +270,18 @@ def test_every_dashboard_query_and_recording_rule_returns_data(stack):
     print(f"load outcomes: {load.outcomes}")
 
 
+def test_every_rule_evaluates_without_error_on_live_data(stack):
+    """Errors promtool cannot see statically (e.g. many-to-many matches) show up here."""
+    _, prometheus, _ = stack
+
+    def unhealthy():
+        rules = prometheus.rules()
+        return [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"] or not rules
+
+    assert not _wait_for(unhealthy, 30)
+    assert len(prometheus.rules()) == len(promql.rules())
+
+
 def test_the_gpu_queries_are_empty_without_a_dcgm_exporter(stack):
     _, prometheus, _ = stack
     for item in _query_exprs():

@@ -34,13 +34,14 @@ class Load:
     """Threads calling Predict on each label until stopped; records (label, version) or the error."""
 
     def __init__(self, target: str, inputs: dict, threads_per_label: int = 2) -> None:
-        from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+        from serving.wire import PREDICT, apis  # TF Serving's wire format, without importing TensorFlow
 
         self.channel = grpc.insecure_channel(target)
-        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        self.predict = self.channel.unary_unary(PREDICT, request_serializer=apis.PredictRequest.SerializeToString,
+                                                response_deserializer=apis.PredictResponse.FromString)
         self.requests = {}
         for label in ("stable", "canary"):
-            request = predict_pb2.PredictRequest()
+            request = apis.PredictRequest()
             request.model_spec.name = MODEL
             request.model_spec.version_label = label
             for key, array in inputs.items():
@@ -56,7 +57,7 @@ class Load:
     def _run(self, label: str) -> None:
         while not self.stop.is_set():
             try:
-                response = self.stub.Predict(self.requests[label], timeout=60)
+                response = self.predict(self.requests[label], timeout=60)
                 self.served.append((label, response.model_spec.version.value))
             except grpc.RpcError as exc:
                 self.errors.append(f"{label}: {exc.code().name}: {exc.details()}")
@@ -153,6 +154,7 @@ def test_canary_rollback_and_promotion_under_load_fail_no_request(digits_repo, t
         assert "config serves [2], labels {'canary': 2, 'stable': 2}" in status.stdout, status.stderr
         assert "version 2: AVAILABLE" in status.stdout
 
+    print(f"served {len(load.served)} requests during the rollouts, {len(load.errors)} failed: {Counter(load.served)}")
     assert load.errors == []
     assert len(load.served) > 200
 
