@@ -6,12 +6,16 @@ Measured, in this order, in one invocation:
    (``SavedModelLoader``), ``Servable.run_direct`` timed at several batch
    sizes from 1 thread and from one thread per core — the ceiling for the
    server's throughput, and the floor for its latency;
-2. the embedded server (``python -m serving.server``) without batching, then
-   again with ``--enable_batching --batching_parameters_file=...``: closed-loop
-   clients over gRPC and REST at each concurrency (one row per request);
-3. a canned gRPC servicer (``benchmarks.loadgen``) that answers without any
-   work, same client and payload at concurrency 32: the most requests/s any
-   Python gRPC front-end reaches here, hence a ceiling on any batching gain.
+2. two embedded servers (``python -m serving.server``), up at the same time:
+   one without batching, one with ``--enable_batching
+   --batching_parameters_file=...``; closed-loop clients over gRPC and REST at
+   each concurrency (one row per request), each point measured on one server
+   then the other (``--repeats`` times), so the shared machine's changing load
+   hits both sides alike;
+3. beside digits over gRPC at concurrency 32, a canned gRPC servicer
+   (``benchmarks.loadgen``) that answers without any work, same client and
+   payload: the most requests/s any Python gRPC front-end reaches here, hence a
+   ceiling on any batching gain.
 
 Then it prints the table and PASS/FAIL per target:
 
@@ -45,7 +49,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["main", "Point", "measure_in_process", "measure_server"]
+__all__ = ["main", "Point", "measure_in_process", "measure_servers"]
 
 logger = logging.getLogger("benchmarks.server")
 
@@ -254,54 +258,75 @@ def _model_config(repo: Path, models: Sequence[str], directory: Path) -> Path:
     return path
 
 
-def measure_server(repo: Path, models: Sequence[str], batching_file: Optional[Path], durations: dict,
-                   concurrencies: Sequence[int], protocols: Sequence[str], warmup: float,
-                   workdir: Path) -> list[Point]:
-    """Start the embedded server once and measure every (model, protocol, concurrency)."""
+def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, durations: dict,
+                    concurrencies: Sequence[int], protocols: Sequence[str], warmup: float, repeats: int,
+                    floor: bool, workdir: Path) -> list[Point]:
+    """Two embedded servers, without and with batching, up at the same time; every
+    (model, protocol, concurrency) is measured on one then the other, ``repeats`` times,
+    so a change in the shared machine's load hits both sides alike. With ``floor``, the
+    canned servicer (``measure_grpc_floor``) is measured beside digits over gRPC at c=32."""
+    import contextlib
+
     from exporter.manifest import load_manifest
     from serving.codec import inputs_to_rest_request
     from tests.support.servers import EmbeddedServer
 
-    args = [f"--model_config_file={_model_config(repo, models, workdir)}", "--file_system_poll_wait_seconds=0"]
-    if batching_file is not None:
-        args += ["--enable_batching", f"--batching_parameters_file={batching_file}"]
-    label = "on" if batching_file is not None else "off"
-    log_path = workdir / f"server-batching-{label}.log"
+    base = [f"--model_config_file={_model_config(repo, models, workdir)}", "--file_system_poll_wait_seconds=0"]
+    variants = {"off": base, "on": base + ["--enable_batching", f"--batching_parameters_file={batching_file}"]}
     points = []
-    with EmbeddedServer(args, wait_for=models, log_path=log_path, timeout=600) as server:
+    with contextlib.ExitStack() as stack:
+        servers = {label: stack.enter_context(EmbeddedServer(
+            args, wait_for=models, log_path=workdir / f"server-batching-{label}.log", timeout=900))
+            for label, args in variants.items()}
+        canned = _canned_target(stack) if floor and "digits" in models and "grpc" in protocols else None
         for model in models:
             inputs = load_manifest(repo / model / "1").sample_inputs(batch_size=1)
-            grpc_payload = _predict_request_bytes(model, inputs)
-            rest_body = inputs_to_rest_request(inputs)
-            _check_answers(server, model, grpc_payload, rest_body)
+            grpc_payload, rest_body = _predict_request_bytes(model, inputs), inputs_to_rest_request(inputs)
+            for server in servers.values():
+                _check_answers(server, model, grpc_payload, rest_body)
             for protocol in protocols:
                 for concurrency in concurrencies:
-                    if protocol == "grpc":
-                        latencies, errors = run_grpc(server.grpc_target, grpc_payload, concurrency, warmup,
-                                                     durations[model])
-                    else:
-                        latencies, errors = run_rest(server.rest_url, model, rest_body, concurrency, warmup,
-                                                     durations[model])
-                    point = Point(model, protocol, label, concurrency, len(latencies) / durations[model],
-                                  latencies, errors)
-                    logger.info("%s %s batching=%s c=%d: %.1f req/s p50 %.2f ms errors %d", model, protocol,
-                                label, concurrency, point.rows_per_s, point.percentile(50) * 1e3, errors)
-                    points.append(point)
+                    sides = dict(servers)
+                    if canned and model == "digits" and protocol == "grpc" and concurrency == 32:
+                        sides["canned"] = canned
+                    runs: dict = {label: ([], 0) for label in sides}
+                    for _ in range(repeats):
+                        for label, server in sides.items():
+                            latencies, errors = _load(server, protocol, model, grpc_payload, rest_body,
+                                                      concurrency, warmup, durations[model])
+                            runs[label] = (runs[label][0] + latencies, runs[label][1] + errors)
+                    for label, (latencies, errors) in runs.items():
+                        name, batching = ("canned", "-") if label == "canned" else (model, label)
+                        point = Point(name, protocol, batching, concurrency,
+                                      len(latencies) / (durations[model] * repeats), latencies, errors)
+                        logger.info("%s %s batching=%s c=%d: %.1f req/s p50 %.2f ms errors %d", name, protocol,
+                                    batching, concurrency, point.rows_per_s, point.percentile(50) * 1e3, errors)
+                        points.append(point)
     return points
 
 
-def measure_grpc_floor(repo: Path, model: str, concurrency: int, warmup: float, duration: float) -> Point:
-    """A gRPC servicer that answers every Predict with canned bytes (``benchmarks.loadgen``), same
-    client and payload: the most requests/s any Python gRPC front-end can serve on this machine."""
-    from benchmarks.loadgen import CannedServer
-    from exporter.manifest import load_manifest
+def _load(server, protocol: str, model: str, grpc_payload: bytes, rest_body: bytes, concurrency: int,
+          warmup: float, duration: float) -> tuple[list, int]:
+    if protocol == "grpc":
+        return run_grpc(server.grpc_target, grpc_payload, concurrency, warmup, duration)
+    return run_rest(server.rest_url, model, rest_body, concurrency, warmup, duration)
 
-    payload = _predict_request_bytes(model, load_manifest(repo / model / "1").sample_inputs(batch_size=1))
-    with CannedServer(set(os.sched_getaffinity(0))) as canned:
-        latencies, errors = run_grpc(f"127.0.0.1:{canned.port}", payload, concurrency, warmup, duration)
-    point = Point("canned", "grpc", "-", concurrency, len(latencies) / duration, latencies, errors)
-    logger.info("canned gRPC servicer c=%d: %.1f req/s", concurrency, point.rows_per_s)
-    return point
+
+class _Canned:
+    """The canned servicer's address, shaped like an ``EmbeddedServer`` for ``_load``."""
+
+    def __init__(self, port: int) -> None:
+        self.grpc_target = f"127.0.0.1:{port}"
+
+
+def _canned_target(stack) -> _Canned:
+    """A gRPC servicer that answers every Predict with canned bytes (``benchmarks.loadgen``):
+    the same client and payload against it give the most requests/s any Python gRPC
+    front-end reaches on this machine, hence a ceiling on any batching gain."""
+    from benchmarks.loadgen import CannedServer
+
+    canned = stack.enter_context(CannedServer(set(os.sched_getaffinity(0))))
+    return _Canned(canned.port)
 
 
 def _check_answers(server, model: str, grpc_payload: bytes, rest_body: bytes) -> None:
@@ -416,6 +441,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batching-config", type=Path, default=None,
                         help="BatchingParameters for the batching run (default: threads = cores, "
                              "batches of at most 8 rows, larger tasks split, timeout 0)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="alternate without/with batching this many times per point (pooled)")
     parser.add_argument("--skip-in-process", action="store_true")
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--skip-floor", action="store_true",
@@ -441,7 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     durations = {m: (args.resnet50_duration if m == "resnet50" else args.duration) for m in models}
     repo = _model_repo(args.model_repo, models)
     cores = len(os.sched_getaffinity(0))
-    logger.info("models %s from %s; load average %s", models, repo, os.getloadavg())
+    load_before = os.getloadavg()
+    logger.info("models %s from %s; load average %s", models, repo, load_before)
     points: list[Point] = []
     with tempfile.TemporaryDirectory(prefix="bench-server-") as tmp:
         workdir = Path(tmp)
@@ -454,14 +482,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if batching_file is None:
                 batching_file = workdir / "batching.config"
                 batching_file.write_text(DEFAULT_BATCHING % cores)
-            for batching in (None, batching_file):
-                points += measure_server(repo, models, batching, durations, concurrencies, protocols,
-                                         args.warmup, workdir)
-            if not args.skip_floor and "digits" in models and "grpc" in protocols:
-                points.append(measure_grpc_floor(repo, "digits", 32, args.warmup, durations["digits"]))
-    logger.info("load average at the end %s", os.getloadavg())
+            points += measure_servers(repo, models, batching_file, durations, concurrencies, protocols,
+                                      args.warmup, args.repeats, not args.skip_floor, workdir)
+    load_after = os.getloadavg()
     targets = evaluate(points)
-    print_report(points, targets, notes(points))
+    remarks = notes(points) + [f"NOTE  {len(os.sched_getaffinity(0))} cores; 1-min load average {load_before[0]:.1f} "
+                               f"at the start, {load_after[0]:.1f} at the end (other work on the machine skews "
+                               f"absolute numbers; ratios are measured side by side)"]
+    print_report(points, targets, remarks)
     return 0 if all(t.passed for t in targets) else 1
 
 

@@ -70,6 +70,7 @@ class Trial:
     p99_at_best_ms: Optional[float]
     levels: list[LevelResult] = field(default_factory=list)
     error: Optional[str] = None
+    note: Optional[str] = None
     seconds: float = 0.0
 
 
@@ -218,11 +219,16 @@ class _Bench:
         trial.score_rps, best = score_levels(trial.levels, self.args.p99_budget_ms, self.args.max_error_ratio)
         if best is not None:
             trial.best_level, trial.p99_at_best_ms = best.level, best.p99_ms
+        elif trial.levels:
+            low = trial.levels[0]
+            trial.note = (f"no level within budget: lowest c={low.level:g} had p99 {low.p99_ms:.1f} ms, "
+                          f"{low.errors} errors")
         trial.seconds = time.monotonic() - started
         self.trials.append(trial)
         print(f"trial {index:2d} {label:9s} {_fmt(params)} -> {trial.score_rps:8.1f} req/s"
               + (f" (c={trial.best_level:g}, p99 {trial.p99_at_best_ms:.2f} ms)" if best else "")
-              + (f" ERROR {trial.error}" if trial.error else ""), flush=True)
+              + (f" ERROR {trial.error}" if trial.error else "") + (f" ({trial.note})" if trial.note else ""),
+              flush=True)
         return trial
 
 
@@ -289,10 +295,10 @@ def _report(args, target: Target, baseline: Any, start: dict[str, int], best: di
     (args.out / "tune.json").write_text(json.dumps(summary, indent=2))
     with open(args.out / "tune.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["trial", *KNOBS, "score_rps", "best_concurrency", "p99_at_best_ms", "error"])
+        writer.writerow(["trial", *KNOBS, "score_rps", "best_concurrency", "p99_at_best_ms", "error", "note"])
         for t in trials:
             writer.writerow([t.index, *(t.params[k] for k in KNOBS), f"{t.score_rps:.1f}", t.best_level,
-                             t.p99_at_best_ms and f"{t.p99_at_best_ms:.2f}", t.error or ""])
+                             t.p99_at_best_ms and f"{t.p99_at_best_ms:.2f}", t.error or "", t.note or ""])
     header = [f"Tuned by `python -m loadtest tune` for {target.name} over {args.protocol} on "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
               f"Objective: most throughput with p99 <= {args.p99_budget_ms} ms and no errors "
@@ -300,8 +306,9 @@ def _report(args, target: Target, baseline: Any, start: dict[str, int], best: di
               f"Re-measured side by side: baseline ({args.baseline_config}) {final_base.score_rps:.1f} req/s, "
               f"this config {final_best.score_rps:.1f} req/s (x{gain:.2f}).",
               "Measured table (trial: knobs -> req/s within budget):",
-              *(f"  {t.index:2d}: {_fmt(t.params)} -> {t.score_rps:.1f}" + (f" [{t.error}]" if t.error else "")
-                for t in trials),
+              *(f"  {t.index:2d}: {_fmt(t.params)} -> {t.score_rps:.1f}"
+                + (f" (c={t.best_level:g}, p99 {t.p99_at_best_ms:.2f} ms)" if t.best_level is not None else "")
+                + (f" [{t.error or t.note}]" if t.error or t.note else "") for t in trials),
               "Full table: tune.json / tune.csv beside this file."]
     path = write_config(args.out / "batching.config", candidate_proto(best, baseline), header)
     print(f"baseline {_fmt(start)}: {final_base.score_rps:.1f} req/s; tuned {_fmt(best)}: "

@@ -29,8 +29,8 @@ import httpx
 
 from serving.config import load_model_server_config
 from serving.config.compose import (ComposeError, compose_command, load_compose_model, plan_embedded_server,
-                                    service_models_config)
-from serving.config.models import ZOO, model_versions
+                                    service_models_config, volume_map)
+from serving.config.models import CONTAINER_MODELS_DIR, ZOO, model_versions
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
            "ensure_commands", "main"]
@@ -87,8 +87,13 @@ def missing_models(models_config: Path, models_dir: Path) -> list[str]:
     return [e.name for e in config.model_config_list.config if not model_versions(Path(models_dir) / e.name)]
 
 
-def ensure_commands(models_dir: Path, names: Sequence[str]) -> list[list[str]]:
-    """Exporter commands exporting version 1 of each published name in ``names``, one per variant."""
+def ensure_commands(models_dir: Path, names: Sequence[str],
+                    batching_config: Optional[Path] = None) -> list[list[str]]:
+    """Exporter commands exporting version 1 of each published name in ``names``, one per variant.
+
+    ``batching_config`` is the serving batching file, whose ``allowed_batch_sizes``
+    the exporter's warmup requests cover (as the compose exporter service does).
+    """
     by_name = {m.name: m for m in ZOO}
     unknown = [n for n in names if n not in by_name]
     if unknown:
@@ -96,7 +101,8 @@ def ensure_commands(models_dir: Path, names: Sequence[str]) -> list[list[str]]:
     variants: dict[str, list[str]] = {}
     for name in names:
         variants.setdefault(by_name[name].variant, []).append(by_name[name].model)
-    return [[sys.executable, "-m", "exporter", "ensure", "--quiet", "--out", str(models_dir),
+    batching = [f"--batching-config={batching_config}"] if batching_config else []
+    return [[sys.executable, "-m", "exporter", "ensure", "--quiet", *batching, "--out", str(models_dir),
              "--variant", variant, *models] for variant, models in variants.items()]
 
 
@@ -114,8 +120,10 @@ def _run_compose(choice: Choice, root: Path) -> int:
     if code == 0:
         services = load_compose_model(compose_files(choice.backend, root), project_dir=root)["services"]
         tfserving = services["tfserving"]
-        first = load_model_server_config(service_models_config(tfserving)).model_config_list.config[0]
+        config = service_models_config(tfserving)
+        first = load_model_server_config(config).model_config_list.config[0]
         _print_usage(_published(tfserving, 8500), _published(tfserving, 8501), first.name,
+                     models_dir=volume_map(tfserving)[CONTAINER_MODELS_DIR], config=config,
                      extra=f"Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} "
                            f"(admin / $GRAFANA_ADMIN_PASSWORD), "
                            f"Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}")
@@ -140,7 +148,8 @@ def _run_embedded(args: argparse.Namespace, root: Path) -> int:
     missing = missing_models(plan.models_config, models_dir)
     if missing:
         print(f"exporting the missing models: {', '.join(missing)} (once; they are cached in {models_dir})")
-        for cmd in ensure_commands(models_dir, missing):
+        batching = next((a.split("=", 1)[1] for a in plan.args if a.startswith("--batching_parameters_file=")), None)
+        for cmd in ensure_commands(models_dir, missing, batching):
             print("+", " ".join(cmd), flush=True)
             if subprocess.run(cmd, cwd=root).returncode != 0:
                 print("the exporter failed; see above", file=sys.stderr)
@@ -153,7 +162,8 @@ def _run_embedded(args: argparse.Namespace, root: Path) -> int:
     try:
         names = [e.name for e in load_model_server_config(plan.models_config).model_config_list.config]
         if _wait_available(proc, args.rest_port, names, args.timeout):
-            _print_usage(args.grpc_port, args.rest_port, names[0] if names else "MODEL")
+            _print_usage(args.grpc_port, args.rest_port, names[0] if names else "MODEL",
+                         models_dir=models_dir, config=plan.models_config)
         return proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGTERM)
@@ -178,17 +188,19 @@ def _available(rest_port: int, name: str) -> bool:
     return any(v.get("state") == "AVAILABLE" for v in body.get("model_version_status", []))
 
 
-def _print_usage(grpc_port: int, rest_port: int, model: str, extra: str = "") -> None:
-    rest = f"http://127.0.0.1:{rest_port}"
+def _print_usage(grpc_port: int, rest_port: int, model: str, *, models_dir: Path, config: Path,
+                 extra: str = "") -> None:
+    rest, grpc_target = f"http://127.0.0.1:{rest_port}", f"127.0.0.1:{grpc_port}"
     print(f"""
-Serving: gRPC 127.0.0.1:{grpc_port}, REST {rest}{chr(10) + extra if extra else ''}
-  curl {rest}/v1/models/{model}                     # version status
-  curl {rest}/v1/models/{model}/metadata            # signatures
-  curl {rest}/monitoring/prometheus/metrics          # Prometheus metrics
-  python -m serving.client --help                    # CLI: predict, classify, regress, status
-  python -c 'from serving.client import GrpcClient; from exporter.manifest import load_manifest; \\
-print(GrpcClient("127.0.0.1:{grpc_port}").predict("{model}", load_manifest("models/{model}/1").sample_inputs(), label="stable"))'
-  python -m serving.rollout status --model {model} --target 127.0.0.1:{grpc_port} --config-file CONFIG
+Serving: gRPC {grpc_target}, REST {rest}{chr(10) + extra if extra else ''}
+  curl {rest}/v1/models/{model}
+  curl {rest}/v1/models/{model}/metadata
+  curl {rest}/monitoring/prometheus/metrics
+  python -m serving.client --grpc {grpc_target} --model {model} --label stable status
+  python -m serving.client --grpc {grpc_target} --model {model} --label stable metadata
+  python -c 'from serving.client import GrpcClient; from exporter.manifest import load_manifest
+print(GrpcClient("{grpc_target}").predict("{model}", load_manifest("{models_dir}/{model}/1").sample_inputs(), label="stable"))'
+  python -m serving.rollout status --model {model} --target {grpc_target} --config-file {config}
 """, flush=True)
 
 

@@ -148,9 +148,9 @@ class ModelServer:
             except (OSError, ValueError) as exc:
                 raise status.InvalidArgument(str(exc)) from exc
         else:
-            from tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
+            from serving.config.protos import batching_parameters_class
 
-            parameters = session_bundle_config_pb2.BatchingParameters()
+            parameters = batching_parameters_class()()
             parameters.thread_pool_name.value = DEFAULT_BATCH_THREAD_POOL
         self._scheduler = batching.BatchScheduler(batching.BatchingOptions.from_proto(parameters),
                                                   metrics=self.metrics)

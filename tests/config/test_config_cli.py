@@ -63,15 +63,16 @@ def test_check_fails_on_a_name_outside_the_zoo(serving_copy):
     assert "txt: not a published name of the zoo" in proc.stderr
 
 
-def test_check_with_models_dir_reports_models_not_exported_yet(serving_copy, model_repo):
-    proc = run_cli("check", "--serving-dir", str(serving_copy), "--models-dir", str(model_repo),
-                   "--variant", "cpu")
+def test_check_with_models_dir_reports_models_not_exported_yet(serving_copy, model_repo, tmp_path):
+    repo = tmp_path / "models"
+    for exported in ("digits", "text", "ranker"):  # real exports; xla and resnet50 are missing
+        shutil.copytree(model_repo / exported, repo / exported)
+    proc = run_cli("check", "--serving-dir", str(serving_copy), "--models-dir", str(repo), "--variant", "cpu")
     assert proc.returncode == 1
-    # The cached repository has digits, text and ranker; xla and resnet50 exports are missing.
     assert "digits_xla: no numeric version directory" in proc.stderr
     assert "python -m exporter ensure" in proc.stderr
     for exported in ("digits", "text", "ranker"):
-        assert f"{model_repo}: {exported}:" not in proc.stderr
+        assert f"{repo}: {exported}:" not in proc.stderr
 
 
 def test_exported_versions_satisfy_the_config_they_are_rendered_from(model_repo):

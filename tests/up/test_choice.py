@@ -65,6 +65,8 @@ def test_missing_models_are_exported_with_one_ensure_per_variant(tmp_path):
     assert all(cmd[1:4] == ["-m", "exporter", "ensure"] for cmd in commands)
     with pytest.raises(ValueError, match="digits_trt"):
         ensure_commands(tmp_path, ["digits_trt"])
+    batching = tmp_path / "batching.cpu.config"
+    assert all(f"--batching-config={batching}" in cmd for cmd in ensure_commands(tmp_path, ["digits"], batching))
 
 
 def test_compose_backend_runs_compose_up_with_the_variants_files_and_prints_the_ports(tmp_path):

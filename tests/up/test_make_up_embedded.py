@@ -51,7 +51,8 @@ def make_up(cpu_stack_repo, tmp_path_factory):
             assert proc.poll() is None, f"make up exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"make up not ready:\n{log.read_text()[-4000:]}"
             time.sleep(0.5)
-        yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "log": log, "repo": cpu_stack_repo}
+        yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "grpc_port": grpc_port,
+               "log": log, "repo": cpu_stack_repo}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -65,7 +66,22 @@ def test_make_up_says_it_chose_the_embedded_server_and_how_to_call_it(make_up):
     text = make_up["log"].read_text()
     assert text.startswith("make up: embedded: --backend embedded")
     assert f"curl {make_up['rest']}/v1/models/digits" in text
-    assert "python -m serving.client" in text and "GrpcClient" in text
+    assert f"python -m serving.client --grpc 127.0.0.1:{make_up['grpc_port']} --model digits" in text
+    assert "GrpcClient" in text
+
+
+def test_the_printed_client_commands_work(make_up):
+    commands = [line.strip() for line in make_up["log"].read_text().splitlines()
+                if line.strip().startswith("python -m serving.client --grpc")]
+    assert [c.split()[-1] for c in commands] == ["status", "metadata"]
+    outputs = []
+    for command in commands:
+        proc = subprocess.run([sys.executable, *command.split()[1:]], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout)
+    assert "AVAILABLE" in outputs[0]
+    assert "serving_default" in outputs[1]
 
 
 @pytest.mark.parametrize("name", SERVED)

@@ -121,3 +121,10 @@ def test_large_batch_splitting_serves_requests_larger_than_an_execution_batch(ti
             if line.startswith(":tensorflow:serving:batching_session:processed_batch_size_count")]
     assert runs and float(runs[0].split()[-1]) >= 3, runs   # 5 rows in runs of at most 2
     assert [p["total"] for p in response.json()["predictions"]] == [2.0 * (i + 1) for i in range(5)]
+
+
+def test_enable_batching_without_a_parameters_file_serves_with_tf_defaults(tiny_repo):
+    with EmbeddedServer(tiny_flags(tiny_repo, "--enable_batching"), wait_for=["tiny"]) as server:
+        answer = httpx.post(f"{server.rest_url}/v1/models/tiny:predict", timeout=60,
+                            json={"signature_name": "sleep", "instances": [0.0]})
+    assert answer.status_code == 200, answer.text
