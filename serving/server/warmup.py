@@ -61,7 +61,7 @@ def run_saved_model_warmup(servable: Servable, export_dir: str, *,
         error = exc
     latency_us = (time.monotonic() - start) * 1e6
     if metrics is not None:
-        metrics.record_warmup(export_dir, error is None, latency_us, records)
+        metrics.record_warmup(export_dir, error is None, latency_us, records, error=error)
     if error is not None:
         raise error
     log.info("Finished reading warmup data for model at %s. Number of warmup records read: %d. "

@@ -18,8 +18,10 @@ class Metrics:
         assert latency_us >= 0
         self.loads.append((model_path, ok))
 
-    def record_warmup(self, model_path: str, ok: bool, latency_us: float, records: int) -> None:
+    def record_warmup(self, model_path: str, ok: bool, latency_us: float, records: int,
+                      error: object = None) -> None:
         assert latency_us >= 0
+        assert (error is None) == ok, "a failed warmup reports its error (it becomes the status label)"
         self.warmups.append((model_path, ok, records))
 
 
