@@ -1,7 +1,7 @@
 """docker-compose.yml and its CPU variant, as parsed by the real Compose v2 binary.
 
 Nothing here starts a container (no Docker engine on CI): these are the
-static checks of the GPU path that docs/gpu-host.md names.
+static checks of the GPU path that the README section "Run on a GPU host" names.
 """
 from __future__ import annotations
 
