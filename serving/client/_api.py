@@ -10,10 +10,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from serving.client._protocol import ApiGen, ModelRef, Protocol
+from serving.client._protocol import ApiGen, Call, ModelRef, Protocol, afinish, finish
 from serving.client._types import ModelMetadata, VersionStatus
+from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry, call_with_retry
 
-__all__ = ["ClientApi"]
+__all__ = ["ClientApi", "SyncTransport", "AsyncTransport"]
 
 Inputs = Any  # an array, or a mapping of input name to array
 
@@ -77,3 +78,61 @@ class ClientApi:
         TF Serving's REST API has no such call.
         """
         return self._drive(self._protocol.reload_config(config), timeout)
+
+
+class SyncTransport(ClientApi):
+    """Blocking I/O shared by the sync clients: retries within one deadline, ``with`` support.
+
+    Subclasses set ``timeout`` and ``retry`` and provide ``_send_once(call, timeout) -> bytes``
+    and ``close()``. Only idempotent calls are retried.
+    """
+
+    timeout: float
+    retry: RetryPolicy
+
+    def _send_once(self, call: Call, timeout: float) -> bytes:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+        budget = self.timeout if timeout is None else timeout
+
+        def send(call: Call) -> bytes:
+            policy = self.retry if call.idempotent else NO_RETRY
+            return call_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
+        return finish(gen, send)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncTransport(ClientApi):
+    """The async twin of ``SyncTransport``: the same calls, awaited; ``async with`` support."""
+
+    timeout: float
+    retry: RetryPolicy
+
+    async def _send_once(self, call: Call, timeout: float) -> bytes:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+        budget = self.timeout if timeout is None else timeout
+
+        async def send(call: Call) -> bytes:
+            policy = self.retry if call.idempotent else NO_RETRY
+            return await acall_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
+        return await afinish(gen, send)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

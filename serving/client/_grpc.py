@@ -5,10 +5,10 @@ from typing import Any, Optional, Sequence
 
 import grpc
 
-from serving.client._api import ClientApi
+from serving.client._api import SyncTransport
 from serving.client._grpc_protocol import GrpcProtocol, error_from_rpc
-from serving.client._protocol import ApiGen, Call, finish
-from serving.client.retry import NO_RETRY, RetryPolicy, call_with_retry
+from serving.client._protocol import Call
+from serving.client.retry import RetryPolicy
 
 __all__ = ["GrpcClient", "channel_options", "DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES"]
 
@@ -23,7 +23,7 @@ def channel_options(max_message_bytes: int, extra: Sequence[tuple[str, Any]] = (
             ("grpc.max_receive_message_length", max_message_bytes), *extra]
 
 
-class GrpcClient(ClientApi):
+class GrpcClient(SyncTransport):
     """TF Serving over gRPC (``PredictionService``, ``ModelService``).
 
     The channel connects lazily on the first call; ``close()`` (or leaving the
@@ -52,20 +52,6 @@ class GrpcClient(ClientApi):
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
 
-    def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
-        budget = self.timeout if timeout is None else timeout
-
-        def send(call: Call) -> bytes:
-            policy = self.retry if call.idempotent else NO_RETRY
-            return call_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
-        return finish(gen, send)
-
     def close(self) -> None:
         """Close the channel; further calls fail."""
         self._channel.close()
-
-    def __enter__(self) -> "GrpcClient":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

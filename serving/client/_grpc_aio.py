@@ -6,16 +6,16 @@ from typing import Any, Optional, Sequence
 import grpc
 import grpc.aio
 
-from serving.client._api import ClientApi
+from serving.client._api import AsyncTransport
 from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, channel_options
 from serving.client._grpc_protocol import GrpcProtocol, error_from_rpc
-from serving.client._protocol import ApiGen, Call, afinish
-from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry
+from serving.client._protocol import Call
+from serving.client.retry import RetryPolicy
 
 __all__ = ["AsyncGrpcClient"]
 
 
-class AsyncGrpcClient(ClientApi):
+class AsyncGrpcClient(AsyncTransport):
     """TF Serving over gRPC with asyncio; ``async with`` or ``await close()``.
 
     The channel is created on the first call, inside the running event loop.
@@ -48,23 +48,9 @@ class AsyncGrpcClient(ClientApi):
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
 
-    async def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
-        budget = self.timeout if timeout is None else timeout
-
-        async def send(call: Call) -> bytes:
-            policy = self.retry if call.idempotent else NO_RETRY
-            return await acall_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
-        return await afinish(gen, send)
-
     async def close(self) -> None:
         """Close the channel (if one was opened)."""
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
             self._stubs.clear()
-
-    async def __aenter__(self) -> "AsyncGrpcClient":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()

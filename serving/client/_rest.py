@@ -5,11 +5,11 @@ import importlib
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from serving import status
-from serving.client._api import ClientApi
+from serving.client._api import SyncTransport
 from serving.client._grpc import DEFAULT_TIMEOUT
-from serving.client._protocol import ApiGen, Call, finish
+from serving.client._protocol import Call
 from serving.client._rest_protocol import JSON_HEADERS, RestProtocol, error_from_http
-from serving.client.retry import NO_RETRY, RetryPolicy, call_with_retry
+from serving.client.retry import RetryPolicy
 
 if TYPE_CHECKING:
     import httpx
@@ -44,7 +44,7 @@ def limits(max_connections: int) -> "httpx.Limits":
     return load_httpx().Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
 
-class RestClient(ClientApi):
+class RestClient(SyncTransport):
     """TF Serving over its REST API (``/v1/models/...``).
 
     Connections are pooled (``max_connections``) and kept alive. Predict
@@ -72,20 +72,6 @@ class RestClient(ClientApi):
             raise transport_error(exc, self.base_url + call.path) from exc
         return answer_of(response)
 
-    def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
-        budget = self.timeout if timeout is None else timeout
-
-        def send(call: Call) -> bytes:
-            policy = self.retry if call.idempotent else NO_RETRY
-            return call_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
-        return finish(gen, send)
-
     def close(self) -> None:
         """Close pooled connections."""
         self._http.close()
-
-    def __enter__(self) -> "RestClient":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

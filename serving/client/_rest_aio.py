@@ -1,19 +1,19 @@
 """The asyncio REST client (``httpx.AsyncClient``): same methods as ``RestClient``, awaited."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
-from serving.client._api import ClientApi
+from serving.client._api import AsyncTransport
 from serving.client._grpc import DEFAULT_TIMEOUT
-from serving.client._protocol import ApiGen, Call, afinish
+from serving.client._protocol import Call
 from serving.client._rest import answer_of, limits, load_httpx, transport_error
 from serving.client._rest_protocol import JSON_HEADERS, RestProtocol
-from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry
+from serving.client.retry import RetryPolicy
 
 __all__ = ["AsyncRestClient"]
 
 
-class AsyncRestClient(ClientApi):
+class AsyncRestClient(AsyncTransport):
     """TF Serving's REST API with asyncio; ``async with`` or ``await close()``."""
 
     def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
@@ -34,20 +34,6 @@ class AsyncRestClient(ClientApi):
             raise transport_error(exc, self.base_url + call.path) from exc
         return answer_of(response)
 
-    async def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
-        budget = self.timeout if timeout is None else timeout
-
-        async def send(call: Call) -> bytes:
-            policy = self.retry if call.idempotent else NO_RETRY
-            return await acall_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
-        return await afinish(gen, send)
-
     async def close(self) -> None:
         """Close pooled connections."""
         await self._http.aclose()
-
-    async def __aenter__(self) -> "AsyncRestClient":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
