@@ -13,6 +13,7 @@ DEBIAN_PACKAGES := prometheus
 help:
 	@echo "make up     run the stack (exports demo models if missing)"
 	@echo "make test   install what the tests need and run them"
+	@echo "make bench  speed ratios: codec, embedded server, load generator"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
 
 $(STAMP): pyproject.toml
@@ -36,6 +37,13 @@ test: $(STAMP) debs
 
 up: $(STAMP)
 	$(PY) -m serving.up
+
+# Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
+bench: $(STAMP)
+	$(PY) -m exporter ensure --out models digits resnet50
+	$(PY) -m benchmarks.codec --imports
+	$(PY) -m benchmarks.server --model-repo models
+	$(PY) -m benchmarks.loadgen --model-repo models
 
 # Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or
 # the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--tfserving=HOST:PORT").

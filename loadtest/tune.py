@@ -12,8 +12,9 @@ embedded server, or TF Serving through the docker SDK with ``--docker``) and
 runs a closed-loop concurrency sweep; its score is the highest throughput of
 any level whose p99 is within the budget and that had no errors.
 
-At the end the baseline and the winner are measured again, back to back, so
-the reported comparison comes from one run under the same conditions. The
+At the end the baseline and the winner are measured again in ``final_rounds``
+interleaved rounds (A, B, A, B), so the reported comparison comes from one
+run under the same conditions and drift on a shared machine hits both alike. The
 winner is written as ``batching.config`` (the measured table as comments)
 with ``tune.json`` and ``tune.csv`` beside it.
 """
@@ -172,6 +173,8 @@ def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argpars
     parser.add_argument("--concurrency", default="1,2,4,8,16,32", help="levels of each trial's sweep")
     parser.add_argument("--max-trials", type=int, default=12, help="bound on candidates measured (default 12)")
     parser.add_argument("--min-gain", type=float, default=0.03, help="relative gain needed to move (default 0.03)")
+    parser.add_argument("--final-rounds", type=int, default=2,
+                        help="interleaved baseline/tuned re-measurements at the end (default 2)")
     parser.add_argument("--max-error-ratio", type=float, default=0.0, help="errors allowed at a scored level")
     parser.add_argument("--window", type=float, default=1.0, help="measurement window, s (default 1)")
     parser.add_argument("--max-level-time", type=float, default=10.0, help="max seconds per level (default 10)")
@@ -279,18 +282,28 @@ def run_tune(args) -> int:
           f"at most {args.max_trials} trials, baseline {args.baseline_config}: {_fmt(start)}", flush=True)
     best, _ = coordinate_descent(start, grid, lambda p: bench.measure(p, "search").score_rps,
                                  max_trials=args.max_trials, min_gain=args.min_gain)
-    final_base = bench.measure(start, "baseline")
-    final_best = bench.measure(best, "tuned") if best != start else final_base
-    return _report(args, target, baseline, start, best, bench.trials, final_base, final_best)
+    finals: dict[str, list[Trial]] = {"baseline": [], "tuned": []}
+    for _ in range(args.final_rounds):  # interleaved A/B, so drift on a shared machine hits both alike
+        finals["baseline"].append(bench.measure(start, "baseline"))
+        if best != start:
+            finals["tuned"].append(bench.measure(best, "tuned"))
+    finals["tuned"] = finals["tuned"] or finals["baseline"]
+    return _report(args, target, baseline, start, best, bench.trials, finals)
 
 
 def _report(args, target: Target, baseline: Any, start: dict[str, int], best: dict[str, int],
-            trials: Sequence[Trial], final_base: Trial, final_best: Trial) -> int:
-    gain = final_best.score_rps / final_base.score_rps if final_base.score_rps else float("inf")
+            trials: Sequence[Trial], finals: dict[str, list[Trial]]) -> int:
+    base_rps = [t.score_rps for t in finals["baseline"]]
+    tuned_rps = [t.score_rps for t in finals["tuned"]]
+    base_mean, tuned_mean = sum(base_rps) / len(base_rps), sum(tuned_rps) / len(tuned_rps)
+    gain = tuned_mean / base_mean if base_mean else float("inf")
+    chosen = best if gain > 1 + args.min_gain else start  # the search's winner must hold up when re-measured
     summary = {"model": target.name, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
                "baseline_config": str(args.baseline_config), "baseline": start, "best": best,
-               "final": {"baseline_rps": final_base.score_rps, "tuned_rps": final_best.score_rps, "ratio": gain,
-                         "baseline_p99_ms": final_base.p99_at_best_ms, "tuned_p99_ms": final_best.p99_at_best_ms},
+               "final": {"baseline_rps": base_rps, "tuned_rps": tuned_rps, "baseline_mean_rps": base_mean,
+                         "tuned_mean_rps": tuned_mean, "ratio": gain,
+                         "tuned_won_every_round": all(t > b for t, b in zip(tuned_rps, base_rps))},
+               "chosen": chosen, "kept_baseline": chosen == start,
                "trials": [asdict(t) for t in trials]}
     (args.out / "tune.json").write_text(json.dumps(summary, indent=2))
     with open(args.out / "tune.csv", "w", newline="") as handle:
@@ -303,15 +316,21 @@ def _report(args, target: Target, baseline: Any, start: dict[str, int], best: di
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
               f"Objective: most throughput with p99 <= {args.p99_budget_ms} ms and no errors "
               f"(closed-loop concurrency {args.concurrency}).",
-              f"Re-measured side by side: baseline ({args.baseline_config}) {final_base.score_rps:.1f} req/s, "
-              f"this config {final_best.score_rps:.1f} req/s (x{gain:.2f}).",
+              f"Re-measured in {len(base_rps)} interleaved rounds: baseline ({args.baseline_config}) "
+              f"{', '.join(f'{v:.1f}' for v in base_rps)} req/s (mean {base_mean:.1f}); this config "
+              f"{', '.join(f'{v:.1f}' for v in tuned_rps)} req/s (mean {tuned_mean:.1f}, x{gain:.2f}).",
               "Measured table (trial: knobs -> req/s within budget):",
               *(f"  {t.index:2d}: {_fmt(t.params)} -> {t.score_rps:.1f}"
                 + (f" (c={t.best_level:g}, p99 {t.p99_at_best_ms:.2f} ms)" if t.best_level is not None else "")
                 + (f" [{t.error or t.note}]" if t.error or t.note else "") for t in trials),
+              ("The search's winner did not beat the baseline by more than --min-gain when re-measured, so this "
+               "file keeps the baseline's values." if chosen == start and best != start else
+               "This file holds the winner's values."),
               "Full table: tune.json / tune.csv beside this file."]
-    path = write_config(args.out / "batching.config", candidate_proto(best, baseline), header)
-    print(f"baseline {_fmt(start)}: {final_base.score_rps:.1f} req/s; tuned {_fmt(best)}: "
-          f"{final_best.score_rps:.1f} req/s (x{gain:.2f}) at p99 <= {args.p99_budget_ms} ms")
+    path = write_config(args.out / "batching.config", candidate_proto(chosen, baseline), header)
+    print(f"baseline {_fmt(start)}: {base_rps} mean {base_mean:.1f} req/s; tuned {_fmt(best)}: {tuned_rps} "
+          f"mean {tuned_mean:.1f} req/s (x{gain:.2f}) at p99 <= {args.p99_budget_ms} ms")
+    if chosen == start and best != start:
+        print("the search's winner did not hold up when re-measured: batching.config keeps the baseline")
     print(f"wrote {path}, {args.out / 'tune.json'}, {args.out / 'tune.csv'}")
     return 0
