@@ -139,7 +139,12 @@ class DataPlane:
 
     @contextlib.contextmanager
     def _runtime(self, model_name: str, api: str) -> Iterator[None]:
-        """``runtime_latency`` of a model run that succeeded (``predict_util.cc``: API is fixed, runtime TF1)."""
+        """``runtime_latency`` of a model run that succeeded.
+
+        As ``predict_util.cc`` times ``session->Run``: the API label is fixed, the runtime
+        is TF1, and with batching on the timed run includes the batch queue (TF Serving's
+        session is then the batching session).
+        """
         start = time.perf_counter()
         yield
         self._record_runtime(model_name, api, start)
