@@ -50,8 +50,10 @@ def test_soak_paces_each_user(digits_server, model_repo, tmp_path):
                        "--model-repo", str(model_repo), "--out", str(tmp_path), "--", "--user-rps", "5")
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads(Path(tmp_path, "soak_grpc_summary.json").read_text())
-    # 2 users x 5 req/s for ~6 s: paced, not a closed loop (which would reach hundreds per second)
-    assert 20 <= summary["requests"] <= 80
+    # 2 users x 5 req/s: paced, not a closed loop (which would reach hundreds per second). The
+    # count depends on how long locust takes to start on a loaded machine; the rate does not.
+    assert 0 < summary["requests"] <= 80
+    assert summary["rps"] <= 2 * 5 * 1.5, summary
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "rest"])
