@@ -75,7 +75,7 @@ class Golden:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Everything :func:`load_manifest` reads back; see docs/interfaces.md."""
+    """Everything :func:`load_manifest` reads back; see docs/architecture.md."""
 
     model: str                        # zoo name, e.g. "digits"
     published_name: str               # model name served, e.g. "digits_xla"

@@ -110,7 +110,7 @@ class DataPlane:
     """Model calls and model management over a ``ServableManager``.
 
     ``manager`` provides ``acquire``, ``model_status`` and ``reload_config``
-    (docs/interfaces.md "Server lifecycle"); ``metrics`` is a ``ServerMetrics``
+    (docs/architecture.md "Server lifecycle"); ``metrics`` is a ``ServerMetrics``
     or None.
     """
 
