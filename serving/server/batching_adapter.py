@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from serving import status
-from serving.server.dataplane import hand_off_run, remaining_seconds
+from serving.server.dataplane import remaining_seconds
 
 __all__ = ["BatchingRunWrapper"]
 
@@ -72,8 +72,6 @@ class BatchingRunWrapper:
                         output_keys: Sequence[str]) -> dict[str, np.ndarray]:
             queue = queue_for(signature_name, tuple(sorted(inputs)), tuple(output_keys))
             future = queue.submit(dict(inputs))
-            if hand_off_run(future):   # the request waits for the future itself, holding no thread
-                return {}
             return _result(future)
 
         servable.add_close_callback(close_queues)

@@ -25,7 +25,6 @@ import contextlib
 import contextvars
 import logging
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -41,7 +40,6 @@ __all__ = [
     "Prediction",
     "DataPlane",
     "remaining_seconds",
-    "hand_off_run",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,9 +50,6 @@ SIGNATURE_DEF_METADATA_FIELD = "signature_def"
 _DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
     "serving_request_deadline", default=None)
 
-_RUN_HAND_OFF: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar(
-    "serving_run_hand_off", default=None)
-
 InputDecoder = Callable[[Any], Mapping[str, np.ndarray]]
 """Turns the resolved ``Signature`` into the request's inputs (REST decodes JSON with its dtypes)."""
 
@@ -63,21 +58,6 @@ def remaining_seconds() -> Optional[float]:
     """Seconds left before the current request's deadline, or None for no deadline."""
     deadline = _DEADLINE.get()
     return None if deadline is None else deadline - time.monotonic()
-
-
-def hand_off_run(future: "Future[dict[str, np.ndarray]]") -> bool:
-    """For a run wrapper that queued the model run (batching): may the caller wait for ``future`` itself?
-
-    True inside ``DataPlane.submit_predict``: the wrapper must then return at
-    once (its return value is ignored) and the data plane resolves the
-    request from ``future``, so a queued request holds no thread. False
-    everywhere else: the wrapper waits for the result as usual.
-    """
-    slot = _RUN_HAND_OFF.get()
-    if slot is None or slot:
-        return False
-    slot.append(future)
-    return True
 
 
 @dataclass(frozen=True)
@@ -147,9 +127,6 @@ class DataPlane:
         """
         start = time.perf_counter()
         yield
-        self._record_runtime(model_name, api, start)
-
-    def _record_runtime(self, model_name: str, api: str, start: float) -> None:
         if self._metrics is not None:
             self._metrics.record_runtime(model_name, api, (time.perf_counter() - start) * 1e6)
 
@@ -166,52 +143,6 @@ class DataPlane:
             with self._runtime(servable.name, "Predict"):
                 outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
             return Prediction(servable.name, servable.version, signature_name, outputs)
-
-    def submit_predict(self, spec: ModelSpec, inputs: Mapping[str, np.ndarray], output_filter: Sequence[str] = (),
-                       *, deadline: Optional[float] = None) -> "Future[Prediction]":
-        """``predict`` that does not wait for a queued model run; the future gets the ``Prediction``.
-
-        Validation errors and a full queue raise here, as ``predict`` raises
-        them. When batching queues the run, this returns once the task is
-        queued; otherwise the model runs in the calling thread and the future
-        is already done. The caller bounds its own wait by ``deadline``;
-        cancelling the future leaves a queued task out of its batch.
-        """
-        from serving.server import inference
-
-        signature_name = spec.signature_name or DEFAULT_SIGNATURE
-        slot: list = []
-        with contextlib.ExitStack() as hold:
-            servable = hold.enter_context(self._acquire(spec))
-            with self._deadline(deadline):
-                token = _RUN_HAND_OFF.set(slot)
-                try:
-                    start = time.perf_counter()
-                    outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
-                finally:
-                    _RUN_HAND_OFF.reset(token)
-            result: Future = Future()
-            if not slot:
-                self._record_runtime(servable.name, "Predict", start)
-                result.set_result(Prediction(servable.name, servable.version, signature_name, outputs))
-                return result
-            release = hold.pop_all()   # the servable stays held until its queued run ends
-        queued = slot[0]
-        result.add_done_callback(lambda done: queued.cancel() if done.cancelled() else None)
-
-        def finish(done: Future) -> None:
-            release.close()
-            if done.cancelled():
-                result.cancel()
-            elif done.exception() is not None:
-                if result.set_running_or_notify_cancel():
-                    result.set_exception(done.exception())
-            elif result.set_running_or_notify_cancel():
-                self._record_runtime(servable.name, "Predict", start)
-                result.set_result(Prediction(servable.name, servable.version, signature_name, done.result()))
-
-        queued.add_done_callback(finish)
-        return result
 
     def classify(self, spec: ModelSpec, input_proto: Any, *, deadline: Optional[float] = None) -> Any:
         """A ``ClassificationResponse`` for ``input_proto`` (a ``tensorflow.serving.Input``)."""
