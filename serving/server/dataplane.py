@@ -150,12 +150,8 @@ class DataPlane:
 
         from serving.server import inference
 
-        with self._acquire(spec) as servable, self._deadline(deadline):
-            with self._runtime(servable.name, "Classify"):
-                result = inference.classify(servable, spec.signature_name or DEFAULT_SIGNATURE, input_proto)
-            response = classification_pb2.ClassificationResponse(result=result)
-            self._fill_spec(response.model_spec, servable, spec.signature_name or DEFAULT_SIGNATURE)
-            return response
+        return self._run_examples(spec, input_proto, deadline, "Classify", inference.classify,
+                                  classification_pb2.ClassificationResponse)
 
     def regress(self, spec: ModelSpec, input_proto: Any, *, deadline: Optional[float] = None) -> Any:
         """A ``RegressionResponse`` for ``input_proto`` (a ``tensorflow.serving.Input``)."""
@@ -163,11 +159,18 @@ class DataPlane:
 
         from serving.server import inference
 
+        return self._run_examples(spec, input_proto, deadline, "Regress", inference.regress,
+                                  regression_pb2.RegressionResponse)
+
+    def _run_examples(self, spec: ModelSpec, input_proto: Any, deadline: Optional[float], api: str,
+                      run: Callable[[Any, str, Any], Any], response_class: Any) -> Any:
+        """Classify or Regress: run ``run(servable, signature, input)`` and wrap its result."""
+        signature_name = spec.signature_name or DEFAULT_SIGNATURE
         with self._acquire(spec) as servable, self._deadline(deadline):
-            with self._runtime(servable.name, "Regress"):
-                result = inference.regress(servable, spec.signature_name or DEFAULT_SIGNATURE, input_proto)
-            response = regression_pb2.RegressionResponse(result=result)
-            self._fill_spec(response.model_spec, servable, spec.signature_name or DEFAULT_SIGNATURE)
+            with self._runtime(servable.name, api):
+                result = run(servable, signature_name, input_proto)
+            response = response_class(result=result)
+            self._fill_spec(response.model_spec, servable, signature_name)
             return response
 
     def multi_inference(self, request: Any, *, deadline: Optional[float] = None) -> Any:
