@@ -21,5 +21,5 @@ def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def tiny_flags(repo: Path, *extra: str) -> list[str]:
     """TF Serving flags serving ``tiny`` from ``repo`` with Prometheus on."""
-    return [f"--model_name=tiny", f"--model_base_path={repo / 'tiny'}",
+    return ["--model_name=tiny", f"--model_base_path={repo / 'tiny'}",
             f"--monitoring_config_file={repo / 'monitoring.config'}", *extra]
