@@ -4,19 +4,25 @@ Searches ``max_batch_size``, ``batch_timeout_micros``, ``num_batch_threads``
 and ``max_enqueued_batches`` by coordinate descent over a grid, starting from
 a baseline config (the stack's ``serving/batching.cpu.config`` by default):
 each coordinate steps to its grid neighbours and keeps walking while the
-score improves by more than ``min_gain``; every candidate is measured once
-(cached) and the number of trials is bounded.
+score improves by more than ``min_gain``; the number of candidates measured
+is bounded.
 
-A trial restarts the server with the candidate ``BatchingParameters`` (the
-embedded server, or TF Serving through the docker SDK with ``--docker``) and
-runs a closed-loop concurrency sweep; its score is the highest throughput of
-any level whose p99 is within the budget and that had no errors.
+Every measurement is paired. A server with the baseline config stays up for
+the whole run; each candidate gets its own server (the embedded server, or TF
+Serving through the docker SDK with ``--docker``), and the two are swept in
+turn, ``rounds`` times (baseline, candidate, baseline, candidate, ...). A
+sweep's score is the highest throughput of any level whose p99 is within the
+budget and that had no errors; a candidate's score is the mean of its sweeps
+over the mean of the baseline's sweeps in the same rounds. Load on a shared
+machine changes by tens of percent from one minute to the next; pairing makes
+both sides of every comparison see the same changes, so the search compares
+configs, not moments.
 
-At the end the baseline and the winner are measured again in ``final_rounds``
-interleaved rounds (A, B, A, B), so the reported comparison comes from one
-run under the same conditions and drift on a shared machine hits both alike. The
-winner is written as ``batching.config`` (the measured table as comments)
-with ``tune.json`` and ``tune.csv`` beside it.
+At the end the winner is restarted and compared with the baseline again in
+``final_rounds`` fresh paired rounds; it is kept only if it still beats the
+baseline by more than ``min_gain``. The result is written as
+``batching.config`` (the measured table as comments) with ``tune.json`` and
+``tune.csv`` beside it.
 """
 from __future__ import annotations
 
@@ -62,17 +68,21 @@ def _candidate(values: dict[str, int]) -> Candidate:
 
 @dataclass
 class Trial:
-    """One measured candidate."""
+    """One candidate compared with the baseline in paired rounds (req/s within the budget)."""
 
     index: int
     params: dict[str, int]
-    score_rps: float
-    best_level: Optional[float]
+    score_rps: float                      # the candidate's mean over its rounds
+    best_level: Optional[float]           # level of the candidate's best-scoring sweep
     p99_at_best_ms: Optional[float]
-    levels: list[LevelResult] = field(default_factory=list)
+    baseline_rps: float = 0.0             # the baseline's mean over the same rounds
+    ratio: float = 0.0                    # score_rps / baseline_rps
+    rounds: list[dict[str, float]] = field(default_factory=list)
+    levels: list[LevelResult] = field(default_factory=list)   # the candidate's last sweep
     error: Optional[str] = None
     note: Optional[str] = None
     seconds: float = 0.0
+    label: str = "search"
 
 
 def score_levels(levels: Sequence[LevelResult], budget_ms: float, max_error_ratio: float = 0.0
@@ -86,28 +96,34 @@ def score_levels(levels: Sequence[LevelResult], budget_ms: float, max_error_rati
 
 def coordinate_descent(start: dict[str, int], grid: dict[str, Sequence[int]],
                        measure: Callable[[dict[str, int]], float], *, max_trials: int = 12,
-                       min_gain: float = 0.03) -> tuple[dict[str, int], dict[Candidate, float]]:
-    """Coordinate descent on ``grid`` from ``start``; returns the best point and every score measured.
+                       min_gain: float = 0.03, start_score: Optional[float] = None
+                       ) -> tuple[dict[str, int], dict[Candidate, float]]:
+    """Coordinate descent on ``grid`` from ``start``; returns the best point and every score known.
 
     ``measure`` is called at most ``max_trials`` times (points are cached).
-    A move is accepted only when it beats the best by more than ``min_gain``
+    A known ``start_score`` is used as is (``start`` is not measured). A move
+    is accepted only when it beats the best by more than ``min_gain``
     (relative), so measurement noise does not wander the search.
     """
     grid = {k: tuple(sorted(set(grid[k]) | {start[k]})) for k in KNOBS}
     scores: dict[Candidate, float] = {}
+    if start_score is not None:
+        scores[_candidate(start)] = start_score
+    measured = [0]
 
     def score(point: dict[str, int]) -> Optional[float]:
         key = _candidate(point)
         if key not in scores:
-            if len(scores) >= max_trials:
+            if measured[0] >= max_trials:
                 return None
+            measured[0] += 1
             scores[key] = measure(point)
         return scores[key]
 
     best = dict(start)
     best_score = score(best) or 0.0
     improved = True
-    while improved and len(scores) < max_trials:
+    while improved and measured[0] < max_trials:
         improved = False
         for knob in KNOBS:
             values = grid[knob]
@@ -171,10 +187,15 @@ def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argpars
                         help="config to start from and to beat (default serving/batching.cpu.config)")
     parser.add_argument("--protocol", choices=("grpc", "rest"), default="grpc")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32", help="levels of each trial's sweep")
-    parser.add_argument("--max-trials", type=int, default=12, help="bound on candidates measured (default 12)")
-    parser.add_argument("--min-gain", type=float, default=0.03, help="relative gain needed to move (default 0.03)")
-    parser.add_argument("--final-rounds", type=int, default=2,
-                        help="interleaved baseline/tuned re-measurements at the end (default 2)")
+    parser.add_argument("--max-trials", type=int, default=10,
+                        help="bound on candidates measured, the baseline not counted (default 10)")
+    parser.add_argument("--min-gain", type=float, default=0.05, help="relative gain needed to move (default 0.05)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="paired baseline/candidate sweeps per candidate (default 2)")
+    parser.add_argument("--final-rounds", type=int, default=3,
+                        help="fresh paired baseline/winner sweeps at the end (default 3)")
+    parser.add_argument("--skip-off", action="store_true",
+                        help="do not try serving without batching as a candidate")
     parser.add_argument("--max-error-ratio", type=float, default=0.0, help="errors allowed at a scored level")
     parser.add_argument("--window", type=float, default=1.0, help="measurement window, s (default 1)")
     parser.add_argument("--max-level-time", type=float, default=10.0, help="max seconds per level (default 10)")
@@ -188,48 +209,78 @@ def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argpars
 
 
 class _Bench:
-    """Measures candidates: restart the server with the config, sweep, score."""
+    """Paired measurements: a baseline server kept up, and one server per candidate."""
 
-    def __init__(self, args, target: Target, baseline: Any) -> None:
-        self.args, self.target, self.baseline = args, target, baseline
+    def __init__(self, args, target: Target, baseline: Any, start: dict[str, int]) -> None:
+        self.args, self.target, self.baseline, self.start = args, target, baseline, start
         self.payload = build_payload(target)
         self.settings = SweepSettings(levels=tuple(int(x) for x in args.concurrency.split(",")),
                                       window_s=args.window, stable_windows=3, stability_pct=10.0,
                                       max_level_s=args.max_level_time, warmup_s=0.5,
                                       latency_threshold_ms=args.p99_budget_ms)
         self.trials: list[Trial] = []
+        self._baseline_server: Any = None
 
-    def measure(self, params: dict[str, int], label: str = "") -> Trial:
-        from loadtest.generator import transport_for
+    def __enter__(self) -> "_Bench":
+        self._baseline_server = self._server(self.start, "baseline").__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._baseline_server is not None:
+            self._baseline_server.__exit__(None, None, None)
+            self._baseline_server = None
+
+    def _server(self, params: Optional[dict[str, int]], directory: str) -> Any:
+        """A server with ``params`` as its ``BatchingParameters``; None: without batching."""
         from loadtest.servers import DockerServer, EmbeddedServer
 
+        kind = DockerServer if self.args.docker else EmbeddedServer
+        batching = None if params is None else candidate_proto(params, self.baseline)
+        return kind({self.target.name: Path(self.target.model_repo) / self.target.name},
+                    batching=batching, extra_flags=self.args.server_flag,
+                    workdir=self.args.out / "trials" / directory)
+
+    def _sweep(self, server: Any) -> tuple[float, Optional[LevelResult], list[LevelResult]]:
+        from loadtest.generator import transport_for
+
+        address = server.grpc_target if self.args.protocol == "grpc" else server.rest_url
+        levels = sweep_levels(transport_for(self.args.protocol, address, self.payload), self.settings,
+                              metrics_url=server.metrics_url, model_name=self.target.name,
+                              server_pid=getattr(getattr(server, "proc", None), "pid", None))
+        score, best = score_levels(levels, self.args.p99_budget_ms, self.args.max_error_ratio)
+        return score, best, levels
+
+    def compare(self, params: Optional[dict[str, int]], rounds: int, label: str = "search") -> Trial:
+        """Start ``params``' server (None: no batching) and sweep baseline and candidate in turn."""
         index = len(self.trials)
         started = time.monotonic()
-        kind = DockerServer if self.args.docker else EmbeddedServer
-        server = kind({self.target.name: Path(self.target.model_repo) / self.target.name},
-                      batching=candidate_proto(params, self.baseline), extra_flags=self.args.server_flag,
-                      workdir=self.args.out / "trials" / f"{index:02d}")
-        trial = Trial(index, dict(params), 0.0, None, None)
+        trial = Trial(index, dict(params or {}), 0.0, None, None, label=label)
+        best_seen: Optional[LevelResult] = None
         try:
-            with server:
-                address = server.grpc_target if self.args.protocol == "grpc" else server.rest_url
-                transport = transport_for(self.args.protocol, address, self.payload)
-                trial.levels = sweep_levels(transport, self.settings, metrics_url=server.metrics_url,
-                                            model_name=self.target.name,
-                                            server_pid=getattr(getattr(server, "proc", None), "pid", None))
+            with self._server(params, f"{index:02d}") as server:
+                for _ in range(rounds):
+                    base_score, _, _ = self._sweep(self._baseline_server)
+                    score, best, trial.levels = self._sweep(server)
+                    trial.rounds.append({"baseline_rps": base_score, "candidate_rps": score})
+                    if best is not None and (best_seen is None or best.throughput_rps > best_seen.throughput_rps):
+                        best_seen = best
         except Exception as error:  # a candidate the server rejects scores 0 and the search goes on
             trial.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        trial.score_rps, best = score_levels(trial.levels, self.args.p99_budget_ms, self.args.max_error_ratio)
-        if best is not None:
-            trial.best_level, trial.p99_at_best_ms = best.level, best.p99_ms
+        if trial.rounds:
+            trial.baseline_rps = sum(r["baseline_rps"] for r in trial.rounds) / len(trial.rounds)
+            trial.score_rps = sum(r["candidate_rps"] for r in trial.rounds) / len(trial.rounds)
+            trial.ratio = trial.score_rps / trial.baseline_rps if trial.baseline_rps else 0.0
+        if best_seen is not None:
+            trial.best_level, trial.p99_at_best_ms = best_seen.level, best_seen.p99_ms
         elif trial.levels:
             low = trial.levels[0]
             trial.note = (f"no level within budget: lowest c={low.level:g} had p99 {low.p99_ms:.1f} ms, "
                           f"{low.errors} errors")
         trial.seconds = time.monotonic() - started
         self.trials.append(trial)
-        print(f"trial {index:2d} {label:9s} {_fmt(params)} -> {trial.score_rps:8.1f} req/s"
-              + (f" (c={trial.best_level:g}, p99 {trial.p99_at_best_ms:.2f} ms)" if best else "")
+        print(f"trial {index:2d} {label:7s} {_fmt(params)} -> {trial.score_rps:7.1f} req/s vs baseline "
+              f"{trial.baseline_rps:7.1f} (x{trial.ratio:.2f}; rounds "
+              + ", ".join(f"{r['candidate_rps']:.0f}/{r['baseline_rps']:.0f}" for r in trial.rounds) + ")"
               + (f" ERROR {trial.error}" if trial.error else "") + (f" ({trial.note})" if trial.note else ""),
               flush=True)
         return trial
@@ -247,7 +298,9 @@ def warmup_batch_floor(target: Target) -> int:
     return max(int(s) for s in sizes) if sizes else 0
 
 
-def _fmt(params: dict[str, int]) -> str:
+def _fmt(params: Optional[dict[str, int]]) -> str:
+    if not params:
+        return "batching off"
     return " ".join(f"{k}={params[k]}" for k in KNOBS)
 
 
@@ -277,60 +330,83 @@ def run_tune(args) -> int:
                   f"({floor}) of {target.name}; TF Serving would fail the load, so the baseline runs with "
                   f"max_batch_size {floor}", flush=True)
             start["max_batch_size"] = floor
-    bench = _Bench(args, target, baseline)
     print(f"tuning {target.name} over {args.protocol}: p99 budget {args.p99_budget_ms} ms, "
-          f"at most {args.max_trials} trials, baseline {args.baseline_config}: {_fmt(start)}", flush=True)
-    best, _ = coordinate_descent(start, grid, lambda p: bench.measure(p, "search").score_rps,
-                                 max_trials=args.max_trials, min_gain=args.min_gain)
-    finals: dict[str, list[Trial]] = {"baseline": [], "tuned": []}
-    for _ in range(args.final_rounds):  # interleaved A/B, so drift on a shared machine hits both alike
-        finals["baseline"].append(bench.measure(start, "baseline"))
+          f"at most {args.max_trials} candidates, {args.rounds} paired rounds each, "
+          f"baseline {args.baseline_config}: {_fmt(start)}", flush=True)
+    with _Bench(args, target, baseline, start) as bench:
+        best, scores = coordinate_descent(start, grid, lambda p: bench.compare(p, args.rounds).ratio,
+                                          max_trials=args.max_trials, min_gain=args.min_gain, start_score=1.0)
+        # Serving without batching is a candidate too (Triton's Model Analyzer searches dynamic
+        # batching as a setting as well): on a small CPU host it can beat every batching config.
+        off = None if args.skip_off else bench.compare(None, args.rounds, "off")
+        finals: dict[str, Trial] = {}
         if best != start:
-            finals["tuned"].append(bench.measure(best, "tuned"))
-    finals["tuned"] = finals["tuned"] or finals["baseline"]
+            finals["tuned"] = bench.compare(best, args.final_rounds, "final")
+        if off is not None and off.ratio > max(scores[_candidate(best)], 1.0) * (1 + args.min_gain):
+            finals["off"] = bench.compare(None, args.final_rounds, "final")
+        if not finals:  # nothing beat the baseline: the baseline against itself shows the noise floor
+            finals["tuned"] = bench.compare(start, args.final_rounds, "final")
     return _report(args, target, baseline, start, best, bench.trials, finals)
 
 
 def _report(args, target: Target, baseline: Any, start: dict[str, int], best: dict[str, int],
-            trials: Sequence[Trial], finals: dict[str, list[Trial]]) -> int:
-    base_rps = [t.score_rps for t in finals["baseline"]]
-    tuned_rps = [t.score_rps for t in finals["tuned"]]
-    base_mean, tuned_mean = sum(base_rps) / len(base_rps), sum(tuned_rps) / len(tuned_rps)
-    gain = tuned_mean / base_mean if base_mean else float("inf")
-    chosen = best if gain > 1 + args.min_gain else start  # the search's winner must hold up when re-measured
+            trials: Sequence[Trial], finals: dict[str, Trial]) -> int:
+    tuned, off = finals.get("tuned"), finals.get("off")
+    holds = tuned is not None and best != start and tuned.ratio > 1 + args.min_gain
+    chosen = best if holds else start  # the search's winner must hold up in fresh rounds
+    without_batching = off is not None and off.ratio > (tuned.ratio if holds else 1.0) * (1 + args.min_gain)
     summary = {"model": target.name, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
                "baseline_config": str(args.baseline_config), "baseline": start, "best": best,
-               "final": {"baseline_rps": base_rps, "tuned_rps": tuned_rps, "baseline_mean_rps": base_mean,
-                         "tuned_mean_rps": tuned_mean, "ratio": gain,
-                         "tuned_won_every_round": all(t > b for t, b in zip(tuned_rps, base_rps))},
-               "chosen": chosen, "kept_baseline": chosen == start,
+               "final": {name: _final_summary(trial) for name, trial in finals.items()},
+               "chosen": chosen, "kept_baseline": chosen == start, "enable_batching": not without_batching,
                "trials": [asdict(t) for t in trials]}
     (args.out / "tune.json").write_text(json.dumps(summary, indent=2))
     with open(args.out / "tune.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["trial", *KNOBS, "score_rps", "best_concurrency", "p99_at_best_ms", "error", "note"])
+        writer.writerow(["trial", "label", *KNOBS, "score_rps", "baseline_rps", "ratio", "rounds",
+                         "best_concurrency", "p99_at_best_ms", "error", "note"])
         for t in trials:
-            writer.writerow([t.index, *(t.params[k] for k in KNOBS), f"{t.score_rps:.1f}", t.best_level,
+            writer.writerow([t.index, t.label, *(t.params.get(k, "") for k in KNOBS), f"{t.score_rps:.1f}",
+                             f"{t.baseline_rps:.1f}", f"{t.ratio:.3f}", len(t.rounds), t.best_level,
                              t.p99_at_best_ms and f"{t.p99_at_best_ms:.2f}", t.error or "", t.note or ""])
+    verdict = ("This file holds the search's winner, which held up in the final rounds." if holds else
+               "No batching config beat the baseline by more than --min-gain in fresh paired rounds; "
+               "this file keeps the baseline's values.")
+    if without_batching:
+        verdict += (f" Serving WITHOUT batching beat it: x{off.ratio:.2f} the baseline in the final rounds. "
+                    "On this host, drop --enable_batching (this file is for when batching stays on).")
     header = [f"Tuned by `python -m loadtest tune` for {target.name} over {args.protocol} on "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
               f"Objective: most throughput with p99 <= {args.p99_budget_ms} ms and no errors "
-              f"(closed-loop concurrency {args.concurrency}).",
-              f"Re-measured in {len(base_rps)} interleaved rounds: baseline ({args.baseline_config}) "
-              f"{', '.join(f'{v:.1f}' for v in base_rps)} req/s (mean {base_mean:.1f}); this config "
-              f"{', '.join(f'{v:.1f}' for v in tuned_rps)} req/s (mean {tuned_mean:.1f}, x{gain:.2f}).",
-              "Measured table (trial: knobs -> req/s within budget):",
-              *(f"  {t.index:2d}: {_fmt(t.params)} -> {t.score_rps:.1f}"
-                + (f" (c={t.best_level:g}, p99 {t.p99_at_best_ms:.2f} ms)" if t.best_level is not None else "")
+              f"(closed-loop concurrency {args.concurrency}); each candidate swept in turn with the baseline "
+              f"({args.baseline_config}), {args.rounds} paired rounds.",
+              *(_final_line(t) for t in finals.values()),
+              "Measured table (trial: knobs -> candidate / baseline req/s within budget, same rounds):",
+              *(f"  {t.index:2d} {t.label}: {_fmt(t.params)} -> {t.score_rps:.1f} / {t.baseline_rps:.1f} "
+                f"(x{t.ratio:.2f})"
+                + (f" best c={t.best_level:g}, p99 {t.p99_at_best_ms:.2f} ms" if t.best_level is not None else "")
                 + (f" [{t.error or t.note}]" if t.error or t.note else "") for t in trials),
-              ("The search's winner did not beat the baseline by more than --min-gain when re-measured, so this "
-               "file keeps the baseline's values." if chosen == start and best != start else
-               "This file holds the winner's values."),
+              verdict,
               "Full table: tune.json / tune.csv beside this file."]
     path = write_config(args.out / "batching.config", candidate_proto(chosen, baseline), header)
-    print(f"baseline {_fmt(start)}: {base_rps} mean {base_mean:.1f} req/s; tuned {_fmt(best)}: {tuned_rps} "
-          f"mean {tuned_mean:.1f} req/s (x{gain:.2f}) at p99 <= {args.p99_budget_ms} ms")
-    if chosen == start and best != start:
-        print("the search's winner did not hold up when re-measured: batching.config keeps the baseline")
+    for trial in finals.values():
+        print(_final_line(trial))
+    print(verdict)
     print(f"wrote {path}, {args.out / 'tune.json'}, {args.out / 'tune.csv'}")
     return 0
+
+
+def _final_line(trial: Trial) -> str:
+    candidate = ", ".join(f"{r['candidate_rps']:.1f}" for r in trial.rounds)
+    base = ", ".join(f"{r['baseline_rps']:.1f}" for r in trial.rounds)
+    return (f"Final check of {_fmt(trial.params)}, {len(trial.rounds)} fresh paired rounds: {candidate} req/s "
+            f"(mean {trial.score_rps:.1f}) against the baseline's {base} (mean {trial.baseline_rps:.1f}): "
+            f"x{trial.ratio:.2f}.")
+
+
+def _final_summary(trial: Trial) -> dict[str, Any]:
+    candidate = [r["candidate_rps"] for r in trial.rounds]
+    base = [r["baseline_rps"] for r in trial.rounds]
+    return {"params": trial.params or "batching off", "baseline_rps": base, "candidate_rps": candidate,
+            "baseline_mean_rps": trial.baseline_rps, "candidate_mean_rps": trial.score_rps, "ratio": trial.ratio,
+            "candidate_won_every_round": bool(candidate) and all(c > b for c, b in zip(candidate, base))}

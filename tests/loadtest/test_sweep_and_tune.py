@@ -60,18 +60,27 @@ def test_tuner_restarts_the_server_with_the_candidate_and_writes_the_config(mode
     from serving.config import load_batching_parameters
 
     out = run_cli("tune", "--model-repo", str(model_repo), "--p99-budget-ms", "2000", "--max-trials", "1",
-                  "--concurrency", "1,2", "--window", "0.5", "--max-level-time", "3", "--final-rounds", "1",
-                  "--out", str(tmp_path),
+                  "--concurrency", "1,2", "--window", "0.5", "--max-level-time", "3", "--rounds", "1",
+                  "--final-rounds", "1", "--out", str(tmp_path),
                   timeout=400)
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((tmp_path / "tune.json").read_text())
-    assert summary["trials"] and summary["trials"][0]["score_rps"] > 0, out.stdout
+    search, off = summary["trials"][0], summary["trials"][1]
+    # each candidate was swept in turn with the baseline server, which stayed up
+    assert search["label"] == "search" and search["score_rps"] > 0 and search["baseline_rps"] > 0, out.stdout
+    assert search["ratio"] == pytest.approx(search["score_rps"] / search["baseline_rps"])
+    assert (tmp_path / "trials" / "baseline" / "batching.config").exists()
     # the server of trial 0 ran with the candidate written as a BatchingParameters file
     trial_config = load_batching_parameters(tmp_path / "trials" / "00" / "batching.config")
-    assert trial_config.max_batch_size.value == summary["trials"][0]["params"]["max_batch_size"]
+    assert trial_config.max_batch_size.value == search["params"]["max_batch_size"]
+    # serving without batching is a candidate too: its server got no batching file
+    assert off["label"] == "off" and off["params"] == {} and off["score_rps"] > 0
+    assert not (tmp_path / "trials" / "01" / "batching.config").exists()
+    assert summary["final"] and isinstance(summary["enable_batching"], bool)
     written = tmp_path / "batching.config"
     text = written.read_text()
     assert text.startswith("# Tuned by `python -m loadtest tune`") and "Measured table" in text
+    assert "Final check of" in text
     best = load_batching_parameters(written)
     assert best.max_batch_size.value == summary["chosen"]["max_batch_size"]
-    assert (tmp_path / "tune.csv").read_text().startswith("trial,num_batch_threads")
+    assert (tmp_path / "tune.csv").read_text().startswith("trial,label,num_batch_threads")

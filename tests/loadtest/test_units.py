@@ -160,6 +160,21 @@ def test_coordinate_descent_never_exceeds_max_trials():
     assert len(calls) == 5 and len(scores) == 5
 
 
+def test_coordinate_descent_takes_a_known_start_score_without_measuring_it():
+    grid = {k: (0, 1, 2) for k in tune.KNOBS}
+    start = {k: 0 for k in tune.KNOBS}
+    calls = []
+
+    def measure(p):  # relative scores, as the paired tuner gives them: the baseline is 1.0
+        calls.append(p)
+        return 1.2 if p["num_batch_threads"] == 1 else 0.9
+
+    best, scores = coordinate_descent(start, grid, measure, max_trials=3, min_gain=0.05, start_score=1.0)
+    assert start not in calls and len(calls) == 3
+    assert best == {**start, "num_batch_threads": 1}
+    assert scores[tuple((k, 0) for k in tune.KNOBS)] == 1.0
+
+
 def test_candidate_proto_keeps_allowed_batch_sizes_valid():
     from google.protobuf import text_format
     from serving.config.protos import batching_parameters_class
