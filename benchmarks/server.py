@@ -20,7 +20,8 @@ Measured, in this order, in one invocation:
 
 Then it prints the table and PASS/FAIL per target:
 
-- ``resnet50``: gRPC with batching, best concurrency, ≥ 0.9 × in-process best rows/s;
+- ``resnet50``: gRPC with batching at its best concurrency ≥ 0.9 × in-process at its best batch size,
+  the two measured in turn (``--side-by-side-rounds``) so the machine's drift hits both;
 - ``digits``: gRPC at concurrency 32, batching ≥ 3 × no batching;
 - ``digits``: p50 at concurrency 1 (server, no batching) minus in-process p50 at batch 1 ≤ 2 ms.
 
@@ -60,15 +61,16 @@ IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 4, 16)}
 DEFAULT_BATCHING = """\
 # benchmarks/server.py default, after TF Serving's CPU advice (batching/README.md):
 # threads = cores, no timeout, a generous queue while measuring. Batches run at
-# most 8 rows: on a 2-core host resnet50 runs fewer rows/s at batch 16 than at 4.
+# most the batch size resnet50 ran fastest at in-process in this run (on CPU a
+# larger batch is slower per row: on 2 cores batch 16 runs fewer rows/s than 4).
 # Tasks up to 64 rows are accepted and split, so the exporter's warmup requests
 # (batch sizes up to 64, from serving/batching.config) still load.
 max_batch_size { value: 64 }
 enable_large_batch_splitting { value: true }
-max_execution_batch_size { value: 8 }
+max_execution_batch_size { value: %(rows)d }
 batch_timeout_micros { value: 0 }
 max_enqueued_batches { value: 1000 }
-num_batch_threads { value: %d }
+num_batch_threads { value: %(threads)d }
 """
 
 
@@ -261,11 +263,14 @@ def _model_config(repo: Path, models: Sequence[str], directory: Path) -> Path:
 
 def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, durations: dict,
                     concurrencies: Sequence[int], protocols: Sequence[str], warmup: float, repeats: int,
-                    floor: bool, workdir: Path) -> list[Point]:
+                    floor: bool, workdir: Path, in_process: Sequence[Point] = (),
+                    side_by_side: Sequence[str] = (), rounds: int = 3) -> list[Point]:
     """Two embedded servers, without and with batching, up at the same time; every
     (model, protocol, concurrency) is measured on one then the other, ``repeats`` times,
     so a change in the shared machine's load hits both sides alike. With ``floor``, the
-    canned servicer (``measure_grpc_floor``) is measured beside digits over gRPC at c=32."""
+    canned servicer (``measure_grpc_floor``) is measured beside digits over gRPC at c=32.
+    For each model in ``side_by_side``, what its target compares (``_pairing``) is then
+    measured again in turn, ``rounds`` times (``measure_side_by_side``)."""
     import contextlib
 
     from exporter.manifest import load_manifest
@@ -303,7 +308,75 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
                         logger.info("%s %s batching=%s c=%d: %.1f req/s p50 %.2f ms errors %d", name, protocol,
                                     batching, concurrency, point.rows_per_s, point.percentile(50) * 1e3, errors)
                         points.append(point)
+            pairing = _pairing(model, in_process, points, servers, protocols) if model in side_by_side else None
+            if pairing is not None:
+                local, sides = pairing
+                points += measure_side_by_side(model, repo / model / "1", local, sides, grpc_payload, rest_body,
+                                               warmup, durations[model], rounds)
     return points
+
+
+def _pairing(model: str, in_process: Sequence[Point], points: Sequence[Point], servers: dict,
+             protocols: Sequence[str]) -> Optional[tuple[Point, list]]:
+    """What a target compares, to measure again in turn: the in-process point and the server sides.
+
+    resnet50: in-process at its best batch size against gRPC with batching at its best
+    concurrency. digits: in-process batch 1 on one thread against each protocol without
+    batching at concurrency 1 (the added-latency target).
+    """
+    if model == "resnet50":
+        local = [p for p in _find(in_process, model=model) if p.batching != "paired"]
+        served = _find(points, model=model, path="grpc", batching="on")
+        if not (local and served):
+            return None
+        best = max(served, key=lambda p: p.rows_per_s)
+        return max(local, key=lambda p: p.rows_per_s), [("grpc", servers["on"], best.load)]
+    local = _find(in_process, model=model, batching="t1", load=1)
+    if not local:
+        return None
+    return local[0], [(protocol, servers["off"], 1) for protocol in protocols]
+
+
+def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Sequence[tuple],
+                         grpc_payload: bytes, rest_body: bytes, warmup: float, duration: float,
+                         rounds: int) -> list[Point]:
+    """In-process at ``local``'s batch size and threads, then each ``(protocol, server, concurrency)``.
+
+    The in-process and server figures above are taken minutes apart, and a shared
+    2-core machine changes speed by tens of percent in that time; this measures
+    them in turn within seconds, ``rounds`` times. Returns one point per side,
+    labelled ``paired``, pooled over the rounds.
+    """
+    from exporter.manifest import load_manifest
+    from serving.server.loader import LoaderOptions, SavedModelLoader
+
+    servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(
+        model, int(version_dir.name), str(version_dir))
+    threads = int(local.batching.lstrip("t"))
+    inputs = load_manifest(version_dir).sample_inputs(batch_size=local.load)
+    outputs = list(servable.signatures["serving_default"].outputs)
+    calls: list[float] = []
+    served: list[list[float]] = [[] for _ in sides]
+    local_wall = 0.0
+    try:
+        servable.run_direct("serving_default", inputs, outputs)
+        for _ in range(rounds):
+            latencies, wall = _time_calls(
+                lambda: servable.run_direct("serving_default", inputs, outputs), duration, threads)
+            calls += latencies
+            local_wall += wall
+            for index, (protocol, server, concurrency) in enumerate(sides):
+                served[index] += _load(server, protocol, model, grpc_payload, rest_body, concurrency,
+                                       warmup, duration)[0]
+    finally:
+        servable.close()
+    pair = [Point(model, "in-process", "paired", local.load, local.load * len(calls) / local_wall, calls)]
+    pair += [Point(model, protocol, "paired", concurrency, len(latencies) / (duration * rounds), latencies)
+             for (protocol, _, concurrency), latencies in zip(sides, served)]
+    for point in pair:
+        logger.info("%s %s paired load %d: %.1f rows/s p50 %.2f ms", model, point.path, point.load,
+                    point.rows_per_s, point.percentile(50) * 1e3)
+    return pair
 
 
 def _load(server, protocol: str, model: str, grpc_payload: bytes, rest_body: bytes, concurrency: int,
@@ -375,9 +448,14 @@ def evaluate(points: Sequence[Point]) -> list[Target]:
     """The three targets, from whatever points were measured."""
     targets = []
     in_process_best = {p.model: max(q.rows_per_s for q in _find(points, model=p.model, path="in-process"))
-                       for p in _find(points, path="in-process")}
+                       for p in _find(points, path="in-process") if p.batching != "paired"}
+    paired = {p.path: p for p in _find(points, model="resnet50", batching="paired")}
     served = _find(points, model="resnet50", path="grpc", batching="on")
-    if served and "resnet50" in in_process_best:
+    if len(paired) == 2:
+        targets.append(Target(f"resnet50 gRPC+batching c={paired['grpc'].load} / in-process b"
+                              f"{paired['in-process'].load} (rows/s, measured in turn)",
+                              paired["grpc"].rows_per_s / paired["in-process"].rows_per_s, 0.9))
+    elif served and "resnet50" in in_process_best:
         best = max(p.rows_per_s for p in served)
         targets.append(Target("resnet50 gRPC+batching / in-process best (rows/s)",
                               best / in_process_best["resnet50"], 0.9))
@@ -386,13 +464,17 @@ def evaluate(points: Sequence[Point]) -> list[Target]:
     if on and off:
         targets.append(Target("digits gRPC c=32: batching / no batching (req/s)",
                               on[0].rows_per_s / max(off[0].rows_per_s, 1e-9), 3.0))
-    local = _find(points, model="digits", path="in-process", batching="t1", load=1)
     for protocol in ("grpc", "rest"):
-        served = _find(points, model="digits", path=protocol, batching="off", load=1)
+        local = _find(points, model="digits", path="in-process", batching="paired", load=1)
+        served = _find(points, model="digits", path=protocol, batching="paired", load=1)
+        name = f"digits {protocol} c=1 added p50 (server - in-process, measured in turn)"
+        if not (local and served):
+            local = _find(points, model="digits", path="in-process", batching="t1", load=1)
+            served = _find(points, model="digits", path=protocol, batching="off", load=1)
+            name = f"digits {protocol} c=1 added p50 (server - in-process)"
         if local and served:
             added_ms = (served[0].percentile(50) - local[0].percentile(50)) * 1e3
-            targets.append(Target(f"digits {protocol} c=1 added p50 (server - in-process)", added_ms, 2.0,
-                                  higher_is_better=False, unit=" ms"))
+            targets.append(Target(name, added_ms, 2.0, higher_is_better=False, unit=" ms"))
     return targets
 
 
@@ -414,7 +496,7 @@ def notes(points: Sequence[Point]) -> list[str]:
     """Context for the targets: the bound the gRPC front-end puts on any batching gain."""
     canned = _find(points, model="canned", load=32)
     off = _find(points, model="digits", path="grpc", batching="off", load=32)
-    local = _find(points, model="digits", path="in-process")
+    local = [p for p in _find(points, model="digits", path="in-process") if p.batching != "paired"]
     if not (canned and off):
         return []
     lines = [f"NOTE  canned servicer (Python gRPC, no work) / digits no batching, gRPC c=32: "
@@ -466,14 +548,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--protocols", default="grpc,rest", help="grpc, rest or both")
     parser.add_argument("--batching-config", type=Path, default=None,
                         help="BatchingParameters for the batching run (default: threads = cores, "
-                             "batches of at most 8 rows, larger tasks split, timeout 0)")
+                             "batches of at most the rows resnet50 ran fastest at in-process (8 if not measured), "
+                             "larger tasks split, timeout 0)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="alternate without/with batching this many times per point (pooled)")
     parser.add_argument("--skip-in-process", action="store_true")
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--skip-floor", action="store_true",
                         help="skip the canned gRPC servicer (the front-end's ceiling) at concurrency 32")
+    parser.add_argument("--side-by-side-rounds", type=int, default=3,
+                        help="rounds of in-process then server, in turn, for the resnet50 and added-latency targets")
     return parser
+
+
+def _execution_rows(points: Sequence[Point], model: str = "resnet50", default: int = 8) -> int:
+    """The batch size ``model`` ran the most rows/s at in-process (``default`` if not measured)."""
+    local = _find(points, model=model, path="in-process")
+    return max(local, key=lambda p: p.rows_per_s).load if local else default
 
 
 def _model_repo(path: Optional[Path], models: Sequence[str]) -> Path:
@@ -507,9 +598,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             batching_file = args.batching_config
             if batching_file is None:
                 batching_file = workdir / "batching.config"
-                batching_file.write_text(DEFAULT_BATCHING % cores)
+                batching_file.write_text(DEFAULT_BATCHING % {"threads": cores, "rows": _execution_rows(points)})
             points += measure_servers(repo, models, batching_file, durations, concurrencies, protocols,
-                                      args.warmup, args.repeats, not args.skip_floor, workdir)
+                                      args.warmup, args.repeats, not args.skip_floor, workdir,
+                                      in_process=points, side_by_side=("resnet50", "digits"),
+                                      rounds=args.side_by_side_rounds)
     load_after = os.getloadavg()
     targets = evaluate(points)
     remarks = notes(points) + [f"NOTE  {len(os.sched_getaffinity(0))} cores; 1-min load average {load_before[0]:.1f} "

@@ -370,8 +370,9 @@ def _report(args, target: Target, baseline: Any, start: dict[str, int], best: di
                              f"{t.baseline_rps:.1f}", f"{t.ratio:.3f}", len(t.rounds), t.best_level,
                              t.p99_at_best_ms and f"{t.p99_at_best_ms:.2f}", t.error or "", t.note or ""])
     verdict = ("This file holds the search's winner, which held up in the final rounds." if holds else
-               "No batching config beat the baseline by more than --min-gain in fresh paired rounds; "
-               "this file keeps the baseline's values.")
+               "No batching config beat the baseline by more than --min-gain "
+               + ("in the search" if best == start else "in fresh paired rounds")
+               + "; this file keeps the baseline's values.")
     if without_batching:
         verdict += (f" Serving WITHOUT batching beat it: x{off.ratio:.2f} the baseline in the final rounds. "
                     "On this host, drop --enable_batching (this file is for when batching stays on).")

@@ -37,3 +37,25 @@ def test_batching_target_passes_and_fails_on_the_ratio():
     assert ratio_target["digits gRPC c=32: batching / no batching (req/s)"].passed
     ratio_target = {t.name: t for t in evaluate(_points(canned=9000, off=1000, on=2900, in_process=40000))}
     assert not ratio_target["digits gRPC c=32: batching / no batching (req/s)"].passed
+
+
+def test_resnet50_target_uses_the_points_measured_in_turn_when_there_are_some():
+    points = [Point("resnet50", "in-process", "t2", 4, 20.0, [0.2]),     # a fast minute, long before
+              Point("resnet50", "grpc", "on", 8, 15.0, [0.5]),
+              Point("resnet50", "in-process", "paired", 4, 16.0, [0.25]),
+              Point("resnet50", "grpc", "paired", 8, 15.0, [0.5])]
+    (target,) = evaluate(points)
+    assert "measured in turn" in target.name
+    assert target.ratio == pytest.approx(15.0 / 16.0) and target.passed
+    (unpaired,) = evaluate(points[:2])
+    assert unpaired.ratio == pytest.approx(0.75) and not unpaired.passed
+
+
+def test_added_latency_uses_the_points_measured_in_turn_when_there_are_some():
+    points = [Point("digits", "in-process", "t1", 1, 3000.0, [0.0003] * 5),
+              Point("digits", "grpc", "off", 1, 300.0, [0.0030] * 5),       # a slow minute, measured later
+              Point("digits", "in-process", "paired", 1, 2000.0, [0.0005] * 5),
+              Point("digits", "grpc", "paired", 1, 600.0, [0.0016] * 5)]
+    (target,) = evaluate(points)
+    assert "measured in turn" in target.name
+    assert target.ratio == pytest.approx(1.1) and target.passed
