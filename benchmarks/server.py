@@ -38,6 +38,7 @@ threads); REST uses one keep-alive ``http.client`` connection per client thread.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import logging
 import os
@@ -47,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -94,10 +95,10 @@ class Point:
 
 # ---------------------------------------------------------------------------- in-process
 
-def measure_in_process(model: str, version_dir: Path, duration: float, batch_sizes: Sequence[int],
-                       thread_counts: Sequence[int]) -> list[Point]:
-    """``Servable.run_direct`` at each batch size from 1 and from several threads,
-    the model loaded exactly as the server loads it (``SavedModelLoader``, same session options)."""
+@contextlib.contextmanager
+def _loaded(model: str, version_dir: Path) -> Iterator[Callable[[int], Callable[[], object]]]:
+    """The model loaded exactly as the server loads it (``SavedModelLoader``, same session
+    options); yields ``call_at(batch)``: a warmed-up ``Servable.run_direct`` on manifest inputs."""
     from exporter.manifest import load_manifest
     from serving.server.loader import LoaderOptions, SavedModelLoader
 
@@ -105,20 +106,35 @@ def measure_in_process(model: str, version_dir: Path, duration: float, batch_siz
     servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(
         model, int(version_dir.name), str(version_dir))
     outputs = list(servable.signatures["serving_default"].outputs)
-    points = []
+
+    def call_at(batch: int) -> Callable[[], object]:
+        inputs = manifest.sample_inputs(batch_size=batch)
+
+        def call() -> object:
+            return servable.run_direct("serving_default", inputs, outputs)
+
+        for _ in range(2):  # build the callable, touch the kernels
+            call()
+        return call
+
     try:
+        yield call_at
+    finally:
+        servable.close()
+
+
+def measure_in_process(model: str, version_dir: Path, duration: float, batch_sizes: Sequence[int],
+                       thread_counts: Sequence[int]) -> list[Point]:
+    """``Servable.run_direct`` at each batch size from 1 and from several threads (``_loaded``)."""
+    points = []
+    with _loaded(model, version_dir) as call_at:
         for batch in batch_sizes:
-            inputs = manifest.sample_inputs(batch_size=batch)
-            for _ in range(2):  # build the callable, touch the kernels
-                servable.run_direct("serving_default", inputs, outputs)
+            call = call_at(batch)
             for threads in thread_counts:
-                latencies, wall = _time_calls(
-                    lambda: servable.run_direct("serving_default", inputs, outputs), duration, threads)
+                latencies, wall = _time_calls(call, duration, threads)
                 rows = batch * len(latencies) / wall
                 points.append(Point(model, "in-process", f"t{threads}", batch, rows, latencies))
                 logger.info("in-process %s batch %d threads %d: %.1f rows/s", model, batch, threads, rows)
-    finally:
-        servable.close()
     return points
 
 
@@ -268,11 +284,9 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
     """Two embedded servers, without and with batching, up at the same time; every
     (model, protocol, concurrency) is measured on one then the other, ``repeats`` times,
     so a change in the shared machine's load hits both sides alike. With ``floor``, the
-    canned servicer (``measure_grpc_floor``) is measured beside digits over gRPC at c=32.
+    canned servicer (``_canned_target``) is measured beside digits over gRPC at c=32.
     For each model in ``side_by_side``, what its target compares (``_pairing``) is then
     measured again in turn, ``rounds`` times (``measure_side_by_side``)."""
-    import contextlib
-
     from exporter.manifest import load_manifest
     from serving.codec import inputs_to_rest_request
     from tests.support.servers import EmbeddedServer
@@ -325,7 +339,7 @@ def _pairing(model: str, in_process: Sequence[Point], points: Sequence[Point], s
     batching at concurrency 1 (the added-latency target).
     """
     if model == "resnet50":
-        local = [p for p in _find(in_process, model=model) if p.batching != "paired"]
+        local = _find(in_process, model=model)
         served = _find(points, model=model, path="grpc", batching="on")
         if not (local and served):
             return None
@@ -347,29 +361,19 @@ def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Seq
     them in turn within seconds, ``rounds`` times. Returns one point per side,
     labelled ``paired``, pooled over the rounds.
     """
-    from exporter.manifest import load_manifest
-    from serving.server.loader import LoaderOptions, SavedModelLoader
-
-    servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(
-        model, int(version_dir.name), str(version_dir))
     threads = int(local.batching.lstrip("t"))
-    inputs = load_manifest(version_dir).sample_inputs(batch_size=local.load)
-    outputs = list(servable.signatures["serving_default"].outputs)
     calls: list[float] = []
     served: list[list[float]] = [[] for _ in sides]
     local_wall = 0.0
-    try:
-        servable.run_direct("serving_default", inputs, outputs)
+    with _loaded(model, version_dir) as call_at:
+        call = call_at(local.load)
         for _ in range(rounds):
-            latencies, wall = _time_calls(
-                lambda: servable.run_direct("serving_default", inputs, outputs), duration, threads)
+            latencies, wall = _time_calls(call, duration, threads)
             calls += latencies
             local_wall += wall
             for index, (protocol, server, concurrency) in enumerate(sides):
                 served[index] += _load(server, protocol, model, grpc_payload, rest_body, concurrency,
                                        warmup, duration)[0]
-    finally:
-        servable.close()
     pair = [Point(model, "in-process", "paired", local.load, local.load * len(calls) / local_wall, calls)]
     pair += [Point(model, protocol, "paired", concurrency, len(latencies) / (duration * rounds), latencies)
              for (protocol, _, concurrency), latencies in zip(sides, served)]
