@@ -27,6 +27,7 @@ __all__ = [
     "batching_config_text",
     "monitoring_config_text",
     "wait_available",
+    "model_available",
 ]
 
 MONITORING_PATH = "/monitoring/prometheus/metrics"
@@ -83,16 +84,17 @@ def wait_available(rest_url: str, models: Sequence[str], timeout: float, alive=l
     while pending and time.monotonic() < deadline:
         if not alive():
             raise RuntimeError("the server exited while loading models")
-        pending = [m for m in pending if not _available(rest_url, m)]
+        pending = [m for m in pending if not model_available(rest_url, m)]
         if pending:
             time.sleep(0.25)
     if pending:
         raise TimeoutError(f"models not AVAILABLE after {timeout:.0f}s: {pending}")
 
 
-def _available(rest_url: str, model: str) -> bool:
+def model_available(rest_url: str, model: str, timeout: float = 2.0) -> bool:
+    """Whether REST model status at ``rest_url`` lists an AVAILABLE version of ``model``."""
     try:
-        with urllib.request.urlopen(f"{rest_url}/v1/models/{model}", timeout=2) as response:
+        with urllib.request.urlopen(f"{rest_url}/v1/models/{model}", timeout=timeout) as response:
             body = json.loads(response.read())
     except (OSError, ValueError):
         return False

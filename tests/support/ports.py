@@ -1,13 +1,6 @@
-"""Free TCP ports on loopback."""
+"""Free TCP ports on loopback: the load tests' helper, one implementation for both."""
 from __future__ import annotations
 
-import socket
+from loadtest.servers import free_port
 
 __all__ = ["free_port"]
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

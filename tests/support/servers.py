@@ -14,9 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-import httpx
-
-from tests.support.ports import free_port
+from loadtest.servers import free_port, model_available
 
 __all__ = ["EmbeddedServer", "REPO_ROOT"]
 
@@ -88,11 +86,7 @@ class EmbeddedServer:
             return False
 
     def _available(self, model: str) -> bool:
-        try:
-            body = httpx.get(f"{self.rest_url}/v1/models/{model}", timeout=1.0).json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        return any(v.get("state") == "AVAILABLE" for v in body.get("model_version_status", []))
+        return model_available(self.rest_url, model, timeout=1.0)
 
     def log_tail(self, lines: int = 60) -> str:
         if not self.log_path or not Path(self.log_path).exists():
