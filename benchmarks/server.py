@@ -52,12 +52,13 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from serving import wire
+
 __all__ = ["main", "Point", "measure_in_process", "measure_servers"]
 
 logger = logging.getLogger("benchmarks.server")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 4, 16)}
 DEFAULT_BATCHING = """\
 # benchmarks/server.py default, after TF Serving's CPU advice (batching/README.md):
@@ -187,7 +188,7 @@ def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, durat
 
     channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20),
                                                      ("grpc.max_send_message_length", 64 << 20)])
-    call = channel.unary_unary(PREDICT_METHOD)  # bytes in, bytes out: no client-side (de)serialization
+    call = channel.unary_unary(wire.PREDICT)  # bytes in, bytes out: no client-side (de)serialization
     begin = time.perf_counter()
     window = (begin + warmup, begin + warmup + duration)
     latencies: list[float] = []
@@ -413,7 +414,7 @@ def _check_answers(server, model: str, grpc_payload: bytes, rest_body: bytes) ->
     from tensorflow_serving.apis import predict_pb2
 
     with grpc.insecure_channel(server.grpc_target) as channel:
-        raw = channel.unary_unary(PREDICT_METHOD)(grpc_payload, timeout=120)
+        raw = channel.unary_unary(wire.PREDICT)(grpc_payload, timeout=120)
     response = predict_pb2.PredictResponse.FromString(raw)
     if not response.outputs:
         raise RuntimeError(f"{model}: gRPC Predict returned no outputs")
