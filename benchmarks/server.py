@@ -101,7 +101,7 @@ def _loaded(model: str, version_dir: Path) -> Iterator[Callable[[int], Callable[
     """The model loaded exactly as the server loads it (``SavedModelLoader``, same session
     options); yields ``call_at(batch)``: a warmed-up ``Servable.run_direct`` on manifest inputs."""
     from exporter.manifest import load_manifest
-    from serving.server.loader import LoaderOptions, SavedModelLoader
+    from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
     manifest = load_manifest(version_dir)
     servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(

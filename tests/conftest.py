@@ -22,7 +22,7 @@ SMALL_MODELS = ("digits", "text", "ranker")
 
 def _exporter_hash() -> str:
     digest = hashlib.sha256()
-    sources = sorted((REPO_ROOT / "exporter").rglob("*.py")) + sorted((REPO_ROOT / "serving").glob("*codec*.py"))
+    sources = sorted((REPO_ROOT / "exporter").rglob("*.py")) + sorted((REPO_ROOT / "serving" / "codec").rglob("*.py"))
     for path in sources:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes())

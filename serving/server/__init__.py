@@ -1,9 +1,18 @@
 """The embedded TF Serving-compatible server (``python -m serving.server``).
 
-Submodules: ``flags`` (TF Serving's command line), ``server`` (composition
-root ``ModelServer``), ``dataplane`` (request semantics shared by the
-front-ends), ``grpc_frontend``, ``rest_frontend``, ``batching_adapter``, and
-the lifecycle, metrics and batching modules. Importing this package loads
-nothing heavy.
+Its folders are TF Serving's layers, each depending only on the ones listed
+before it:
+
+- ``core/``: model lifecycle (source, manager, harness, policy, labels,
+  states, retries, model config checks); knows nothing of TensorFlow or wires.
+- ``tensorflow/``: a SavedModel version as a servable (loader, warmup,
+  Predict/Classify/Regress semantics).
+- ``batching/``: ``BatchingParameters`` queues and scheduler, and the adapter
+  that wraps a servable's run with them.
+- ``frontends/``: the data plane and the thin gRPC and REST front-ends.
+- at the root: ``flags``, ``metrics``, ``deadline``, the composition root
+  ``server`` and ``main``.
+
+Importing this package loads nothing heavy.
 """
 __all__: list[str] = []

@@ -57,7 +57,7 @@ class ModelServer:
         """Load the initial models, then open the front-ends. Raises ``ServingError`` on bad config."""
         from prometheus_client import CollectorRegistry
 
-        from serving.server.dataplane import DataPlane
+        from serving.server.frontends.dataplane import DataPlane
         from serving.server.metrics import ServerMetrics
 
         flags = self.flags
@@ -115,7 +115,7 @@ class ModelServer:
         return monitoring.prometheus_config.path or DEFAULT_PROMETHEUS_PATH
 
     def _build_manager(self) -> Any:
-        from serving.server import manager
+        from serving.server.core import manager
 
         flags = self.flags
         intra, inter = flags.tensorflow_intra_op_parallelism, flags.tensorflow_inter_op_parallelism
@@ -139,8 +139,8 @@ class ModelServer:
     def _batching_wrapper(self) -> Any:
         if not self.flags.enable_batching:
             return None
-        from serving.server import batching
-        from serving.server.batching_adapter import BatchingRunWrapper
+        from serving.server.batching import scheduler as batching
+        from serving.server.batching.adapter import BatchingRunWrapper
 
         if self.flags.batching_parameters_file:
             try:
@@ -179,7 +179,7 @@ class ModelServer:
                 logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", exc.details)
 
     def _start_grpc(self) -> None:
-        from serving.server.grpc_frontend import GrpcFrontend, parse_channel_arguments
+        from serving.server.frontends.grpc import GrpcFrontend, parse_channel_arguments
 
         flags = self.flags
         addresses = [f"0.0.0.0:{flags.port}"] if flags.port else []
@@ -192,7 +192,7 @@ class ModelServer:
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
-        from serving.server.rest_frontend import RestFrontend
+        from serving.server.frontends.rest import RestFrontend
 
         flags = self.flags
         self.rest = RestFrontend(

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from serving.config import load_batching_parameters
-from serving.server import batching
-from serving.server.batching import BatchingOptions
+from serving.server.batching import scheduler as batching
+from serving.server.batching.scheduler import BatchingOptions
 from serving.status import InvalidArgument
 
 

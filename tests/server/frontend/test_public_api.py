@@ -10,12 +10,12 @@ import pytest
 from tests.support.servers import REPO_ROOT
 
 PUBLIC = {
-    "serving.server.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelSpec", "Prediction",
-                                 "DataPlane", "remaining_seconds"},
-    "serving.server.batching_adapter": {"BatchingRunWrapper"},
-    "serving.server.grpc_frontend": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"},
-    "serving.server.rest_frontend": {"RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
-                                     "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX"},
+    "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelSpec",
+                                           "Prediction", "DataPlane", "remaining_seconds"},
+    "serving.server.batching.adapter": {"BatchingRunWrapper"},
+    "serving.server.frontends.grpc": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"},
+    "serving.server.frontends.rest": {"RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
+                                      "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX"},
     "serving.server.flags": {"ServerFlags", "CommandLine", "FlagError", "parse_flags", "log_no_effect",
                              "validate_flags", "usage", "NO_EFFECT_FLAGS", "DEFAULT_REST_API_MAX_BODY_BYTES"},
     "serving.server.server": {"ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"},
@@ -39,7 +39,7 @@ def test_importing_the_server_loads_neither_tensorflow_nor_grpc_servers():
 
 
 def test_grpc_channel_arguments_are_parsed_like_tf_serving():
-    from serving.server.grpc_frontend import parse_channel_arguments
+    from serving.server.frontends.grpc import parse_channel_arguments
 
     assert parse_channel_arguments("grpc.max_connection_age_ms=2000, grpc.primary_user_agent=tfs") == [
         ("grpc.max_connection_age_ms", 2000), ("grpc.primary_user_agent", "tfs")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from serving import status
-from serving.server.rest_frontend import (DISPATCH_REGEX, MODEL_STATUS_API_REGEX, PREDICTION_API_REGEX,
+from serving.server.frontends.rest import (DISPATCH_REGEX, MODEL_STATUS_API_REGEX, PREDICTION_API_REGEX,
                                           RestRoute, parse_route)
 
 # The regexes exactly as TF Serving 2.17.1 spells them (kPredictionApiGegex, kModelStatusApiRegex).

@@ -28,7 +28,7 @@ def metrics() -> Metrics:
 @pytest.fixture
 def make_manager(metrics) -> Iterator[Callable]:
     """Build started ``ServableManager``s (fast retries, 0.1 s polling); all stopped at teardown."""
-    from serving.server.manager import LoaderOptions, ServableManager
+    from serving.server.core.manager import LoaderOptions, ServableManager
 
     managers = []
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from serving import status
-from serving.server.loader import LoaderOptions, SavedModelLoader
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 from tests.server.lifecycle.tiny_models import corrupt_version, publish
 
 

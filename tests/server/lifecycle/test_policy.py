@@ -1,7 +1,7 @@
 """The availability-preserving policy, decision by decision."""
 from __future__ import annotations
 
-from serving.server.policy import Action, HarnessState as S, VersionSnapshot as V, next_action
+from serving.server.core.policy import Action, HarnessState as S, VersionSnapshot as V, next_action
 
 
 def test_new_aspired_version_loads_while_the_old_one_keeps_serving():

@@ -6,22 +6,22 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "servable": {"TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"},
-    "loader": {"LoaderOptions", "SavedModelLoader"},
-    "source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
+    "tensorflow.servable": {"TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"},
+    "tensorflow.loader": {"LoaderOptions", "SavedModelLoader"},
+    "core.source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
                "list_versions"},
-    "manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"},
-    "warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"},
-    "inference": {"DEFAULT_SIGNATURE", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
+    "core.manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"},
+    "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"},
+    "tensorflow.inference": {"DEFAULT_SIGNATURE", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
                   "CLASSIFY_OUTPUT_SCORES", "REGRESS_INPUTS", "REGRESS_OUTPUTS", "rest_signature",
                   "predict", "classify", "regress", "serialized_examples"},
-    "state": {"ManagerState", "VersionStatus"},
-    "policy": {"HarnessState", "VersionSnapshot", "Action", "next_action"},
-    "harness": {"VersionHarness"},
-    "labels": {"LABEL_PATTERN", "LabelMap", "build_label_map"},
-    "model_config": {"TENSORFLOW_PLATFORM", "model_platform", "validate_model_config_list"},
-    "retrier": {"retry"},
-    "state_monitor": {"ServableStateMonitor"},
+    "core.state": {"ManagerState", "VersionStatus"},
+    "core.policy": {"HarnessState", "VersionSnapshot", "Action", "next_action"},
+    "core.harness": {"VersionHarness"},
+    "core.labels": {"LABEL_PATTERN", "LabelMap", "build_label_map"},
+    "core.model_config": {"TENSORFLOW_PLATFORM", "model_platform", "validate_model_config_list"},
+    "core.retrier": {"retry"},
+    "core.state_monitor": {"ServableStateMonitor"},
 }
 
 
@@ -35,7 +35,7 @@ def test_all_is_pinned_and_every_name_exists(module):
 def test_manager_states_equal_the_get_model_status_proto_numbers():
     from tensorflow_serving.apis import get_model_status_pb2
 
-    from serving.server.state import ManagerState
+    from serving.server.core.state import ManagerState
 
     proto = get_model_status_pb2.ModelVersionStatus.State
     assert {s.name: int(s) for s in ManagerState} == {n: proto.Value(n) for n in proto.keys()}
@@ -45,7 +45,7 @@ def test_importing_the_lifecycle_does_not_import_tensorflow():
     import subprocess
     import sys
 
-    code = ("import sys; import serving.server.manager, serving.server.inference; "
+    code = ("import sys; import serving.server.core.manager, serving.server.tensorflow.inference; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -120,7 +120,7 @@ def test_empty_config_takes_no_action_first_and_is_refused_after_a_model_list(ma
 
 
 def test_reload_before_start_is_a_programming_error():
-    from serving.server.manager import ServableManager
+    from serving.server.core.manager import ServableManager
 
     with pytest.raises(RuntimeError, match="before start"):
         ServableManager().reload_config(model_server_config())

@@ -4,7 +4,7 @@ from __future__ import annotations
 from google.protobuf import text_format
 from tensorflow_serving.config import file_system_storage_path_source_pb2 as fs_pb2
 
-from serving.server.source import ServableToMonitor, aspired_versions, list_versions
+from serving.server.core.source import ServableToMonitor, aspired_versions, list_versions
 
 
 def _policy(text: str):

@@ -6,8 +6,8 @@ import logging
 import pytest
 
 from serving import status
-from serving.server.loader import LoaderOptions, SavedModelLoader
-from serving.server.warmup import run_saved_model_warmup, warmup_path
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
+from serving.server.tensorflow.warmup import run_saved_model_warmup, warmup_path
 from tests.server.lifecycle.helpers import model_server_config, states
 from tests.server.lifecycle.tiny_models import publish, write_warmup
 
@@ -32,7 +32,7 @@ def test_each_record_is_replayed_iterations_times(version_dir, metrics, kind, si
     write_warmup(version_dir, 3, kind)
     calls: list = []
     options = LoaderOptions(num_request_iterations_for_warmup=2, run_wrapper=counting_wrapper(calls))
-    with caplog.at_level(logging.INFO, logger="serving.server.warmup"):
+    with caplog.at_level(logging.INFO, logger="serving.server.tensorflow.warmup"):
         SavedModelLoader(options, metrics).load("affine", 1, str(version_dir)).close()
     assert calls == [signature] * 6
     assert metrics.warmups == [(str(version_dir), True, 3)]
@@ -42,7 +42,7 @@ def test_each_record_is_replayed_iterations_times(version_dir, metrics, kind, si
 
 
 def test_missing_warmup_file_is_logged_and_the_load_succeeds(version_dir, metrics, caplog):
-    with caplog.at_level(logging.INFO, logger="serving.server.warmup"):
+    with caplog.at_level(logging.INFO, logger="serving.server.tensorflow.warmup"):
         SavedModelLoader(LoaderOptions(), metrics).load("affine", 1, str(version_dir)).close()
     assert f"No warmup data file found at {warmup_path(str(version_dir))}" in caplog.text
     assert metrics.warmups == []

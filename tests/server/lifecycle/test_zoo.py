@@ -22,7 +22,7 @@ UNSERVABLE_KERAS_EXPORT = (
 
 @pytest.fixture(scope="module")
 def zoo_manager(model_repo):
-    from serving.server.manager import LoaderOptions, ServableManager
+    from serving.server.core.manager import LoaderOptions, ServableManager
     from tests.server.lifecycle.helpers import Metrics
 
     metrics = Metrics()
@@ -57,7 +57,7 @@ def test_zoo_model_loads_and_replays_its_exporter_warmup(zoo_manager, model_repo
 
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_predict_signatures_reproduce_the_golden_outputs(zoo_manager, model_repo, name):
-    from serving.server import inference
+    from serving.server.tensorflow import inference
 
     manager, _ = zoo_manager
     info = manifest(model_repo, name)
@@ -85,7 +85,7 @@ def _input_from_serialized(serialized: np.ndarray):
 
 
 def test_text_classify_reproduces_the_golden_classes_and_scores(zoo_manager, model_repo):
-    from serving.server import inference
+    from serving.server.tensorflow import inference
 
     manager, _ = zoo_manager
     info = manifest(model_repo, "text")
@@ -100,7 +100,7 @@ def test_text_classify_reproduces_the_golden_classes_and_scores(zoo_manager, mod
 
 
 def test_ranker_regress_reproduces_the_golden_outputs(zoo_manager, model_repo):
-    from serving.server import inference
+    from serving.server.tensorflow import inference
 
     manager, _ = zoo_manager
     info = manifest(model_repo, "ranker")

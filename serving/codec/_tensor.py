@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from serving._codec_dtypes import DT_HALF, DT_STRING, DType, dtype_from_enum, enum_from_dtype
+from serving.codec._dtypes import DT_HALF, DT_STRING, DType, dtype_from_enum, enum_from_dtype
 
 __all__ = ["ndarray_to_tensor_proto", "tensor_proto_to_ndarray", "as_bytes"]
 

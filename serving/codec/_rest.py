@@ -12,9 +12,9 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 
 from serving import status
-from serving._codec_dtypes import enum_from_dtype
-from serving._codec_json import json_dumps, json_loads, json_value_string
-from serving._codec_json_tensor import (
+from serving.codec._dtypes import enum_from_dtype
+from serving.codec._json import json_dumps, json_loads, json_value_string
+from serving.codec._json_tensor import (
     array_to_json,
     decode_b64_object,
     is_b64_object,

@@ -12,9 +12,9 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from serving import status
-from serving._codec_example import example_from_dict
-from serving._codec_json import json_dumps, json_loads, json_value_string
-from serving._codec_json_tensor import array_to_json
+from serving.codec._example import example_from_dict
+from serving.codec._json import json_dumps, json_loads, json_value_string
+from serving.codec._json_tensor import array_to_json
 
 __all__ = [
     "rest_request_to_input",

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from serving import status
 from serving.codec import tensor_proto_to_ndarray
-from serving.server import inference
-from serving.server.servable import Servable
+from serving.server.tensorflow import inference
+from serving.server.tensorflow.servable import Servable
 
 __all__ = ["WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"]
 

@@ -1,7 +1,7 @@
 """Every numpy <-> TensorProto <-> JSON conversion of the stack, in symmetric pairs.
 
-This is the one public codec module; the implementation lives in
-``serving/_codec_*.py`` (one concern each):
+This package is the one public codec; the implementation lives in
+``serving/codec/_*.py`` (one concern each):
 
 - dtype table: ``DTYPES``, ``dtype_from_enum``, ``enum_from_dtype``;
 - numpy <-> TensorProto: ``ndarray_to_tensor_proto`` / ``tensor_proto_to_ndarray``
@@ -23,18 +23,18 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
-from serving._codec_dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
-from serving._codec_example import example_from_dict, example_to_dict
-from serving._codec_json import MAX_JSON_DEPTH, json_dumps, json_loads
-from serving._codec_json_tensor import array_to_json, json_to_array
-from serving._codec_rest import (
+from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
+from serving.codec._example import example_from_dict, example_to_dict
+from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
+from serving.codec._json_tensor import array_to_json, json_to_array
+from serving.codec._rest import (
     BYTES_SUFFIX,
     inputs_to_rest_request,
     outputs_to_rest_response,
     rest_request_to_inputs,
     rest_response_to_outputs,
 )
-from serving._codec_rest_examples import (
+from serving.codec._rest_examples import (
     classification_result_to_list,
     classification_result_to_rest,
     examples_to_rest_request,
@@ -43,8 +43,8 @@ from serving._codec_rest_examples import (
     rest_request_to_input,
     rest_response_to_results,
 )
-from serving._codec_tensor import ndarray_to_tensor_proto, tensor_proto_to_ndarray
-from serving._codec_wire import (
+from serving.codec._tensor import ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from serving.codec._wire import (
     decode_predict_request,
     decode_predict_response,
     encode_predict_request,

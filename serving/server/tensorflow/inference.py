@@ -17,7 +17,7 @@ import numpy as np
 
 from serving import status
 from serving.codec import dtype_from_enum, tensor_proto_to_ndarray
-from serving.server.servable import Servable, Signature, TensorSpec
+from serving.server.tensorflow.servable import Servable, Signature, TensorSpec
 
 __all__ = [
     "DEFAULT_SIGNATURE",

@@ -3,7 +3,7 @@
 A front-end decodes its wire request, makes one ``DataPlane`` call and encodes
 the answer (kserve ``protocol/dataplane.py``). The data plane resolves a
 ``ModelSpec`` through the manager (name; version, version label or latest;
-signature), runs the model through ``serving.server.inference`` and returns
+signature), runs the model through ``serving.server.tensorflow.inference`` and returns
 numpy arrays or the official response protos. Failures are
 ``serving.status.ServingError``; the front-ends map them once each.
 
@@ -134,7 +134,7 @@ class DataPlane:
     def predict(self, spec: ModelSpec, inputs: Union[Mapping[str, np.ndarray], InputDecoder],
                 output_filter: Sequence[str] = (), *, deadline: Optional[float] = None) -> Prediction:
         """Run ``spec``'s signature; ``inputs`` may be a decoder given the resolved signature."""
-        from serving.server import inference
+        from serving.server.tensorflow import inference
 
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
         with self._acquire(spec) as servable, self._deadline(deadline):
@@ -148,7 +148,7 @@ class DataPlane:
         """A ``ClassificationResponse`` for ``input_proto`` (a ``tensorflow.serving.Input``)."""
         from tensorflow_serving.apis import classification_pb2
 
-        from serving.server import inference
+        from serving.server.tensorflow import inference
 
         return self._run_examples(spec, input_proto, deadline, "Classify", inference.classify,
                                   classification_pb2.ClassificationResponse)
@@ -157,7 +157,7 @@ class DataPlane:
         """A ``RegressionResponse`` for ``input_proto`` (a ``tensorflow.serving.Input``)."""
         from tensorflow_serving.apis import regression_pb2
 
-        from serving.server import inference
+        from serving.server.tensorflow import inference
 
         return self._run_examples(spec, input_proto, deadline, "Regress", inference.regress,
                                   regression_pb2.RegressionResponse)
@@ -181,7 +181,7 @@ class DataPlane:
         """
         from tensorflow_serving.apis import inference_pb2
 
-        from serving.server import inference
+        from serving.server.tensorflow import inference
 
         first = request.tasks[0].model_spec if request.tasks else None
         spec = ModelSpec("") if first is None else ModelSpec(

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from serving import status
-from serving._codec_json import json_type_name
-from serving._codec_json_tensor import decode_b64_object, is_b64_object
+from serving.codec._json import json_type_name
+from serving.codec._json_tensor import decode_b64_object, is_b64_object
 
 __all__ = ["example_from_dict", "example_to_dict"]
 

@@ -22,13 +22,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from serving import status
-from serving.server.dataplane import remaining_seconds
+from serving.server.frontends.dataplane import remaining_seconds
 
 __all__ = ["BatchingRunWrapper"]
 
 logger = logging.getLogger(__name__)
 
-RunFn = Any  # serving.server.servable.RunFn
+RunFn = Any  # serving.server.tensorflow.servable.RunFn
 
 
 class BatchingRunWrapper:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from serving import status
-from serving.server.servable import RunWrapper, Servable, tf_error_message
-from serving.server.warmup import run_saved_model_warmup
+from serving.server.tensorflow.servable import RunWrapper, Servable, tf_error_message
+from serving.server.tensorflow.warmup import run_saved_model_warmup
 
 __all__ = ["LoaderOptions", "SavedModelLoader"]
 

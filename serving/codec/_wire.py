@@ -14,8 +14,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
-from serving._codec_dtypes import DT_STRING, dtype_from_enum, enum_from_dtype
-from serving._codec_tensor import as_bytes, tensor_proto_to_ndarray
+from serving.codec._dtypes import DT_STRING, dtype_from_enum, enum_from_dtype
+from serving.codec._tensor import as_bytes, tensor_proto_to_ndarray
 
 __all__ = [
     "encode_predict_request",

@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from serving import status
-from serving._codec_dtypes import DT_STRING, DType, enum_from_dtype
-from serving._codec_json import json_type_name, json_value_string
+from serving.codec._dtypes import DT_STRING, DType, enum_from_dtype
+from serving.codec._json import json_type_name, json_value_string
 
 __all__ = [
     "json_to_array",

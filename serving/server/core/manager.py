@@ -31,16 +31,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from serving import status
-from serving.server.harness import VersionHarness
-from serving.server.labels import LabelMap, build_label_map
-from serving.server.loader import LoaderOptions, SavedModelLoader
-from serving.server.model_config import validate_model_config_list
-from serving.server.policy import HarnessState, next_action
-from serving.server.retrier import retry
-from serving.server.servable import Servable
-from serving.server.source import AspiredVersion, FileSystemSource, ServableToMonitor
-from serving.server.state import ManagerState, VersionStatus
-from serving.server.state_monitor import ServableStateMonitor
+from serving.server.core.harness import VersionHarness
+from serving.server.core.labels import LabelMap, build_label_map
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
+from serving.server.core.model_config import validate_model_config_list
+from serving.server.core.policy import HarnessState, next_action
+from serving.server.core.retrier import retry
+from serving.server.tensorflow.servable import Servable
+from serving.server.core.source import AspiredVersion, FileSystemSource, ServableToMonitor
+from serving.server.core.state import ManagerState, VersionStatus
+from serving.server.core.state_monitor import ServableStateMonitor
 
 __all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"]
 

@@ -11,8 +11,8 @@ import threading
 from typing import Optional
 
 from serving import status
-from serving.server.policy import HarnessState, VersionSnapshot
-from serving.server.servable import Servable
+from serving.server.core.policy import HarnessState, VersionSnapshot
+from serving.server.tensorflow.servable import Servable
 
 __all__ = ["VersionHarness"]
 

@@ -14,7 +14,7 @@ import time
 from typing import Optional, Sequence
 
 from serving import status
-from serving.server.state import ManagerState, VersionStatus
+from serving.server.core.state import ManagerState, VersionStatus
 
 __all__ = ["ServableStateMonitor"]
 

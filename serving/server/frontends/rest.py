@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 from aiohttp import web
 
 from serving import codec, status
-from serving.server.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelSpec
+from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelSpec
 
 __all__ = [
     "RestFrontend",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 import grpc
 
 from serving import codec, status
-from serving.server.dataplane import DataPlane, ModelSpec
+from serving.server.frontends.dataplane import DataPlane, ModelSpec
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"]
 

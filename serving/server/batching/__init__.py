@@ -1,0 +1,2 @@
+"""Server-side batching (TF Serving's ``batching/``): options, queue, scheduler, adapter."""
+__all__: list[str] = []
