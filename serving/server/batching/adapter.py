@@ -10,7 +10,7 @@ created on first use and closed when the servable closes.
 A full queue raises ``UNAVAILABLE`` at once; a request larger than the
 largest batch is refused with ``INVALID_ARGUMENT`` unless the parameters
 enable large-batch splitting (both done by the ``BatchQueue``). While a request
-waits in a queue its deadline (``dataplane.remaining_seconds``) is honoured.
+waits in a queue its deadline (``serving.server.deadline.remaining_seconds``) is honoured.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from serving import status
-from serving.server.frontends.dataplane import remaining_seconds
+from serving.server.deadline import remaining_seconds
 
 __all__ = ["BatchingRunWrapper"]
 

@@ -14,7 +14,7 @@ success only.
 
 Deadlines: a call may carry an absolute ``time.monotonic()`` deadline. It is
 checked before the model runs and is visible to a batching queue through
-``remaining_seconds()`` (TF Serving turns the client deadline into the
+``serving.server.deadline.remaining_seconds()`` (TF Serving turns the client deadline into the
 session's ``RunOptions.timeout_in_ms``).
 
 Thread-safety: every method may be called from many threads at once.
@@ -22,7 +22,6 @@ Thread-safety: every method may be called from many threads at once.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from serving import status
+from serving.server.deadline import request_deadline
 from serving.status import Code
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "ModelSpec",
     "Prediction",
     "DataPlane",
-    "remaining_seconds",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,17 +46,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_SIGNATURE = "serving_default"
 SIGNATURE_DEF_METADATA_FIELD = "signature_def"
 
-_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
-    "serving_request_deadline", default=None)
-
 InputDecoder = Callable[[Any], Mapping[str, np.ndarray]]
 """Turns the resolved ``Signature`` into the request's inputs (REST decodes JSON with its dtypes)."""
-
-
-def remaining_seconds() -> Optional[float]:
-    """Seconds left before the current request's deadline, or None for no deadline."""
-    deadline = _DEADLINE.get()
-    return None if deadline is None else deadline - time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -137,7 +127,7 @@ class DataPlane:
         from serving.server.tensorflow import inference
 
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
-        with self._acquire(spec) as servable, self._deadline(deadline):
+        with self._acquire(spec) as servable, request_deadline(deadline):
             if callable(inputs):
                 inputs = inputs(inference.rest_signature(servable, signature_name))
             with self._runtime(servable.name, "Predict"):
@@ -166,7 +156,7 @@ class DataPlane:
                       run: Callable[[Any, str, Any], Any], response_class: Any) -> Any:
         """Classify or Regress: run ``run(servable, signature, input)`` and wrap its result."""
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
-        with self._acquire(spec) as servable, self._deadline(deadline):
+        with self._acquire(spec) as servable, request_deadline(deadline):
             with self._runtime(servable.name, api):
                 result = run(servable, signature_name, input_proto)
             response = response_class(result=result)
@@ -187,7 +177,7 @@ class DataPlane:
         spec = ModelSpec("") if first is None else ModelSpec(
             first.name, first.version.value if first.HasField("version") else None, first.version_label or None)
         response = inference_pb2.MultiInferenceResponse()
-        with self._acquire(spec) as servable, self._deadline(deadline):
+        with self._acquire(spec) as servable, request_deadline(deadline):
             _check_multi_inference_tasks(request.tasks, servable)
             for task in request.tasks:
                 signature = task.model_spec.signature_name or DEFAULT_SIGNATURE
@@ -247,17 +237,6 @@ class DataPlane:
     # -- helpers ---------------------------------------------------------
     def _acquire(self, spec: ModelSpec):
         return self._manager.acquire(spec.name, version=spec.version, label=spec.version_label)
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _deadline(deadline: Optional[float]) -> Iterator[None]:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise status.DeadlineExceeded("Deadline Exceeded")
-        token = _DEADLINE.set(deadline)
-        try:
-            yield
-        finally:
-            _DEADLINE.reset(token)
 
     @staticmethod
     def _fill_spec(model_spec: Any, servable: Any, signature_name: str) -> None:

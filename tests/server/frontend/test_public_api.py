@@ -11,7 +11,8 @@ from tests.support.servers import REPO_ROOT
 
 PUBLIC = {
     "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelSpec",
-                                           "Prediction", "DataPlane", "remaining_seconds"},
+                                           "Prediction", "DataPlane"},
+    "serving.server.deadline": {"remaining_seconds", "request_deadline"},
     "serving.server.batching.adapter": {"BatchingRunWrapper"},
     "serving.server.frontends.grpc": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"},
     "serving.server.frontends.rest": {"RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
