@@ -39,7 +39,7 @@ class ExportError(RuntimeError):
 def source_hash() -> str:
     """sha256 of the code that builds every model: the exporter and the codec modules it uses."""
     digest = hashlib.sha256()
-    for path in sorted((_ROOT / "exporter").rglob("*.py")) + sorted((_ROOT / "serving").glob("*codec*.py")):
+    for path in sorted((_ROOT / "exporter").rglob("*.py")) + sorted((_ROOT / "serving" / "codec").rglob("*.py")):
         digest.update(path.relative_to(_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
