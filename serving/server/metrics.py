@@ -210,7 +210,7 @@ class ServerMetrics:
             self._warmup_latency.observe((model_path, label), latency_us)
             self._warmup_records.add((model_path, label), records)
 
-    # -- batching (recorded by serving.server.batching.scheduler) ---------------------------------------
+    # -- batching (recorded by serving.server.batching.{queue,batch}) ----------------------------------
     def record_input_batch_size(self, size: int) -> None:
         """0th-dim size of one input tensor of a submitted task (TF records one per tensor)."""
         with self._lock:

@@ -139,7 +139,7 @@ class ModelServer:
     def _batching_wrapper(self) -> Any:
         if not self.flags.enable_batching:
             return None
-        from serving.server.batching import scheduler as batching
+        from serving.server import batching
         from serving.server.batching.adapter import BatchingRunWrapper
 
         if self.flags.batching_parameters_file:

@@ -9,45 +9,65 @@ created on first use and closed when the servable closes.
 
 A full queue raises ``UNAVAILABLE`` at once; a request larger than the
 largest batch is refused with ``INVALID_ARGUMENT`` unless the parameters
-enable large-batch splitting (both done by the ``BatchQueue``). While a request
+enable large-batch splitting (both done by the queue). While a request
 waits in a queue its deadline (``serving.server.deadline.remaining_seconds``) is honoured.
+
+The adapter needs only ``QueueFactory`` of the scheduler and ``TaskQueue`` of
+its queues (``BatchScheduler`` and ``BatchQueue`` implement them).
 """
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Dict, List, Mapping, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from serving import status
+from serving.server.batching.batch import BatchFn, Tensors
 from serving.server.deadline import remaining_seconds
+from serving.server.tensorflow.servable import RunFn, Servable
 
-__all__ = ["BatchingRunWrapper"]
+__all__ = ["BatchingRunWrapper", "QueueFactory", "TaskQueue"]
 
-logger = logging.getLogger(__name__)
+_QueueKey = Tuple[str, Tuple[str, ...], Tuple[str, ...]]  # signature, input aliases, output aliases
 
-RunFn = Any  # serving.server.tensorflow.servable.RunFn
+
+class TaskQueue(Protocol):
+    """A batching queue as the adapter uses it."""
+
+    def submit(self, inputs: Mapping[str, np.ndarray]) -> "concurrent.futures.Future[Tensors]":
+        """Queue one task without blocking; the future gets the task's rows of every output."""
+
+    def close(self) -> None:
+        """Refuse new tasks and return once every accepted one has been processed."""
+
+
+class QueueFactory(Protocol):
+    """What the adapter needs of a batch scheduler: a new queue per servable signature."""
+
+    def queue(self, run: BatchFn, name: str) -> TaskQueue:
+        """A queue whose merged batches go to ``run``."""
 
 
 class BatchingRunWrapper:
     """``run_wrapper(servable, run) -> run`` that sends every run through a batch queue.
 
-    Thread-safe: queues are created under a lock; ``BatchQueue.submit`` is
-    thread-safe by contract.
+    Thread-safe: queues are created under a lock; ``TaskQueue.submit`` is
+    thread-safe by contract. The returned run blocks its caller until the
+    batch has run or the request's deadline has passed.
     """
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: QueueFactory) -> None:
         self._scheduler = scheduler
 
-    def __call__(self, servable: Any, run: RunFn) -> RunFn:
-        queues: dict[tuple, Any] = {}
+    def __call__(self, servable: Servable, run: RunFn) -> RunFn:
+        queues: Dict[_QueueKey, TaskQueue] = {}
         lock = threading.Lock()
         closed = False
 
-        def queue_for(signature_name: str, input_keys: tuple, output_keys: tuple) -> Any:
-            nonlocal closed
+        def queue_for(signature_name: str, input_keys: Tuple[str, ...],
+                      output_keys: Tuple[str, ...]) -> TaskQueue:
             key = (signature_name, input_keys, output_keys)
             with lock:
                 if closed:
@@ -55,7 +75,7 @@ class BatchingRunWrapper:
                         f"Servable {servable.name} version {servable.version} has been unloaded")
                 if key not in queues:
                     queues[key] = self._scheduler.queue(
-                        lambda inputs: run(signature_name, inputs, list(output_keys)),
+                        _batch_fn(run, signature_name, output_keys),
                         f"{servable.name}/{servable.version}/{signature_name}")
                 return queues[key]
 
@@ -63,13 +83,13 @@ class BatchingRunWrapper:
             nonlocal closed
             with lock:
                 closed = True
-                pending = list(queues.values())
+                pending: List[TaskQueue] = list(queues.values())
                 queues.clear()
             for queue in pending:
                 queue.close()
 
         def batched_run(signature_name: str, inputs: Mapping[str, np.ndarray],
-                        output_keys: Sequence[str]) -> dict[str, np.ndarray]:
+                        output_keys: Sequence[str]) -> Tensors:
             queue = queue_for(signature_name, tuple(sorted(inputs)), tuple(output_keys))
             future = queue.submit(dict(inputs))
             return _result(future)
@@ -78,7 +98,14 @@ class BatchingRunWrapper:
         return batched_run
 
 
-def _result(future: concurrent.futures.Future) -> dict[str, np.ndarray]:
+def _batch_fn(run: RunFn, signature_name: str, output_keys: Tuple[str, ...]) -> BatchFn:
+    """One queue's batch function: the servable's run of ``signature_name`` on a merged batch."""
+    def run_batch(inputs: Tensors) -> Tensors:
+        return run(signature_name, inputs, list(output_keys))
+    return run_batch
+
+
+def _result(future: "concurrent.futures.Future[Tensors]") -> Tensors:
     """The batch's answer for this task, within the request's deadline."""
     timeout = remaining_seconds()
     if timeout is not None and timeout <= 0:

@@ -7,8 +7,9 @@ import os
 import pytest
 
 from serving.config import load_batching_parameters
-from serving.server.batching import scheduler as batching
-from serving.server.batching.scheduler import BatchingOptions
+from serving.server import batching
+from serving.server.batching import adapter, batch, options, queue, scheduler
+from serving.server.batching.options import BatchingOptions
 from serving.status import InvalidArgument
 
 
@@ -23,7 +24,17 @@ def batching_parameters(tmp_path):
 
 
 def test_public_api_is_pinned():
-    assert batching.__all__ == ["BatchFn", "BatchingOptions", "BatchQueue", "BatchScheduler", "QUEUE_FULL_MESSAGE"]
+    assert batching.__all__ == ["BatchFn", "BatchingMetrics", "BatchingOptions", "BatchingRunWrapper", "BatchQueue",
+                                "BatchScheduler", "QUEUE_FULL_MESSAGE", "QueueFactory", "TaskQueue"]
+    assert options.__all__ == ["BatchingOptions"]
+    assert batch.__all__ == ["Tensors", "BatchFn", "BatchKey", "BatchingMetrics", "SplitJoin", "Task", "Batch",
+                             "task_size", "batch_key", "split_task", "merge_inputs", "split_outputs"]
+    assert queue.__all__ == ["QUEUE_FULL_MESSAGE", "QueueScheduler", "BatchQueue"]
+    assert scheduler.__all__ == ["BatchScheduler"]
+    assert adapter.__all__ == ["BatchingRunWrapper", "QueueFactory", "TaskQueue"]
+    for module in (batching, options, batch, queue, scheduler, adapter):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
 
 
 def test_defaults_are_tf_shared_batch_scheduler_defaults():

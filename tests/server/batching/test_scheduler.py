@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from serving import status
-from serving.server.batching.scheduler import QUEUE_FULL_MESSAGE, BatchingOptions, BatchScheduler
+from serving.server.batching import QUEUE_FULL_MESSAGE, BatchingOptions, BatchScheduler
 from serving.server.metrics import ServerMetrics
 
 WAIT = 60.0  # generous: the machine is shared

@@ -13,7 +13,7 @@ PUBLIC = {
     "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelSpec",
                                            "Prediction", "DataPlane"},
     "serving.server.deadline": {"remaining_seconds", "request_deadline"},
-    "serving.server.batching.adapter": {"BatchingRunWrapper"},
+    "serving.server.batching.adapter": {"BatchingRunWrapper", "QueueFactory", "TaskQueue"},
     "serving.server.frontends.grpc": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"},
     "serving.server.frontends.rest": {"RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
                                       "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX"},

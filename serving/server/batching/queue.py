@@ -1,0 +1,220 @@
+"""``BatchQueue``: one batching queue (one model version and signature) with TF's queue rules.
+
+Rules (``shared_batch_scheduler.h``):
+
+- the open (newest) batch takes tasks until one does not fit in
+  ``max_batch_size`` (``max_execution_batch_size`` when splitting); then it is
+  closed and a new one opened — unless the queue already holds
+  ``max_enqueued_batches`` batches, in which case ``submit`` raises
+  ``Unavailable("The batch scheduling queue to which this task was submitted is full")``
+  at once;
+- a batch is ready to run when it is closed, or when the open batch is full,
+  its first task has waited ``batch_timeout_micros`` (0: at once), or the
+  queue is closed;
+- a task with more rows than ``max_batch_size`` is rejected with
+  ``InvalidArgument("Task size N is larger than maximum input batch size M")``;
+  with ``enable_large_batch_splitting`` a task that does not fit the open batch
+  is split into pieces of at most ``max_execution_batch_size`` rows, which
+  fill the open batch and the next ones (``batch.split_task``);
+- tasks whose inputs differ in names, dtypes or non-batch dimensions never
+  share a batch: the open batch is closed and the task starts a new one. With
+  ``pad_variable_length_inputs`` tasks only need equal names, dtypes and ranks.
+
+The queue and its scheduler meet through a small interface, and neither
+touches the other's state:
+
+- the queue calls its ``QueueScheduler`` (``BatchScheduler`` implements it):
+  ``check_running()`` before accepting a task, ``batch_ready()`` when it has a
+  batch to run or a new timeout to wait for, ``queue_closed(queue)`` once it
+  is closed and drained;
+- the scheduler calls the queue's scheduler-side methods: ``next_ready_time``,
+  ``take_batch``, ``run_batch``, ``stop_accepting`` and ``wait_until_drained``.
+
+Thread-safety: every method may be called from any thread. The queue guards
+its state with its own lock. Lock order is scheduler → queue: the scheduler
+may call ``next_ready_time``/``take_batch`` while holding its lock, and the
+queue never calls the scheduler while holding its own, except
+``check_running``, which must take no lock.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from concurrent.futures import Future
+from typing import Deque, Mapping, Optional, Protocol
+
+import numpy as np
+
+from serving import status
+from serving.server.batching.batch import (
+    Batch,
+    BatchFn,
+    BatchingMetrics,
+    Task,
+    Tensors,
+    batch_key,
+    split_task,
+    task_size,
+)
+from serving.server.batching.options import BatchingOptions
+
+__all__ = ["QUEUE_FULL_MESSAGE", "QueueScheduler", "BatchQueue"]
+
+QUEUE_FULL_MESSAGE = "The batch scheduling queue to which this task was submitted is full"
+
+
+class QueueScheduler(Protocol):
+    """What a ``BatchQueue`` needs of the scheduler that runs its batches."""
+
+    def check_running(self) -> None:
+        """Raise ``Unavailable`` unless the scheduler is running. Takes no lock: the queue calls it
+        under its own lock, so that a ``stop()`` either sees the task or refuses it."""
+
+    def batch_ready(self) -> None:
+        """Wake a batch thread: the queue has a batch to run, or a new timeout to wait for."""
+
+    def queue_closed(self, queue: "BatchQueue") -> None:
+        """Forget ``queue``: it is closed and every task it accepted has been processed."""
+
+
+class BatchQueue:
+    """One batching queue; made by ``BatchScheduler.queue``. See the module docstring for the rules.
+
+    Client side: ``submit`` (any number of threads) and ``close`` (idempotent:
+    stops accepting tasks, waits until every accepted task has been processed,
+    then leaves its scheduler).
+    """
+
+    def __init__(self, run: BatchFn, name: str, options: BatchingOptions, scheduler: QueueScheduler,
+                 metrics: Optional[BatchingMetrics] = None) -> None:
+        self.name = name
+        self._run = run
+        self._options = options
+        self._scheduler = scheduler
+        self._metrics = metrics
+        self._cond = threading.Condition()
+        self._batches: Deque[Batch] = collections.deque([Batch()])
+        self._in_flight = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"BatchQueue({self.name!r})"
+
+    # -- client side ------------------------------------------------------------------------
+    def submit(self, inputs: Mapping[str, np.ndarray]) -> "Future[Tensors]":
+        """Queue one task; its future gets this task's rows of every output.
+
+        Raises at once (never blocks): ``InvalidArgument`` for malformed or
+        too-large tasks, ``Unavailable`` when the queue is full, closed, or its
+        scheduler is not running. A future cancelled before its batch starts
+        is left out of the batch.
+        """
+        options = self._options
+        arrays = {name: value if isinstance(value, np.ndarray) else np.asarray(value)
+                  for name, value in inputs.items()}
+        size = task_size(arrays)
+        if self._metrics is not None:
+            for _ in arrays:
+                self._metrics.record_input_batch_size(size)
+        if size > options.max_batch_size:
+            raise status.InvalidArgument(
+                f"Task size {size} is larger than maximum input batch size {options.max_batch_size}")
+        key = batch_key(arrays, options.pad_variable_length_inputs)
+        future: Future = Future()
+        with self._cond:
+            self._scheduler.check_running()
+            if self._closed:
+                raise status.Unavailable(f"Batch scheduling queue {self.name} is closed")
+            now = time.monotonic()
+            task = Task(arrays, size, key, now, future)
+            if options.enable_large_batch_splitting:
+                self._enqueue_split_locked(task)
+            else:
+                self._enqueue_locked(task)
+            open_batch = self._batches[-1]
+            wake = self._next_ready_time_locked() <= now or (
+                options.batch_timeout_micros > 0 and len(open_batch.tasks) == 1)
+        if wake:
+            self._scheduler.batch_ready()
+        return future
+
+    def close(self) -> None:
+        """Stop accepting tasks, wait until every accepted one has been processed, leave the scheduler."""
+        self.stop_accepting()
+        self._scheduler.batch_ready()  # a closed queue's open batch is ready at once
+        self.wait_until_drained()
+        self._scheduler.queue_closed(self)
+
+    # -- scheduler side ---------------------------------------------------------------------
+    def next_ready_time(self) -> Optional[float]:
+        """When ``take_batch`` will return a batch (``time.monotonic()`` seconds; ``-inf``: now),
+        or None while the queue holds no task."""
+        with self._cond:
+            if len(self._batches) == 1 and not self._batches[0].tasks:
+                return None
+            return self._next_ready_time_locked()
+
+    def take_batch(self, now: float) -> Optional[Batch]:
+        """The oldest batch if it is ready at ``now``, counted in flight until ``run_batch`` ends."""
+        with self._cond:
+            open_batch = self._batches[-1]
+            if len(self._batches) == 1:
+                if not open_batch.tasks or self._next_ready_time_locked() > now:
+                    return None
+                self._batches.append(Batch())
+            self._in_flight += 1
+            return self._batches.popleft()
+
+    def run_batch(self, batch: Batch) -> None:
+        """Process a batch from ``take_batch`` (on a batch thread): every task gets its rows or the error."""
+        try:
+            batch.process(self._run, self._options, self._metrics)
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                if self._drained_locked():
+                    self._cond.notify_all()
+
+    def stop_accepting(self) -> None:
+        """Refuse new tasks; the open batch is ready at once. The caller wakes the batch threads."""
+        with self._cond:
+            self._closed = True
+
+    def wait_until_drained(self) -> None:
+        """Block until no task is queued or running. Never call it holding the scheduler's lock."""
+        with self._cond:
+            self._cond.wait_for(self._drained_locked)
+
+    # -- under self._cond -------------------------------------------------------------------
+    def _next_ready_time_locked(self) -> float:
+        open_batch = self._batches[-1]
+        if len(self._batches) > 1 or self._closed or open_batch.size >= self._options.execution_batch_size:
+            return -math.inf
+        return open_batch.started + self._options.batch_timeout_seconds
+
+    def _drained_locked(self) -> bool:
+        return self._in_flight == 0 and len(self._batches) == 1 and not self._batches[0].tasks
+
+    def _enqueue_locked(self, task: Task) -> None:
+        if not self._batches[-1].fits(task.key, task.size, self._options.execution_batch_size):
+            if len(self._batches) >= self._options.max_enqueued_batches:
+                raise status.Unavailable(QUEUE_FULL_MESSAGE)
+            self._batches.append(Batch())
+        self._batches[-1].add(task)
+
+    def _enqueue_split_locked(self, task: Task) -> None:
+        limit = self._options.execution_batch_size
+        open_batch = self._batches[-1]
+        room = limit - open_batch.size if (not open_batch.tasks or open_batch.key == task.key) else 0
+        if task.size <= room and open_batch.fits(task.key, task.size, limit):
+            open_batch.add(task)
+            return
+        capacity = (self._options.max_enqueued_batches - len(self._batches)) * limit + room
+        if task.size > capacity:
+            raise status.Unavailable(QUEUE_FULL_MESSAGE)
+        for piece in split_task(task, room, limit):
+            if not self._batches[-1].fits(piece.key, piece.size, limit):
+                self._batches.append(Batch())
+            self._batches[-1].add(piece)
