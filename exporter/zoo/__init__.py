@@ -1,6 +1,8 @@
 """The model zoo: models built in code from bundled data or seeded weights (no downloads).
 
-One model a module; each exposes ``build(*, progress: bool) -> BuiltModel``.
+One model a module; each exposes ``build(*, progress: bool) -> BuiltModel`` and imports
+TensorFlow, Keras and scikit-learn at its top: ``build`` imports a model's module only when
+that model is built, so importing ``exporter.zoo`` loads none of them.
 """
 from __future__ import annotations
 

@@ -7,7 +7,11 @@ the model rescales in-graph. ``serving_default`` returns ``probabilities``
 """
 from __future__ import annotations
 
+import keras
 import numpy as np
+import tensorflow as tf
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 
 from exporter.zoo.base import SEED, BuiltModel
 
@@ -18,8 +22,6 @@ EPOCHS = 30
 
 
 def _data():
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     digits = load_digits()
     images = digits.images.astype(np.float32)[..., None]
@@ -28,7 +30,6 @@ def _data():
 
 
 def _network():
-    import keras
 
     inputs = keras.Input((8, 8, 1), name="images")
     h = keras.layers.Rescaling(1.0 / 16.0)(inputs)
@@ -43,8 +44,6 @@ def _network():
 
 def build(*, progress: bool = True) -> BuiltModel:
     """Train the digits CNN and measure held-out accuracy."""
-    import keras
-    import tensorflow as tf
 
     keras.utils.set_random_seed(SEED)
     x_train, x_test, y_train, y_test = _data()

@@ -13,7 +13,10 @@ Signatures:
 """
 from __future__ import annotations
 
+import keras
 import numpy as np
+import tensorflow as tf
+from sklearn.metrics import roc_auc_score
 
 from exporter.signatures import serialize_examples
 from exporter.zoo.base import SEED, BuiltModel
@@ -40,7 +43,6 @@ def _clicks(n: int, rng: np.random.Generator, truth: dict) -> dict:
 
 
 def _network():
-    import keras
 
     user = keras.Input((), dtype="int64", name="user")
     item = keras.Input((), dtype="int64", name="item")
@@ -55,9 +57,6 @@ def _network():
 
 def build(*, progress: bool = True) -> BuiltModel:
     """Train the click model on seeded synthetic data; report held-out AUC."""
-    import keras
-    import tensorflow as tf
-    from sklearn.metrics import roc_auc_score
 
     keras.utils.set_random_seed(SEED)
     rng = np.random.default_rng(SEED)

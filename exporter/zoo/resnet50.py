@@ -8,7 +8,9 @@ values 0..255 (RGB; the Keras ResNet preprocessing runs in-graph) →
 """
 from __future__ import annotations
 
+import keras
 import numpy as np
+import tensorflow as tf
 
 from exporter.zoo.base import SEED, BuiltModel
 
@@ -20,8 +22,6 @@ GOLDEN_ROWS = 2
 
 def build(*, progress: bool = True) -> BuiltModel:
     """Build ResNet-50 with seeded initial weights (no training)."""
-    import keras
-    import tensorflow as tf
 
     keras.utils.set_random_seed(SEED)
     model = keras.applications.ResNet50(weights=None, input_shape=(IMAGE_SIZE, IMAGE_SIZE, 3),

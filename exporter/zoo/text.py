@@ -14,7 +14,10 @@ Signatures:
 """
 from __future__ import annotations
 
+import keras
 import numpy as np
+import tensorflow as tf
+from keras import ops
 
 from exporter.signatures import serialize_examples
 from exporter.zoo.base import SEED, BuiltModel
@@ -59,7 +62,6 @@ def _sentences(n: int, rng: np.random.Generator) -> tuple[list[str], np.ndarray]
 
 def tokenize(text):
     """Strings [batch] → token ids int64 [batch, MAX_TOKENS]; 0 pads, ids are 1..NUM_BUCKETS."""
-    import tensorflow as tf
 
     cleaned = tf.strings.regex_replace(tf.strings.lower(text), r"[^a-z0-9' ]+", " ")
     tokens = tf.strings.split(cleaned)
@@ -68,8 +70,6 @@ def tokenize(text):
 
 
 def _network():
-    import keras
-    from keras import ops
 
     class MeanOfTokens(keras.layers.Layer):
         """Mean of the token embeddings, ignoring padding; zeros for a text without tokens."""
@@ -87,8 +87,6 @@ def _network():
 
 def build(*, progress: bool = True) -> BuiltModel:
     """Train the topic classifier on seeded synthetic sentences."""
-    import keras
-    import tensorflow as tf
 
     keras.utils.set_random_seed(SEED)
     rng = np.random.default_rng(SEED)
