@@ -5,6 +5,8 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
+from serving.model_repo import Staging
+
 __all__ = ["publish_saved_model", "export_version"]
 
 
@@ -12,12 +14,10 @@ def publish_saved_model(source: Path, models_dir: Path, name: str,
                         version: Optional[int] = None) -> Path:
     """Copy the SavedModel directory ``source`` to ``models_dir/name/<version>``.
 
-    Uses the exporter's staging-then-rename publish, so a polling server never
-    sees a half-copied version. ``version=None`` takes the next free number.
+    Uses the repository's staging-then-rename publish, so a polling server
+    never sees a half-copied version. ``version=None`` takes the next free number.
     Returns the published version directory.
     """
-    from exporter.publish import Staging
-
     source = Path(source)
     if not (source / "saved_model.pb").is_file():
         raise FileNotFoundError(f"{source} is not a SavedModel directory (no saved_model.pb)")
