@@ -82,7 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from exporter.export import ExportError
-    from exporter.publish import VersionExists
+    from serving.model_repo import VersionExists
     from exporter.validate import ValidationError
     from exporter.variants import VariantUnavailable
 

@@ -3,7 +3,7 @@
 ``export_model`` trains (or seeds) the model, saves it with fixed input
 signatures (batch dimension ``None``), writes the warmup file and the
 manifest, replays the golden inputs through the *saved* model, and only then
-publishes the version with one atomic rename (see :mod:`exporter.publish`).
+publishes the version with one atomic rename (``serving.model_repo.Staging``).
 """
 from __future__ import annotations
 
@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
+from google.protobuf.message import Message
+from tqdm.auto import tqdm
 
-from exporter import publish, warmup, zoo
+from exporter import warmup, zoo
 from exporter.compare import compare_outputs
 from exporter.manifest import Golden, Manifest, write_manifest
 from exporter.signatures import describe_signatures
-from exporter.variants import Variant, VariantUnavailable, get_variant
+from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
+from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
 
 __all__ = ["ExportError", "export_model", "ensure_model", "source_hash"]
 
@@ -37,7 +40,7 @@ class ExportError(RuntimeError):
 
 
 def source_hash() -> str:
-    """sha256 of the code that builds every model: the exporter and the codec modules it uses."""
+    """sha256 of the code that builds every model: the exporter and the codec package it uses."""
     digest = hashlib.sha256()
     for path in sorted((_ROOT / "exporter").rglob("*.py")) + sorted((_ROOT / "serving" / "codec").rglob("*.py")):
         digest.update(path.relative_to(_ROOT).as_posix().encode())
@@ -50,7 +53,7 @@ def _as_numpy(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 
 def _run_all(functions: Mapping[str, Any], inputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     return {sig: _as_numpy(functions[sig](**{k: tf.constant(v) for k, v in inputs[sig].items()}))
             for sig in inputs}
@@ -59,8 +62,6 @@ def _run_all(functions: Mapping[str, Any], inputs: Mapping[str, Mapping[str, np.
 def _check_available(variant: Variant, name: str) -> None:
     if variant.name != "trt-fp16":
         return
-    from exporter.variants import trt
-
     reason = trt.unavailable_reason()
     if reason:
         raise VariantUnavailable(
@@ -78,7 +79,7 @@ def _variables_module(functions: Mapping[str, Any]) -> Any:
     (tensorflow/serving#2250). Tracking the captured variables themselves
     makes both loaders restore them, and stores each weight once.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     captured: dict[int, Any] = {}
     for function in functions.values():
@@ -91,17 +92,13 @@ def _variables_module(functions: Mapping[str, Any]) -> Any:
 
 def _save(variant: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any], dest: Path,
           batch_sizes: Sequence[int]) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     if variant.name == "xla":
-        from exporter.variants.xla import xla_signatures
-
-        functions = xla_signatures(built)
+        functions = xla.xla_signatures(built)
     if variant.name in ("fp32", "xla"):
         tf.saved_model.save(_variables_module(functions), str(dest), signatures=dict(functions))
     else:
-        from exporter.variants import trt
-
         with tempfile.TemporaryDirectory(prefix="tfs-stack-fp32-") as fp32:
             tf.saved_model.save(_variables_module(functions), fp32, signatures=dict(functions))
             trt.convert(Path(fp32), dest, built.golden_inputs["serving_default"], batch_sizes)
@@ -111,9 +108,7 @@ def _notes(variant: Variant, built: zoo.BuiltModel, allowed: Sequence[int],
            covered: Sequence[int]) -> tuple[str, ...]:
     notes = list(built.notes)
     if variant.name == "xla":
-        from exporter.variants.xla import SERVING_NOTE
-
-        notes.append(SERVING_NOTE)
+        notes.append(xla.SERVING_NOTE)
     if variant.reduced_precision:
         notes.append("golden outputs are the FP32 model's; this variant is checked against them with "
                      "the loose tolerance and top-1 agreement recorded here.")
@@ -130,8 +125,6 @@ class _Steps:
     """A tqdm bar over the export steps; ``with steps("save"): ...`` advances it."""
 
     def __init__(self, label: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
         self.bar = tqdm(total=len(_STEPS), desc=f"export {label}", unit="step", disable=not enabled)
 
     @contextlib.contextmanager
@@ -156,14 +149,14 @@ def export_model(name: str, *, variant: str = "fp32", version: Optional[int] = N
     1,2,4,8,16,32). Nothing numeric appears under ``out`` until the version
     is complete. ``progress=False`` prints nothing. Raises ValueError
     (unknown model or variant), :class:`~exporter.variants.VariantUnavailable`
-    (before any work), :class:`~exporter.publish.VersionExists`, or
+    (before any work), :class:`~serving.model_repo.VersionExists`, or
     :class:`ExportError` when the saved model disagrees with the built one.
     """
     spec = get_variant(variant)
     if name not in zoo.MODELS:
         raise ValueError(f"unknown model {name!r}; the zoo has: {', '.join(zoo.MODELS)}")
     _check_available(spec, name)
-    staging = publish.Staging(Path(out) / spec.published_name(name), version)
+    staging = Staging(Path(out) / spec.published_name(name), version)
     staging.check_version_free()
     batch_sizes = warmup.allowed_batch_sizes(batching_config)
     steps = _Steps(spec.published_name(name), progress)
@@ -205,7 +198,7 @@ def _write_version(dest: Path, spec: Variant, built: zoo.BuiltModel, functions: 
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             signatures=signatures, golden=golden, accuracy=built.accuracy,
             metrics=dict(built.metrics), tolerance=dict(spec.tolerance),
-            warmup={"file": f"{warmup.WARMUP_DIR}/{warmup.WARMUP_FILE}", "records": len(records),
+            warmup={"file": f"{WARMUP_DIR}/{WARMUP_REQUESTS_FILE}", "records": len(records),
                     "batch_sizes": covered, "allowed_batch_sizes": list(batch_sizes)},
             agreement=agreement,
             top1_outputs={s: k for s, k in built.top1_outputs.items() if s in golden},
@@ -213,12 +206,12 @@ def _write_version(dest: Path, spec: Variant, built: zoo.BuiltModel, functions: 
 
 
 def _tf_version() -> str:
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     return tf.__version__
 
 
-def _batch(record: Any) -> int:
+def _batch(record: Message) -> int:
     tensor = next(iter(record.predict_log.request.inputs.values()))
     return int(tensor.tensor_shape.dim[0].size)
 
@@ -226,7 +219,7 @@ def _batch(record: Any) -> int:
 def _golden(spec: Variant, saved: Path, inputs: Mapping[str, Mapping[str, np.ndarray]],
             reference: Mapping[str, Mapping[str, np.ndarray]], built: zoo.BuiltModel):
     """Replay golden inputs through the saved model; check them against the FP32 reference."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     loaded = tf.saved_model.load(str(saved))
     actual = _run_all(loaded.signatures, inputs)
@@ -248,7 +241,7 @@ def ensure_model(name: str, *, variant: str = "fp32", out: PathLike = "models",
                  progress: bool = True, batching_config: Optional[PathLike] = None) -> Optional[Path]:
     """Export version 1 of ``name`` unless it already has a version; return the new dir or None."""
     base = Path(out) / get_variant(variant).published_name(name)
-    if publish.existing_versions(base):
+    if model_versions(base):
         return None
     return export_model(name, variant=variant, version=1, out=out, progress=progress,
                         batching_config=batching_config)

@@ -5,7 +5,8 @@ protos), one Predict request per signature and allowed batch size, so the
 first real request of each batch size finds its kernels (and XLA clusters or
 TensorRT engines) ready. TF Serving refuses a file with more than 1000
 records (``kMaxNumRecords``). Batch sizes come from the project's batching
-config (``allowed_batch_sizes``), else :data:`DEFAULT_BATCH_SIZES`.
+config (``allowed_batch_sizes``), else :data:`DEFAULT_BATCH_SIZES`. The
+file's place in a version directory is ``serving.model_repo.warmup_path``.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from serving.codec import ndarray_to_tensor_proto
+from serving.config import load_batching_parameters
+from serving.model_repo import warmup_path
 
 __all__ = [
-    "WARMUP_DIR",
-    "WARMUP_FILE",
     "MAX_RECORDS",
     "MAX_WARMUP_BYTES",
     "DEFAULT_BATCH_SIZES",
@@ -28,23 +29,16 @@ __all__ = [
     "build_requests",
     "write_warmup",
     "read_warmup",
-    "warmup_path",
+    "warmup_path",  # re-exported from serving.model_repo, where the file's place is defined
 ]
 
 log = logging.getLogger(__name__)
 
-WARMUP_DIR = "assets.extra"
-WARMUP_FILE = "tf_serving_warmup_requests"
 MAX_RECORDS = 1000
 # Cap on the tensor bytes of the whole file; resnet50 at 1..32 needs ~38 MB.
 MAX_WARMUP_BYTES = 64 * 1024 * 1024
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 DEFAULT_BATCHING_CONFIG = Path(__file__).resolve().parents[1] / "serving" / "batching.config"
-
-
-def warmup_path(version_dir: Union[str, Path]) -> Path:
-    """Where TF Serving looks for the warmup file of a version directory."""
-    return Path(version_dir) / WARMUP_DIR / WARMUP_FILE
 
 
 def allowed_batch_sizes(batching_config: Optional[Union[str, Path]] = None) -> tuple[int, ...]:
@@ -54,8 +48,6 @@ def allowed_batch_sizes(batching_config: Optional[Union[str, Path]] = None) -> t
     A missing file, or one without ``allowed_batch_sizes``, gives the default;
     a file that does not parse raises ValueError (a broken config is a bug).
     """
-    from serving.config import load_batching_parameters
-
     path = Path(batching_config) if batching_config is not None else DEFAULT_BATCHING_CONFIG
     if not path.is_file():
         log.info("no batching config at %s; warming up batch sizes %s", path, DEFAULT_BATCH_SIZES)
@@ -82,7 +74,7 @@ def build_requests(model_name: str, inputs_by_signature: Mapping[str, Mapping[st
     that would push the file past ``max_bytes`` or :data:`MAX_RECORDS` are
     left out (largest first) and logged.
     """
-    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2  # tensorflow_serving: only when exporting
 
     logs, total = [], 0
     for batch_size in sorted(batch_sizes):
@@ -105,7 +97,7 @@ def build_requests(model_name: str, inputs_by_signature: Mapping[str, Mapping[st
 
 def write_warmup(version_dir: Union[str, Path], logs: Sequence) -> Path:
     """Write ``logs`` as TF Serving's warmup TFRecord file; return its path."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     if len(logs) > MAX_RECORDS:
         raise ValueError(f"{len(logs)} warmup records; TF Serving accepts at most {MAX_RECORDS}")
@@ -119,8 +111,8 @@ def write_warmup(version_dir: Union[str, Path], logs: Sequence) -> Path:
 
 def read_warmup(version_dir: Union[str, Path]) -> list:
     """Parse the warmup file of ``version_dir`` into PredictionLog protos."""
-    import tensorflow as tf
-    from tensorflow_serving.apis import prediction_log_pb2
+    import tensorflow as tf  # TensorFlow: only when reading a warmup file
+    from tensorflow_serving.apis import prediction_log_pb2  # tensorflow_serving: likewise
 
     logs = []
     for raw in tf.data.TFRecordDataset(str(warmup_path(version_dir))):

@@ -17,31 +17,14 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from serving.model_repo import latest_version_dir, published_name
+
 __all__ = [
     "Target",
     "Payload",
     "build_payload",
-    "published_name",
-    "latest_version_dir",
+    "published_name",  # re-exported from serving.model_repo, where the rule is defined
 ]
-
-_VARIANT_SUFFIX = {"fp32": "", "xla": "_xla", "trt-fp16": "_trt_fp16"}
-
-
-def published_name(model: str, variant: str = "fp32") -> str:
-    """The name the exporter publishes a variant under (``digits_xla`` for xla)."""
-    try:
-        return model + _VARIANT_SUFFIX[variant]
-    except KeyError:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(_VARIANT_SUFFIX)}") from None
-
-
-def latest_version_dir(model_dir: Path) -> Path:
-    """The highest numeric version directory under ``model_dir``."""
-    versions = [p for p in Path(model_dir).iterdir() if p.is_dir() and p.name.isdigit()]
-    if not versions:
-        raise FileNotFoundError(f"no numeric version directory under {model_dir}")
-    return max(versions, key=lambda p: int(p.name))
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
 """Export variants: the same zoo model under another compilation or precision.
 
 Each variant is published as its own model name so clients can compare them
-side by side: fp32 → ``name``, xla → ``name_xla``, trt-fp16 → ``name_trt_fp16``.
+side by side: fp32 → ``name``, xla → ``name_xla``, trt-fp16 → ``name_trt_fp16``
+(the rule is ``serving.model_repo.published_name``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
 
-__all__ = ["Variant", "VARIANTS", "VariantUnavailable", "get_variant", "published_name"]
+from serving.model_repo import published_name
+
+__all__ = ["Variant", "VARIANTS", "VariantUnavailable", "get_variant"]
 
 
 class VariantUnavailable(RuntimeError):
@@ -17,7 +20,7 @@ class VariantUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Variant:
-    """A variant's name, published-name suffix and output tolerances against FP32.
+    """A variant's name and output tolerances against FP32.
 
     ``tolerance`` holds ``atol``/``rtol`` for float outputs and ``min_top1``,
     the least fraction of rows whose predicted class must agree with FP32.
@@ -26,19 +29,19 @@ class Variant:
     """
 
     name: str
-    suffix: str
     reduced_precision: bool
     tolerance: Mapping[str, float] = field(default_factory=dict)
 
     def published_name(self, model: str) -> str:
-        return f"{model}{self.suffix}"
+        """The name ``model`` is served under in this variant."""
+        return published_name(model, self.name)
 
 
 VARIANTS: dict[str, Variant] = {
-    "fp32": Variant("fp32", "", False, {"atol": 1e-5, "rtol": 1e-4, "min_top1": 1.0}),
+    "fp32": Variant("fp32", False, {"atol": 1e-5, "rtol": 1e-4, "min_top1": 1.0}),
     # XLA fuses and reorders float arithmetic: same precision, rounding differs.
-    "xla": Variant("xla", "_xla", False, {"atol": 1e-4, "rtol": 1e-3, "min_top1": 1.0}),
-    "trt-fp16": Variant("trt-fp16", "_trt_fp16", True, {"atol": 5e-2, "rtol": 5e-2, "min_top1": 0.9}),
+    "xla": Variant("xla", False, {"atol": 1e-4, "rtol": 1e-3, "min_top1": 1.0}),
+    "trt-fp16": Variant("trt-fp16", True, {"atol": 5e-2, "rtol": 5e-2, "min_top1": 0.9}),
 }
 
 
@@ -49,7 +52,3 @@ def get_variant(name: str) -> Variant:
     except KeyError:
         raise ValueError(f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}") from None
 
-
-def published_name(model: str, variant: str = "fp32") -> str:
-    """The model name a variant is served under."""
-    return get_variant(variant).published_name(model)

@@ -29,11 +29,11 @@ def unavailable_reason() -> Optional[str]:
     with TensorRT *and* ``libnvinfer`` could be dlopen'ed (TF logs
     "TF-TRT Warning: Could not find TensorRT" when it cannot).
     """
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when a trt-fp16 export is asked for
 
     problems = []
     try:
-        from tensorflow.compiler.tf2tensorrt import _pywrap_py_utils as trt_utils
+        from tensorflow.compiler.tf2tensorrt import _pywrap_py_utils as trt_utils  # TensorFlow: likewise
     except ImportError:
         problems.append(f"TensorFlow {tf.__version__} has no TF-TRT module")
     else:
@@ -54,7 +54,7 @@ def convert(fp32_dir: Path, out_dir: Path, inputs: Mapping[str, np.ndarray],
     build one engine profile per allowed batch size. Only ``signature``
     survives the conversion (TF-TRT converts one signature).
     """
-    from tensorflow.python.compiler.tensorrt import trt_convert as trt
+    from tensorflow.python.compiler.tensorrt import trt_convert as trt  # TensorFlow: only when converting
 
     converter = trt.TrtGraphConverterV2(
         input_saved_model_dir=str(fp32_dir),

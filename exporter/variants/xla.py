@@ -24,6 +24,6 @@ SERVING_NOTE = (
 
 def xla_signatures(built: BuiltModel) -> dict[str, Any]:
     """The model's signatures with its core wrapped in ``tf.function(jit_compile=True)``."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when exporting
 
     return built.make_signatures(tf.function(built.core, jit_compile=True))

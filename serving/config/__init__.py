@@ -4,15 +4,23 @@ The compose stack (real TF Serving) and the embedded server read the same
 files: ``models.config`` (``ModelServerConfig``), ``batching.config``
 (``BatchingParameters``) and ``monitoring.config`` (``MonitoringConfig``).
 
-Submodules: ``models`` (the zoo's published names, rendering and checking
-``models.config``), ``compose`` (the compose ``tfserving`` service's arguments
+Submodules: ``models`` (rendering ``models.config`` from the zoo table of
+``serving.model_repo`` and checking it), ``compose`` (the compose ``tfserving`` service's arguments
 remapped for the embedded server) and ``cli`` (``python -m serving.config
 check|render``).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, TypeVar, Union
+
+from google.protobuf import text_format
+from google.protobuf.message import Message
+
+from serving.config.protos import batching_parameters_class, monitoring_config_class
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
+    from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 __all__ = [
     "load_model_server_config",
@@ -22,34 +30,29 @@ __all__ = [
 ]
 
 PathLike = Union[str, Path]
+M = TypeVar("M", bound=Message)
 
 
-def parse_text_proto(text: str, message):
+def parse_text_proto(text: str, message: M) -> M:
     """Parse ``text`` into ``message``; ValueError naming the proto on failure."""
-    from google.protobuf import text_format
-
     try:
         return text_format.Parse(text, message)
     except text_format.ParseError as exc:
         raise ValueError(f"invalid {type(message).__name__} text proto: {exc}") from exc
 
 
-def load_model_server_config(path: PathLike):
+def load_model_server_config(path: PathLike) -> ModelServerConfig:
     """A ``tensorflow.serving.ModelServerConfig`` from a text-proto file."""
-    from tensorflow_serving.config import model_server_config_pb2
+    from tensorflow_serving.config import model_server_config_pb2  # tensorflow_serving: only when a config is read
 
     return parse_text_proto(Path(path).read_text(), model_server_config_pb2.ModelServerConfig())
 
 
-def load_batching_parameters(path: PathLike):
+def load_batching_parameters(path: PathLike) -> Message:
     """A ``tensorflow.serving.BatchingParameters`` from a text-proto file."""
-    from serving.config.protos import batching_parameters_class
-
     return parse_text_proto(Path(path).read_text(), batching_parameters_class()())
 
 
-def load_monitoring_config(path: PathLike):
+def load_monitoring_config(path: PathLike) -> Message:
     """A ``tensorflow.serving.MonitoringConfig`` from a text-proto file."""
-    from serving.config.protos import monitoring_config_class
-
     return parse_text_proto(Path(path).read_text(), monitoring_config_class()())

@@ -1,10 +1,14 @@
 """Consistency rules for ``batching.config`` and ``monitoring.config``."""
 from __future__ import annotations
 
+from typing import Iterable
+
+from google.protobuf.message import Message
+
 __all__ = ["check_batching_parameters", "check_warmup_fits", "check_monitoring_config"]
 
 
-def check_batching_parameters(params) -> list[str]:
+def check_batching_parameters(params: Message) -> list[str]:
     """Problems TF Serving would reject (or that defeat batching); empty when fine.
 
     TF Serving requires ``allowed_batch_sizes`` to increase with the last entry
@@ -32,7 +36,7 @@ def check_batching_parameters(params) -> list[str]:
     return problems
 
 
-def check_warmup_fits(params, warmup_sizes) -> list[str]:
+def check_warmup_fits(params: Message, warmup_sizes: Iterable[int]) -> list[str]:
     """Problems if a warmup batch size exceeds ``max_batch_size`` (the load would fail).
 
     The exporter writes warmup requests for the GPU profile's
@@ -45,7 +49,7 @@ def check_warmup_fits(params, warmup_sizes) -> list[str]:
             "loading a model with those warmup requests fails"] if too_big else []
 
 
-def check_monitoring_config(config) -> list[str]:
+def check_monitoring_config(config: Message) -> list[str]:
     """Problems that would leave Prometheus without TF Serving's metrics."""
     prometheus = config.prometheus_config
     problems = []

@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+from google.protobuf.message import Message
 
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters, check_monitoring_config, check_warmup_fits
 from serving.config.models import (
-    CONTAINER_MODELS_DIR, HEADER, ZOO, check_against_exporter, check_in_sync, check_model_dirs, check_model_server_config,
+    CONTAINER_MODELS_DIR, HEADER, check_in_sync, check_model_dirs, check_model_server_config,
     format_model_server_config, remap_base_paths, render_model_server_config, without_gpu_only,
     write_model_server_config)
+from serving.model_repo import ZOO
 
 __all__ = ["main", "check_serving_dir", "CONFIG_FILES"]
 
@@ -40,7 +43,7 @@ def check_serving_dir(serving_dir: Path, *, models_dir: Optional[Path] = None,
     ``models_dir`` additionally checks the exported repository that the
     ``variant``'s models config serves (``/models/<name>`` → ``models_dir/<name>``).
     """
-    problems: list[str] = [f"exporter: {p}" for p in check_against_exporter()]
+    problems: list[str] = []
     configs, batching = {}, {}
     for name, (models_file, batching_file) in CONFIG_FILES.items():
         configs[name] = _parsed(serving_dir / models_file, load_model_server_config, problems)
@@ -66,7 +69,7 @@ def check_serving_dir(serving_dir: Path, *, models_dir: Optional[Path] = None,
     return problems
 
 
-def _parsed(path: Path, loader, problems: list[str]):
+def _parsed(path: Path, loader: Callable[[Path], Message], problems: list[str]) -> Optional[Message]:
     try:
         return loader(path)
     except (OSError, ValueError) as exc:

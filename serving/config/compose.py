@@ -20,10 +20,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from serving.config import load_model_server_config
 from serving.config.models import CONTAINER_MODELS_DIR, remap_base_paths, write_model_server_config
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
+    from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 __all__ = [
     "ComposeError",
@@ -183,7 +186,7 @@ def plan_embedded_server(service: Mapping, *, work_dir: Path,
     return EmbeddedPlan(args=args, models_config=out, mounts=mounts)
 
 
-def _only(config, models: Optional[Sequence[str]]):
+def _only(config: ModelServerConfig, models: Optional[Sequence[str]]) -> ModelServerConfig:
     if models is None:
         return config
     entries = {e.name: e for e in config.model_config_list.config}

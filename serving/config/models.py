@@ -1,10 +1,11 @@
-"""``models.config``: the zoo's published names, rendering and checking.
+"""``models.config``: rendering and checking it against the zoo's published names.
 
-The served set is the zoo's models times their variants, under the
-exporter's published names (fp32 → ``name``, xla → ``name_xla``, trt-fp16 →
-``name_trt_fp16``). TRT variants are GPU-only: TF Serving's CPU image (and
-the embedded server) cannot run TensorRT engines, so the CPU models config is
-the GPU one without them.
+The served set is the zoo table (``serving.model_repo.ZOO``: the zoo's models
+times their variants, under their published names, fp32 → ``name``, xla →
+``name_xla``, trt-fp16 → ``name_trt_fp16``). TRT variants are GPU-only: TF
+Serving's CPU image (and the embedded server) cannot run TensorRT engines, so
+the CPU models config is the GPU one without them. Whether the exporter's zoo
+agrees with that table is a test (``tests/config/test_zoo_table.py``).
 
 Policies and labels follow TF Serving's label rule: every model is served
 with a ``specific`` version list and its ``stable``/``canary`` labels point
@@ -19,68 +20,41 @@ command); moving an existing label still needs an AVAILABLE target.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
+
+from google.protobuf import text_format
+
+from serving.model_repo import ZOO, PublishedModel, model_versions, published_name
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is built
+    from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
 __all__ = [
-    "PublishedModel",
-    "ZOO",
     "LABELS",
     "CONTAINER_MODELS_DIR",
     "HEADER",
-    "published_name",
     "render_model_server_config",
     "without_gpu_only",
     "remap_base_paths",
     "format_model_server_config",
     "write_model_server_config",
-    "model_versions",
     "check_model_server_config",
     "check_model_dirs",
     "check_in_sync",
-    "check_against_exporter",
+    # re-exported from serving.model_repo, where they are defined
+    "PublishedModel",
+    "ZOO",
+    "published_name",
+    "model_versions",
 ]
 
 CONTAINER_MODELS_DIR = "/models"
 LABELS = ("stable", "canary")
 
 
-@dataclass(frozen=True)
-class PublishedModel:
-    """One served model: a zoo model in one variant, under its published name."""
-
-    model: str
-    variant: str = "fp32"
-
-    @property
-    def name(self) -> str:
-        return published_name(self.model, self.variant)
-
-    @property
-    def gpu_only(self) -> bool:
-        """TensorRT variants need TF Serving's GPU image and the GPU they were built on."""
-        return self.variant.startswith("trt")
-
-
-def published_name(model: str, variant: str = "fp32") -> str:
-    """The exporter's published name: ``digits``, ``digits_xla``, ``resnet50_trt_fp16``."""
-    return model if variant == "fp32" else f"{model}_{variant.replace('-', '_')}"
-
-
-ZOO: tuple[PublishedModel, ...] = (
-    PublishedModel("digits"),
-    PublishedModel("digits", "xla"),
-    PublishedModel("resnet50"),
-    PublishedModel("resnet50", "xla"),
-    PublishedModel("resnet50", "trt-fp16"),
-    PublishedModel("text"),
-    PublishedModel("ranker"),
-)
-
-
-def _new_config():
-    from tensorflow_serving.config import model_server_config_pb2
+def _new_config() -> ModelServerConfig:
+    from tensorflow_serving.config import model_server_config_pb2  # tensorflow_serving: only when a config is built
 
     return model_server_config_pb2.ModelServerConfig()
 
@@ -88,7 +62,7 @@ def _new_config():
 def render_model_server_config(models: Iterable[PublishedModel] = ZOO, *,
                                base_path_prefix: str = CONTAINER_MODELS_DIR,
                                models_dir: Optional[Path] = None,
-                               include_gpu_only: bool = True):
+                               include_gpu_only: bool = True) -> ModelServerConfig:
     """A ``ModelServerConfig`` serving ``models`` under ``base_path_prefix/<name>``.
 
     Each model serves one version, labelled ``stable`` and ``canary``: the
@@ -111,7 +85,7 @@ def render_model_server_config(models: Iterable[PublishedModel] = ZOO, *,
     return config
 
 
-def without_gpu_only(config, models: Iterable[PublishedModel] = ZOO):
+def without_gpu_only(config: ModelServerConfig, models: Iterable[PublishedModel] = ZOO) -> ModelServerConfig:
     """A copy of ``config`` without the GPU-only (TensorRT) models."""
     gpu_only = {m.name for m in models if m.gpu_only}
     out = _new_config()
@@ -123,7 +97,7 @@ def without_gpu_only(config, models: Iterable[PublishedModel] = ZOO):
     return out
 
 
-def remap_base_paths(config, mapping: Mapping[str, str]):
+def remap_base_paths(config: ModelServerConfig, mapping: Mapping[str, str]) -> ModelServerConfig:
     """A copy of ``config`` whose base paths under a ``mapping`` key move to its value.
 
     ``{"/models": "/work/main/models"}`` turns ``/models/digits`` into
@@ -155,14 +129,12 @@ HEADER = """\
 """
 
 
-def format_model_server_config(config, header: str = HEADER) -> str:
+def format_model_server_config(config: ModelServerConfig, header: str = HEADER) -> str:
     """The text-proto form of ``config`` with a comment header."""
-    from google.protobuf import text_format
-
     return header + text_format.MessageToString(config)
 
 
-def write_model_server_config(config, path: Path, header: str = HEADER) -> Path:
+def write_model_server_config(config: ModelServerConfig, path: Path, header: str = HEADER) -> Path:
     """Write ``config`` to ``path`` atomically (rename), so a polling server never reads half a file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -171,20 +143,12 @@ def write_model_server_config(config, path: Path, header: str = HEADER) -> Path:
     return path
 
 
-def model_versions(base: Path) -> list[int]:
-    """Numeric version directories under ``base``, ascending (TF Serving ignores the rest)."""
-    base = Path(base)
-    if not base.is_dir():
-        return []
-    return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit())
-
-
-def _policy_versions(entry) -> Optional[list[int]]:
+def _policy_versions(entry: ModelConfig) -> Optional[list[int]]:
     policy = entry.model_version_policy
     return list(policy.specific.versions) if policy.WhichOneof("policy_choice") == "specific" else None
 
 
-def check_model_server_config(config, *, models: Sequence[PublishedModel] = ZOO,
+def check_model_server_config(config: ModelServerConfig, *, models: Sequence[PublishedModel] = ZOO,
                               base_path_prefix: str = CONTAINER_MODELS_DIR,
                               include_gpu_only: bool = True) -> list[str]:
     """Problems with ``config`` against the zoo's published names; empty when fine."""
@@ -204,7 +168,7 @@ def check_model_server_config(config, *, models: Sequence[PublishedModel] = ZOO,
     return problems
 
 
-def _check_entry(entry, base_path_prefix: str) -> list[str]:
+def _check_entry(entry: ModelConfig, base_path_prefix: str) -> list[str]:
     problems = []
     want = str(PurePosixPath(base_path_prefix) / entry.name)
     if entry.base_path != want:
@@ -221,7 +185,7 @@ def _check_entry(entry, base_path_prefix: str) -> list[str]:
     return problems
 
 
-def check_model_dirs(config, models_dir: Path, *,
+def check_model_dirs(config: ModelServerConfig, models_dir: Path, *,
                      base_path_prefix: str = CONTAINER_MODELS_DIR) -> list[str]:
     """Problems with the exported repository behind ``config``; empty when fine.
 
@@ -250,7 +214,7 @@ def _check_version_dir(name: str, version_dir: Path) -> list[str]:
     return [f"{name}: {version_dir} has no {f}" for f in missing]
 
 
-def check_in_sync(gpu_config, cpu_config, models: Iterable[PublishedModel] = ZOO) -> list[str]:
+def check_in_sync(gpu_config: ModelServerConfig, cpu_config: ModelServerConfig, models: Iterable[PublishedModel] = ZOO) -> list[str]:
     """Problems if the CPU config is not the GPU config minus its GPU-only models."""
     expected = without_gpu_only(gpu_config, models)
     if expected == cpu_config:
@@ -264,25 +228,3 @@ def check_in_sync(gpu_config, cpu_config, models: Iterable[PublishedModel] = ZOO
                  for n in sorted(set(want) & set(have)) if want[n] != have[n]]
     return problems or ["the CPU config lists the models in another order than the GPU config"]
 
-
-def check_against_exporter(models: Sequence[PublishedModel] = ZOO) -> list[str]:
-    """Problems if ``models`` disagree with the exporter's zoo, variants or naming.
-
-    Imports only the exporter's registries (no TensorFlow); an exporter that is
-    not importable is itself a problem.
-    """
-    try:
-        from exporter.variants import VARIANTS, published_name as exporter_name
-        from exporter.zoo import MODELS
-    except ImportError as exc:
-        return [f"cannot import the exporter's zoo to compare names: {exc}"]
-    problems = [f"{m.name}: zoo model {m.model!r} is not in exporter.zoo.MODELS"
-                for m in models if m.model not in MODELS]
-    problems += [f"{m.name}: variant {m.variant!r} is not in exporter.variants.VARIANTS"
-                 for m in models if m.variant not in VARIANTS]
-    problems += [f"{m.name}: the exporter publishes it as {exporter_name(m.model, m.variant)!r}"
-                 for m in models if m.model in MODELS and m.variant in VARIANTS
-                 and exporter_name(m.model, m.variant) != m.name]
-    problems += [f"{name}: in exporter.zoo.MODELS but served by no config" for name in sorted(
-        set(MODELS) - {m.model for m in models})]
-    return problems

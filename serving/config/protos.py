@@ -12,7 +12,10 @@ formats are the same as the server's.
 from __future__ import annotations
 
 import functools
-from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import wrappers_pb2  # noqa: F401  (registers wrappers.proto in the pool)
+from google.protobuf.message import Message
 
 __all__ = ["batching_parameters_class", "monitoring_config_class"]
 
@@ -35,9 +38,6 @@ _BATCHING_FIELDS = (
 
 
 def _declare(file_name: str, messages: dict[str, tuple], deps: tuple[str, ...] = ()) -> None:
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    from google.protobuf import wrappers_pb2  # noqa: F401  (registers wrappers.proto in the pool)
-
     types = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(name=file_name, package="tensorflow.serving",
                                                syntax="proto3", dependency=list(deps))
@@ -57,16 +57,14 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _message_class(full_name: str) -> Any:
-    from google.protobuf import descriptor_pool, message_factory
-
+def _message_class(full_name: str) -> type[Message]:
     return message_factory.GetMessageClass(descriptor_pool.Default().FindMessageTypeByName(full_name))
 
 
 @functools.lru_cache(maxsize=None)
-def batching_parameters_class() -> Any:
+def batching_parameters_class() -> type[Message]:
     """The ``tensorflow.serving.BatchingParameters`` message class."""
-    try:
+    try:  # tensorflow_serving: the official module where a build ships it
         from tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
         return session_bundle_config_pb2.BatchingParameters
     except ImportError:
@@ -77,9 +75,9 @@ def batching_parameters_class() -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def monitoring_config_class() -> Any:
+def monitoring_config_class() -> type[Message]:
     """The ``tensorflow.serving.MonitoringConfig`` message class."""
-    try:
+    try:  # tensorflow_serving: the official module where a build ships it
         from tensorflow_serving.config import monitoring_config_pb2
         return monitoring_config_pb2.MonitoringConfig
     except ImportError:

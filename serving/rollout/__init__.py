@@ -6,7 +6,8 @@ file the server polls): each model's ``specific`` version list and its
 ``stable``/``canary`` labels. A label only ever moves to a version that is
 already AVAILABLE, as TF Serving requires, so a move is planned as steps:
 load the new version beside the old, move the labels, unload what no label
-names. Works against TF Serving and the embedded server alike.
+names. Works against TF Serving and the embedded server alike, through the
+SDK's ``GrpcClient``.
 """
 from serving.rollout.plan import (
     RolloutError,
@@ -17,7 +18,7 @@ from serving.rollout.plan import (
     rollback_labels,
     served_versions,
 )
-from serving.rollout.runner import ModelServiceClient, Rollout
+from serving.rollout.runner import Rollout, connect
 
 __all__ = [
     "RolloutError",
@@ -27,6 +28,6 @@ __all__ = [
     "promote_labels",
     "rollback_labels",
     "served_versions",
-    "ModelServiceClient",
+    "connect",
     "Rollout",
 ]

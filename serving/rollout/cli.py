@@ -10,15 +10,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from serving import status
 from serving.config import load_model_server_config
-from serving.config.models import model_versions
+from serving.model_repo import model_versions
 from serving.rollout.plan import (RolloutError, canary_labels, find_model, plan_label_move,
                                   promote_labels, rollback_labels, served_versions)
 from serving.rollout.publish import export_version, publish_saved_model
-from serving.rollout.runner import ModelServiceClient, Rollout
+from serving.rollout.runner import Rollout, connect, version_states
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
+    from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 __all__ = ["main"]
 
@@ -34,7 +37,7 @@ def _publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def _labels_for(args: argparse.Namespace, config) -> dict[str, int]:
+def _labels_for(args: argparse.Namespace, config: ModelServerConfig) -> dict[str, int]:
     if args.command == "canary":
         return canary_labels(config, args.model, args.version)
     if args.command == "promote":
@@ -63,7 +66,7 @@ def _move(args: argparse.Namespace) -> int:
         for step in steps:
             print(f"would {step.description}")
         return 0
-    with ModelServiceClient(args.target) as client:
+    with connect(args.target) as client:
         Rollout(client, config_file=None if args.no_write_back else args.config_file,
                 wait_timeout=args.timeout).apply(args.model, steps)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}")
@@ -73,9 +76,10 @@ def _move(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     entry = find_model(load_model_server_config(args.config_file), args.model)
     print(f"{args.model}: config serves {served_versions(entry)}, labels {dict(sorted(entry.version_labels.items()))}")
-    with ModelServiceClient(args.target) as client:
-        for version, (state, error) in sorted(client.version_states(args.model).items()):
-            print(f"  version {version}: {state}{' ' + error if error else ''}")
+    with connect(args.target) as client:
+        for version, state in sorted(version_states(client, args.model).items()):
+            error = state.error_message
+            print(f"  version {version}: {state.state}{' ' + error if error else ''}")
     return 0
 
 

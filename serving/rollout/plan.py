@@ -5,7 +5,10 @@ Pure functions on ``ModelServerConfig`` protos; nothing here talks to a server.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
+    from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
 __all__ = [
     "RolloutError",
@@ -30,11 +33,11 @@ class Step:
     """One config to push; ``wait_for`` are the versions that must be AVAILABLE after it."""
 
     description: str
-    config: object
+    config: ModelServerConfig
     wait_for: tuple[int, ...]
 
 
-def find_model(config, name: str):
+def find_model(config: ModelServerConfig, name: str) -> ModelConfig:
     """The ``ModelConfig`` named ``name`` in ``config``; RolloutError if absent."""
     for entry in config.model_config_list.config:
         if entry.name == name:
@@ -43,7 +46,7 @@ def find_model(config, name: str):
     raise RolloutError(f"model {name!r} is not in the config (it has: {names})")
 
 
-def served_versions(entry) -> list[int]:
+def served_versions(entry: ModelConfig) -> list[int]:
     """The versions a ``specific`` policy serves, ascending.
 
     Rollouts need the version list spelled out: with ``latest`` a new version
@@ -55,7 +58,8 @@ def served_versions(entry) -> list[int]:
     return sorted(set(entry.model_version_policy.specific.versions))
 
 
-def _with(config, name: str, versions: Sequence[int], labels: Mapping[str, int]):
+def _with(config: ModelServerConfig, name: str, versions: Sequence[int],
+          labels: Mapping[str, int]) -> ModelServerConfig:
     out = type(config)()
     out.CopyFrom(config)
     entry = find_model(out, name)
@@ -66,7 +70,7 @@ def _with(config, name: str, versions: Sequence[int], labels: Mapping[str, int])
     return out
 
 
-def plan_label_move(config, name: str, labels: Mapping[str, int]) -> list[Step]:
+def plan_label_move(config: ModelServerConfig, name: str, labels: Mapping[str, int]) -> list[Step]:
     """Steps from ``config`` to one where ``name`` has exactly ``labels``.
 
     1. load: serve the labels' new targets beside what is served now;
@@ -93,25 +97,25 @@ def plan_label_move(config, name: str, labels: Mapping[str, int]) -> list[Step]:
     return steps
 
 
-def _label(entry, label: str) -> int:
+def _label(entry: ModelConfig, label: str) -> int:
     if label not in entry.version_labels:
         raise RolloutError(f"model {entry.name!r} has no {label!r} label")
     return entry.version_labels[label]
 
 
-def canary_labels(config, name: str, version: int) -> dict[str, int]:
+def canary_labels(config: ModelServerConfig, name: str, version: int) -> dict[str, int]:
     """Labels with ``canary`` on ``version`` and ``stable`` where it is."""
     entry = find_model(config, name)
     return {**entry.version_labels, STABLE: _label(entry, STABLE), CANARY: version}
 
 
-def promote_labels(config, name: str) -> dict[str, int]:
+def promote_labels(config: ModelServerConfig, name: str) -> dict[str, int]:
     """Labels with ``stable`` moved to the canary's version."""
     entry = find_model(config, name)
     return {**entry.version_labels, STABLE: _label(entry, CANARY)}
 
 
-def rollback_labels(config, name: str) -> dict[str, int]:
+def rollback_labels(config: ModelServerConfig, name: str) -> dict[str, int]:
     """Labels with ``canary`` back on the stable version."""
     entry = find_model(config, name)
     return {**entry.version_labels, CANARY: _label(entry, STABLE)}

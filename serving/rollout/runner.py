@@ -1,4 +1,10 @@
-"""Pushing planned configs to a server and waiting for versions to become AVAILABLE."""
+"""Pushing planned configs to a server and waiting for versions to become AVAILABLE.
+
+The rollout talks to TF Serving's ``ModelService`` through the SDK's
+``GrpcClient`` (``reload_config``, ``status``): TF Serving's wire format
+without TensorFlow, failures as ``serving.status`` exceptions carrying the
+server's code and message.
+"""
 from __future__ import annotations
 
 import time
@@ -6,80 +12,26 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from serving import status
+from serving.client import NO_RETRY, GrpcClient, VersionStatus
 from serving.config.models import write_model_server_config
 from serving.rollout.plan import RolloutError, Step
 
-__all__ = ["ModelServiceClient", "Rollout"]
+__all__ = ["connect", "version_states", "Rollout"]
 
 AVAILABLE = "AVAILABLE"
+# A reload waits for the server to load every new version: minutes for a large model.
+RELOAD_TIMEOUT = 300.0
+STATUS_TIMEOUT = 10.0
 
 
-class ModelServiceClient:
-    """TF Serving's ``ModelService`` over gRPC; a context manager.
+def connect(target: str) -> GrpcClient:
+    """A ``GrpcClient`` for a rollout: long reloads, no retries (a rollout step is pushed once)."""
+    return GrpcClient(target, timeout=RELOAD_TIMEOUT, retry=NO_RETRY)
 
-    Speaks TF Serving's wire format through the project's TensorFlow-free
-    schema (``serving.wire``, same field numbers and method paths as
-    ``tensorflow.serving``), so the CLI starts in a fraction of a second
-    instead of importing TensorFlow with ``tensorflow-serving-api``'s stubs.
-    Failures raise ``serving.status`` exceptions with the server's code and message.
-    """
 
-    def __init__(self, target: str, *, timeout: float = 300.0) -> None:
-        import grpc
-
-        from serving.wire import GET_MODEL_STATUS, RELOAD_CONFIG, apis
-
-        self.target = target
-        self.timeout = timeout
-        self._channel = grpc.insecure_channel(target)
-        self._reload = self._channel.unary_unary(RELOAD_CONFIG,
-                                                 request_serializer=apis.ReloadConfigRequest.SerializeToString,
-                                                 response_deserializer=apis.ReloadConfigResponse.FromString)
-        self._status = self._channel.unary_unary(GET_MODEL_STATUS,
-                                                 request_serializer=apis.GetModelStatusRequest.SerializeToString,
-                                                 response_deserializer=apis.GetModelStatusResponse.FromString)
-
-    def reload_config(self, config) -> None:
-        """Replace the server's whole model config (models left out are unloaded).
-
-        ``config`` is a ``tensorflow.serving.ModelServerConfig``; it travels as its wire bytes.
-        """
-        from serving.wire import apis
-
-        request = apis.ReloadConfigRequest()
-        request.config.ParseFromString(config.SerializeToString())
-        response = self._call(self._reload, request)
-        if response.status.error_code:
-            raise status.error_for(response.status.error_code, response.status.error_message)
-
-    def version_states(self, name: str) -> dict[int, tuple[str, str]]:
-        """``{version: (state name, error message)}`` for every version of ``name``."""
-        from serving.wire import apis
-
-        request = apis.GetModelStatusRequest()
-        request.model_spec.name = name
-        response = self._call(self._status, request, timeout=10.0)
-        states = apis.ModelVersionStatus.State
-        return {s.version: (states.Name(s.state), s.status.error_message)
-                for s in response.model_version_status}
-
-    def _call(self, method: Callable, request, timeout: Optional[float] = None):
-        import grpc
-
-        try:
-            return method(request, timeout=timeout or self.timeout)
-        except grpc.RpcError as exc:
-            code = status.from_grpc_status(exc.code())
-            raise status.error_for(code, exc.details() or "") from exc
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> "ModelServiceClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+def version_states(client: GrpcClient, name: str) -> dict[int, VersionStatus]:
+    """``{version: VersionStatus}`` for every version of ``name`` (``GetModelStatus``)."""
+    return {s.version: s for s in client.status(name, timeout=STATUS_TIMEOUT)}
 
 
 class Rollout:
@@ -90,7 +42,7 @@ class Rollout:
     the state the rollout pushed instead of reverting it.
     """
 
-    def __init__(self, client: ModelServiceClient, *, config_file: Optional[Path] = None,
+    def __init__(self, client: GrpcClient, *, config_file: Optional[Path] = None,
                  wait_timeout: float = 600.0, poll_interval: float = 0.25,
                  log: Callable[[str], None] = print) -> None:
         self.client = client
@@ -118,7 +70,7 @@ class Rollout:
         deadline = time.monotonic() + self.wait_timeout
         while True:
             try:
-                states = self.client.version_states(name)
+                states = {v: (s.state, s.error_message) for v, s in version_states(self.client, name).items()}
             except status.NotFound:
                 states = {}
             pending = [v for v in versions if states.get(v, ("", ""))[0] != AVAILABLE]

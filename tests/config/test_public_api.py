@@ -13,7 +13,7 @@ API = {
                                "plan_embedded_server"],
     "serving.config.protos": ["batching_parameters_class", "monitoring_config_class"],
     "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
-                        "rollback_labels", "served_versions", "ModelServiceClient", "Rollout"],
+                        "rollback_labels", "served_versions", "connect", "Rollout"],
     "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
                    "ensure_commands", "main"],
 }

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from exporter import publish
+from serving import model_repo
 from tests.exporter.helpers import cli_env
 from tests.support.servers import REPO_ROOT
 
@@ -27,7 +27,7 @@ def test_export_killed_midway_leaves_no_numeric_version_and_is_cleaned_up_later(
     try:
         deadline = time.monotonic() + 300
         while staging is None and time.monotonic() < deadline and proc.poll() is None:
-            found = list(base.glob(f"{publish.STAGING_PREFIX}*")) if base.is_dir() else []
+            found = list(base.glob(f"{model_repo.STAGING_PREFIX}*")) if base.is_dir() else []
             staging = found[0] if found else None
             time.sleep(0.02)
         assert staging is not None, "the export never started writing its staging directory"
@@ -39,12 +39,12 @@ def test_export_killed_midway_leaves_no_numeric_version_and_is_cleaned_up_later(
             proc.wait()
     assert _numeric(base) == []
     assert staging.exists() and not staging.name[0].isdigit()
-    assert publish.remove_stale_staging(base) == [staging]
+    assert model_repo.remove_stale_staging(base) == [staging]
     assert list(base.iterdir()) == []
 
 
 def _stage(base, version=None, content="x"):
-    with publish.Staging(base, version) as staging:
+    with model_repo.Staging(base, version) as staging:
         (staging.path / "saved_model.pb").write_text(content)
         return staging.publish()
 
@@ -62,7 +62,7 @@ def test_omitted_version_takes_the_next_integer(tmp_path):
 def test_an_existing_explicit_version_is_refused_and_left_untouched(tmp_path):
     base = tmp_path / "m"
     _stage(base, 3, "first")
-    with pytest.raises(publish.VersionExists, match="version 3 already exists"):
+    with pytest.raises(model_repo.VersionExists, match="version 3 already exists"):
         _stage(base, 3, "second")
     assert (base / "3" / "saved_model.pb").read_text() == "first"
     assert _numeric(base) == ["3"]
@@ -71,7 +71,7 @@ def test_an_existing_explicit_version_is_refused_and_left_untouched(tmp_path):
 def test_a_failed_export_removes_its_staging_directory(tmp_path):
     base = tmp_path / "m"
     with pytest.raises(RuntimeError):
-        with publish.Staging(base) as staging:
+        with model_repo.Staging(base) as staging:
             (staging.path / "partial").write_text("x")
             raise RuntimeError("boom")
     assert list(base.iterdir()) == []
@@ -80,11 +80,11 @@ def test_a_failed_export_removes_its_staging_directory(tmp_path):
 def test_stale_cleanup_spares_staging_of_live_processes(tmp_path):
     base = tmp_path / "m"
     base.mkdir()
-    live = base / f"{publish.STAGING_PREFIX}{publish._host()}-{os.getppid()}-abcd"
+    live = base / f"{model_repo.STAGING_PREFIX}{model_repo._host()}-{os.getppid()}-abcd"
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True, check=True).stdout.strip()
-    dead = base / f"{publish.STAGING_PREFIX}{publish._host()}-{dead_pid}-abcd"
+    dead = base / f"{model_repo.STAGING_PREFIX}{model_repo._host()}-{dead_pid}-abcd"
     live.mkdir()
     dead.mkdir()
-    assert publish.remove_stale_staging(base) == [dead]
+    assert model_repo.remove_stale_staging(base) == [dead]
     assert live.exists()

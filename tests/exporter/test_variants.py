@@ -7,7 +7,8 @@ import pytest
 from exporter.export import export_model
 from exporter.manifest import load_manifest
 from exporter.validate import validate
-from exporter.variants import get_variant, published_name
+from exporter.variants import get_variant
+from serving.model_repo import published_name
 from tests.exporter.helpers import run_cli
 from tests.exporter.test_zoo_export import _run_in_tf1_session
 
@@ -15,6 +16,10 @@ from tests.exporter.test_zoo_export import _run_in_tf1_session
 def test_published_names_keep_variants_side_by_side():
     assert [published_name("digits", v) for v in ("fp32", "xla", "trt-fp16")] == [
         "digits", "digits_xla", "digits_trt_fp16"]
+    assert [get_variant(v).published_name("digits") for v in ("fp32", "xla", "trt-fp16")] == [
+        "digits", "digits_xla", "digits_trt_fp16"]
+    with pytest.raises(ValueError, match="unknown variant 'int8'"):
+        published_name("digits", "int8")
     with pytest.raises(ValueError, match="unknown variant 'int8'"):
         get_variant("int8")
 

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from serving import status
 from serving.codec import tensor_proto_to_ndarray
+from serving.model_repo import WARMUP_REQUESTS_FILE, warmup_path
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.servable import Servable
 
@@ -23,13 +24,7 @@ __all__ = ["WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_
 
 log = logging.getLogger(__name__)
 
-WARMUP_REQUESTS_FILE = "tf_serving_warmup_requests"
 MAX_NUM_RECORDS = 1000
-
-
-def warmup_path(export_dir: str) -> str:
-    """Where TF Serving looks for a version's warmup data."""
-    return os.path.join(export_dir, "assets.extra", WARMUP_REQUESTS_FILE)
 
 
 def run_saved_model_warmup(servable: Servable, export_dir: str, *,
@@ -40,7 +35,7 @@ def run_saved_model_warmup(servable: Servable, export_dir: str, *,
     Reports ``metrics.record_warmup(export_dir, ok, latency_us, records)``
     when a file was found.
     """
-    path = warmup_path(export_dir)
+    path = str(warmup_path(export_dir))
     if not os.path.exists(path):
         log.info("No warmup data file found at %s", path)
         return 0
