@@ -16,6 +16,8 @@ from importlib import metadata
 from typing import Optional, Sequence
 
 from serving import status
+from serving.server.flags import FlagError, ServerFlags, log_no_effect, parse_flags, usage, validate_flags
+from serving.server.server import ModelServer
 
 __all__ = ["main", "version_text", "DRAIN_GRACE_SECONDS"]
 
@@ -39,34 +41,29 @@ def version_text() -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the server; returns the process exit code."""
-    from serving.server import flags as server_flags
-
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s] %(message)s",
                         datefmt="%Y-%m-%d %H:%M:%S")
     arguments = sys.argv[1:] if argv is None else list(argv)
     if "--help" in arguments or "-h" in arguments:
-        sys.stdout.write(server_flags.usage())
+        sys.stdout.write(usage())
         return 0
     try:
-        command_line = server_flags.parse_flags(arguments)
-    except server_flags.FlagError as exc:
+        command_line = parse_flags(arguments)
+    except FlagError as exc:
         logger.error("%s", exc)
-        sys.stdout.write(server_flags.usage())
+        sys.stdout.write(usage())
         return _FAILED
     if command_line.flags.version:
         sys.stdout.write(version_text())
         return 0
     for argument in command_line.unknown:
         logger.error("unknown argument: %s", argument)
-    server_flags.log_no_effect(command_line)
+    log_no_effect(command_line)
     return _serve(command_line.flags)
 
 
-def _serve(flags) -> int:
-    from serving.server.flags import validate_flags
-    from serving.server.server import ModelServer
-
+def _serve(flags: ServerFlags) -> int:
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:

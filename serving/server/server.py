@@ -6,16 +6,31 @@ config (waiting for the first loads, as ``ServerCore::Create`` does), the
 optional config-file poller, then the gRPC and REST front-ends over one
 ``DataPlane``. ``stop(grace)`` drains: both front-ends stop accepting at once
 and finish running requests, then models unload and the scheduler stops.
+
+Importing this module loads neither TensorFlow nor gRPC: the gRPC front-end
+(which needs ``tensorflow_serving``'s messages) is imported when it starts.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
+
+from prometheus_client import CollectorRegistry
+from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import config as config_files
 from serving import status
+from serving.config.protos import batching_parameters_class
+from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
+from serving.server.core.manager import LoaderOptions, ServableManager
 from serving.server.flags import ServerFlags
+from serving.server.frontends.dataplane import DataPlane
+from serving.server.frontends.rest import RestFrontend
+from serving.server.metrics import ServerMetrics
+
+if TYPE_CHECKING:  # loads TensorFlow; imported for real in _start_grpc
+    from serving.server.frontends.grpc import GrpcFrontend
 
 __all__ = ["ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"]
 
@@ -25,11 +40,9 @@ DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 DEFAULT_BATCH_THREAD_POOL = "model_server_batch_threads"
 
 
-def single_model_config(name: str, base_path: str) -> Any:
+def single_model_config(name: str, base_path: str) -> ModelServerConfig:
     """``BuildSingleModelConfig``: one model from ``--model_name`` / ``--model_base_path``."""
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
+    config = ModelServerConfig()
     model = config.model_config_list.config.add()
     model.name, model.base_path, model.model_platform = name, base_path, "tensorflow"
     return config
@@ -44,22 +57,17 @@ class ModelServer:
 
     def __init__(self, flags: ServerFlags) -> None:
         self.flags = flags
-        self.metrics: Any = None
-        self.dataplane: Any = None
-        self.grpc: Any = None
-        self.rest: Any = None
-        self._manager: Any = None
-        self._scheduler: Any = None
+        self.metrics: Optional[ServerMetrics] = None
+        self.dataplane: Optional[DataPlane] = None
+        self.grpc: Optional[GrpcFrontend] = None
+        self.rest: Optional[RestFrontend] = None
+        self._manager: Optional[ServableManager] = None
+        self._scheduler: Optional[BatchScheduler] = None
         self._poll_stop = threading.Event()
         self._poller: Optional[threading.Thread] = None
 
     def start(self) -> None:
         """Load the initial models, then open the front-ends. Raises ``ServingError`` on bad config."""
-        from prometheus_client import CollectorRegistry
-
-        from serving.server.frontends.dataplane import DataPlane
-        from serving.server.metrics import ServerMetrics
-
         flags = self.flags
         model_config = self._model_config()
         monitoring_path = self._monitoring_path()
@@ -95,7 +103,7 @@ class ModelServer:
             self._scheduler.stop()
 
     # -- construction --------------------------------------------------
-    def _model_config(self) -> Any:
+    def _model_config(self) -> ModelServerConfig:
         if not self.flags.model_config_file:
             return single_model_config(self.flags.model_name, self.flags.model_base_path)
         try:
@@ -114,14 +122,12 @@ class ModelServer:
             return None
         return monitoring.prometheus_config.path or DEFAULT_PROMETHEUS_PATH
 
-    def _build_manager(self) -> Any:
-        from serving.server.core import manager
-
+    def _build_manager(self) -> ServableManager:
         flags = self.flags
         intra, inter = flags.tensorflow_intra_op_parallelism, flags.tensorflow_inter_op_parallelism
         if intra <= 0 and inter <= 0:
             intra = inter = flags.tensorflow_session_parallelism
-        options = manager.LoaderOptions(
+        options = LoaderOptions(
             enable_model_warmup=flags.enable_model_warmup,
             num_request_iterations_for_warmup=max(1, flags.num_request_iterations_for_warmup),
             intra_op=intra, inter_op=inter,
@@ -129,31 +135,25 @@ class ModelServer:
             max_num_load_retries=max(0, flags.max_num_load_retries),
             load_retry_interval_micros=max(0, flags.load_retry_interval_micros),  # negative: no wait
             run_wrapper=self._batching_wrapper())
-        return manager.ServableManager(
+        return ServableManager(
             loader_options=options,
             file_system_poll_wait_seconds=float(flags.file_system_poll_wait_seconds),
             allow_version_labels=True,
             allow_version_labels_for_unavailable_models=flags.allow_version_labels_for_unavailable_models,
             metrics=self.metrics)
 
-    def _batching_wrapper(self) -> Any:
+    def _batching_wrapper(self) -> Optional[BatchingRunWrapper]:
         if not self.flags.enable_batching:
             return None
-        from serving.server import batching
-        from serving.server.batching.adapter import BatchingRunWrapper
-
         if self.flags.batching_parameters_file:
             try:
                 parameters = config_files.load_batching_parameters(self.flags.batching_parameters_file)
             except (OSError, ValueError) as exc:
                 raise status.InvalidArgument(str(exc)) from exc
         else:
-            from serving.config.protos import batching_parameters_class
-
             parameters = batching_parameters_class()()
             parameters.thread_pool_name.value = DEFAULT_BATCH_THREAD_POOL
-        self._scheduler = batching.BatchScheduler(batching.BatchingOptions.from_proto(parameters),
-                                                  metrics=self.metrics)
+        self._scheduler = BatchScheduler(BatchingOptions.from_proto(parameters), metrics=self.metrics)
         self._scheduler.start()
         return BatchingRunWrapper(self._scheduler)
 
@@ -179,6 +179,7 @@ class ModelServer:
                 logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", exc.details)
 
     def _start_grpc(self) -> None:
+        # tensorflow_serving's messages load TensorFlow: imported only when the gRPC front-end starts.
         from serving.server.frontends.grpc import GrpcFrontend, parse_channel_arguments
 
         flags = self.flags
@@ -192,8 +193,6 @@ class ModelServer:
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
-        from serving.server.frontends.rest import RestFrontend
-
         flags = self.flags
         self.rest = RestFrontend(
             self.dataplane, port=flags.rest_api_port, num_threads=flags.rest_api_num_threads,

@@ -3,19 +3,33 @@
 A front-end decodes its wire request, makes one ``DataPlane`` call and encodes
 the answer (kserve ``protocol/dataplane.py``). The data plane resolves a
 ``ModelSpec`` through the manager (name; version, version label or latest;
-signature), runs the model through ``serving.server.tensorflow.inference`` and returns
-numpy arrays or the official response protos. Failures are
-``serving.status.ServingError``; the front-ends map them once each.
+signature), runs the model through ``serving.server.tensorflow.inference`` and
+returns plain values: ``Prediction`` (numpy outputs), ``InferenceResult``
+holding an ``inference.ClassificationResult`` or ``inference.RegressionResult``,
+``ModelMetadata``, a list of ``VersionStatus``. It builds no wire message.
+Failures are ``serving.status.ServingError``; the front-ends map them once each.
 
-Request metrics are recorded where TF Serving records them — per front-end
-call — through ``DataPlane.track``: ``request_count`` for every gRPC
-Predict/Classify/Regress and every REST request, ``request_latency`` on
-success only.
+Seams (``typing.Protocol``, satisfied structurally): ``ModelManager`` is what
+the data plane needs of the model lifecycle (``core.manager.ServableManager``),
+``RequestMetrics`` what it records (``serving.server.metrics.ServerMetrics``).
+
+Metrics are recorded where TF Serving records them:
+
+- per front-end call, through ``DataPlane.track``: ``request_count`` for every
+  gRPC Predict/Classify/Regress and every REST request, ``request_latency`` on
+  success only;
+- ``runtime_latency`` around the model run of Predict, Classify and Regress;
+- ``request_example_counts`` / ``request_example_count_total``: the number of
+  tf.Examples of every Classify, Regress and MultiInference that ran
+  (``classifier.cc``, ``regressor.cc``, ``multi_inference.cc``). TF Serving
+  records it right after the run, before checking the outputs; here it is
+  recorded once the result is built, so a model with malformed outputs is not
+  counted.
 
 Deadlines: a call may carry an absolute ``time.monotonic()`` deadline. It is
 checked before the model runs and is visible to a batching queue through
-``serving.server.deadline.remaining_seconds()`` (TF Serving turns the client deadline into the
-session's ``RunOptions.timeout_in_ms``).
+``serving.server.deadline.remaining_seconds()`` (TF Serving turns the client
+deadline into the session's ``RunOptions.timeout_in_ms``).
 
 Thread-safety: every method may be called from many threads at once.
 """
@@ -25,19 +39,45 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    ContextManager,
+    Generic,
+    Iterator,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    TypeVar,
+    Union,
+)
 
 import numpy as np
+from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import status
+from serving.server.core.state import VersionStatus
 from serving.server.deadline import request_deadline
+from serving.server.tensorflow import inference
+from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
+from serving.server.tensorflow.servable import Servable, Signature
 from serving.status import Code
+
+if TYPE_CHECKING:  # these messages load TensorFlow; they only annotate
+    from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
+    from tensorflow_serving.apis.input_pb2 import Input
 
 __all__ = [
     "DEFAULT_SIGNATURE",
     "SIGNATURE_DEF_METADATA_FIELD",
+    "ModelManager",
+    "RequestMetrics",
     "ModelSpec",
     "Prediction",
+    "InferenceResult",
+    "InferenceTask",
+    "ModelMetadata",
     "DataPlane",
 ]
 
@@ -45,9 +85,36 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SIGNATURE = "serving_default"
 SIGNATURE_DEF_METADATA_FIELD = "signature_def"
+_CLASSIFY_METHOD = "tensorflow/serving/classify"
+_REGRESS_METHOD = "tensorflow/serving/regress"
 
-InputDecoder = Callable[[Any], Mapping[str, np.ndarray]]
-"""Turns the resolved ``Signature`` into the request's inputs (REST decodes JSON with its dtypes)."""
+
+class ModelManager(Protocol):
+    """What the data plane needs of the model lifecycle (``ServableManager`` provides it).
+
+    ``acquire`` holds one servable for one request (omitted version = highest
+    AVAILABLE; NotFound / InvalidArgument in TF Serving's words);
+    ``model_status`` lists versions newest first; ``reload_config`` replaces
+    the served models. All three may be called from many threads.
+    """
+
+    def acquire(self, name: str, version: Optional[int] = None,
+                label: Optional[str] = None) -> ContextManager[Servable]: ...
+
+    def model_status(self, name: str, version: Optional[int] = None) -> list[VersionStatus]: ...
+
+    def reload_config(self, config: ModelServerConfig, timeout: Optional[float] = None) -> None: ...
+
+
+class RequestMetrics(Protocol):
+    """The request metrics the data plane records (``ServerMetrics`` provides them); thread-safe."""
+
+    def record_request(self, model_name: str, api: str, entrypoint: str, code: Union[Code, int],
+                       latency_us: float) -> None: ...
+
+    def record_runtime(self, model_name: str, api: str, latency_us: float, runtime: str = "TF1") -> None: ...
+
+    def record_examples(self, model_name: str, count: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -76,15 +143,45 @@ class Prediction:
     outputs: Mapping[str, np.ndarray]
 
 
-class DataPlane:
-    """Model calls and model management over a ``ServableManager``.
+ResultT = TypeVar("ResultT", ClassificationResult, RegressionResult)
 
-    ``manager`` provides ``acquire``, ``model_status`` and ``reload_config``
-    (docs/architecture.md "Server lifecycle"); ``metrics`` is a ``ServerMetrics``
-    or None.
+
+@dataclass(frozen=True)
+class InferenceResult(Generic[ResultT]):
+    """A Classify or Regress answer (or one MultiInference task's): who answered, and the result."""
+
+    name: str
+    version: int
+    signature_name: str
+    result: ResultT
+
+
+@dataclass(frozen=True)
+class InferenceTask:
+    """One task of a MultiInference request: the model it names, its signature and its method."""
+
+    model_name: str
+    signature_name: str
+    method_name: str
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """A GetModelMetadata answer: the version that answered and its ``SignatureDef`` protos by key.
+
+    The protos are the servable's own (every MetaGraph signature, as loaded),
+    so a front-end packing them into a ``SignatureDefMap`` sends what TF Serving sends.
     """
 
-    def __init__(self, manager: Any, metrics: Any = None) -> None:
+    name: str
+    version: int
+    signature_defs: Mapping[str, SignatureDef]
+
+
+class DataPlane:
+    """Model calls and model management over a ``ModelManager``; ``metrics`` may be None."""
+
+    def __init__(self, manager: ModelManager, metrics: Optional[RequestMetrics] = None) -> None:
         self._manager = manager
         self._metrics = metrics
 
@@ -120,111 +217,88 @@ class DataPlane:
         if self._metrics is not None:
             self._metrics.record_runtime(model_name, api, (time.perf_counter() - start) * 1e6)
 
-    # -- inference -------------------------------------------------------
-    def predict(self, spec: ModelSpec, inputs: Union[Mapping[str, np.ndarray], InputDecoder],
-                output_filter: Sequence[str] = (), *, deadline: Optional[float] = None) -> Prediction:
-        """Run ``spec``'s signature; ``inputs`` may be a decoder given the resolved signature."""
-        from serving.server.tensorflow import inference
+    def _record_examples(self, model_name: str, count: int) -> None:
+        if self._metrics is not None:
+            self._metrics.record_examples(model_name, count)
 
+    # -- inference -------------------------------------------------------
+    def signature(self, spec: ModelSpec) -> Signature:
+        """The signature ``spec`` names, looked up before a REST body is decoded with its dtypes.
+
+        As TF Serving's REST handler (``GetInfoMap``) does, this holds the
+        servable only for the lookup; the Predict call that follows acquires it
+        again. Unknown signature: InvalidArgument ``Serving signature name:
+        "X" not found in signature def``.
+        """
+        with self._acquire(spec) as servable:
+            return inference.rest_signature(servable, spec.signature_name or DEFAULT_SIGNATURE)
+
+    def predict(self, spec: ModelSpec, inputs: Mapping[str, np.ndarray], output_filter: Sequence[str] = (),
+                *, deadline: Optional[float] = None) -> Prediction:
+        """Run ``spec``'s signature on ``inputs`` (arrays by input alias)."""
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
         with self._acquire(spec) as servable, request_deadline(deadline):
-            if callable(inputs):
-                inputs = inputs(inference.rest_signature(servable, signature_name))
             with self._runtime(servable.name, "Predict"):
                 outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
             return Prediction(servable.name, servable.version, signature_name, outputs)
 
-    def classify(self, spec: ModelSpec, input_proto: Any, *, deadline: Optional[float] = None) -> Any:
-        """A ``ClassificationResponse`` for ``input_proto`` (a ``tensorflow.serving.Input``)."""
-        from tensorflow_serving.apis import classification_pb2
+    def classify(self, spec: ModelSpec, examples: Input, *,
+                 deadline: Optional[float] = None) -> InferenceResult[ClassificationResult]:
+        """Classify ``examples`` (a ``tensorflow.serving.Input``) with ``spec``'s signature."""
+        return self._run_examples(spec, examples, deadline, "Classify", inference.classify)
 
-        from serving.server.tensorflow import inference
+    def regress(self, spec: ModelSpec, examples: Input, *,
+                deadline: Optional[float] = None) -> InferenceResult[RegressionResult]:
+        """Regress ``examples`` (a ``tensorflow.serving.Input``) with ``spec``'s signature."""
+        return self._run_examples(spec, examples, deadline, "Regress", inference.regress)
 
-        return self._run_examples(spec, input_proto, deadline, "Classify", inference.classify,
-                                  classification_pb2.ClassificationResponse)
-
-    def regress(self, spec: ModelSpec, input_proto: Any, *, deadline: Optional[float] = None) -> Any:
-        """A ``RegressionResponse`` for ``input_proto`` (a ``tensorflow.serving.Input``)."""
-        from tensorflow_serving.apis import regression_pb2
-
-        from serving.server.tensorflow import inference
-
-        return self._run_examples(spec, input_proto, deadline, "Regress", inference.regress,
-                                  regression_pb2.RegressionResponse)
-
-    def _run_examples(self, spec: ModelSpec, input_proto: Any, deadline: Optional[float], api: str,
-                      run: Callable[[Any, str, Any], Any], response_class: Any) -> Any:
-        """Classify or Regress: run ``run(servable, signature, input)`` and wrap its result."""
+    def _run_examples(self, spec: ModelSpec, examples: Input, deadline: Optional[float], api: str,
+                      run: Callable[[Servable, str, Input], ResultT]) -> InferenceResult[ResultT]:
+        """Classify or Regress: ``run(servable, signature, examples)``, timed and counted."""
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
         with self._acquire(spec) as servable, request_deadline(deadline):
             with self._runtime(servable.name, api):
-                result = run(servable, signature_name, input_proto)
-            response = response_class(result=result)
-            self._fill_spec(response.model_spec, servable, signature_name)
-            return response
+                result = run(servable, signature_name, examples)
+            self._record_examples(servable.name, _example_count(result))
+            return InferenceResult(servable.name, servable.version, signature_name, result)
 
-    def multi_inference(self, request: Any, *, deadline: Optional[float] = None) -> Any:
-        """A ``MultiInferenceResponse``: Classify/Regress tasks on one model version and input.
+    def multi_inference(self, spec: ModelSpec, tasks: Sequence[InferenceTask], examples: Input, *,
+                        deadline: Optional[float] = None) -> list[InferenceResult]:
+        """Classify/Regress ``tasks`` on one model version and one input, results in task order.
 
-        The servable is the first task's (``multi_inference_helper.cc``); the
-        tasks are then checked as ``multi_inference.cc`` checks them.
+        ``spec`` picks the servable: the first task's ``ModelSpec``
+        (``multi_inference_helper.cc``); the tasks are then checked as
+        ``multi_inference.cc`` checks them.
         """
-        from tensorflow_serving.apis import inference_pb2
-
-        from serving.server.tensorflow import inference
-
-        first = request.tasks[0].model_spec if request.tasks else None
-        spec = ModelSpec("") if first is None else ModelSpec(
-            first.name, first.version.value if first.HasField("version") else None, first.version_label or None)
-        response = inference_pb2.MultiInferenceResponse()
+        results: list[InferenceResult] = []
         with self._acquire(spec) as servable, request_deadline(deadline):
-            _check_multi_inference_tasks(request.tasks, servable)
-            for task in request.tasks:
-                signature = task.model_spec.signature_name or DEFAULT_SIGNATURE
-                result = response.results.add()
-                self._fill_spec(result.model_spec, servable, signature)
-                if task.method_name == _CLASSIFY_METHOD:
-                    result.classification_result.CopyFrom(
-                        inference.classify(servable, signature, request.input))
-                else:
-                    result.regression_result.CopyFrom(inference.regress(servable, signature, request.input))
-        return response
+            _check_multi_inference_tasks(tasks, servable)
+            for task in tasks:
+                signature_name = task.signature_name or DEFAULT_SIGNATURE
+                run = inference.classify if task.method_name == _CLASSIFY_METHOD else inference.regress
+                results.append(InferenceResult(servable.name, servable.version, signature_name,
+                                               run(servable, signature_name, examples)))
+            if results:
+                self._record_examples(servable.name, _example_count(results[0].result))
+        return results
 
     # -- model management ------------------------------------------------
-    def model_metadata(self, spec: ModelSpec, metadata_fields: Sequence[str]) -> Any:
-        """A ``GetModelMetadataResponse`` carrying a ``SignatureDefMap`` (the only field TF Serving has)."""
-        from tensorflow_serving.apis import get_model_metadata_pb2
-
+    def model_metadata(self, spec: ModelSpec, metadata_fields: Sequence[str]) -> ModelMetadata:
+        """The signatures of ``spec``'s version; ``signature_def`` is the only field TF Serving has."""
         if not metadata_fields:
             raise status.InvalidArgument("GetModelMetadataRequest must specify at least one metadata_field")
         for field_name in metadata_fields:
             if field_name != SIGNATURE_DEF_METADATA_FIELD:
                 raise status.InvalidArgument(f"Metadata field {field_name} is not supported")
-        response = get_model_metadata_pb2.GetModelMetadataResponse()
         with self._acquire(spec) as servable:
-            signature_map = get_model_metadata_pb2.SignatureDefMap()
-            for key, signature_def in servable.signature_defs.items():
-                signature_map.signature_def[key].CopyFrom(signature_def)
-            response.model_spec.name = servable.name
-            response.model_spec.version.value = servable.version
-        response.metadata[SIGNATURE_DEF_METADATA_FIELD].Pack(signature_map)
-        return response
+            return ModelMetadata(servable.name, servable.version, dict(servable.signature_defs))
 
-    def model_status(self, spec: ModelSpec) -> Any:
-        """A ``GetModelStatusResponse``: every version, or only ``spec.version``; labels are ignored."""
-        from tensorflow_serving.apis import get_model_status_pb2
+    def model_status(self, spec: ModelSpec) -> list[VersionStatus]:
+        """Every version of ``spec.name`` newest first, or only ``spec.version``; labels are ignored."""
+        return self._manager.model_status(spec.name, spec.version)
 
-        response = get_model_status_pb2.GetModelStatusResponse()
-        for entry in self._manager.model_status(spec.name, spec.version):
-            version_status = response.model_version_status.add()
-            version_status.version = entry.version
-            version_status.state = _state_number(entry.state)
-            version_status.status.error_code = int(entry.error_code)
-            version_status.status.error_message = entry.error_message or ""
-        return response
-
-    def reload_config(self, config: Any) -> None:
-        """Replace the served models with ``config`` (a ``ModelServerConfig``); only model_config_list."""
+    def reload_config(self, config: ModelServerConfig) -> None:
+        """Replace the served models with ``config``; only a ``model_config_list`` is accepted."""
         if config.WhichOneof("config") != "model_config_list":
             raise status.InvalidArgument(
                 "ServerModelConfig type not supported by HandleReloadConfigRequest. "
@@ -235,43 +309,29 @@ class DataPlane:
         self._manager.reload_config(config)
 
     # -- helpers ---------------------------------------------------------
-    def _acquire(self, spec: ModelSpec):
+    def _acquire(self, spec: ModelSpec) -> ContextManager[Servable]:
         return self._manager.acquire(spec.name, version=spec.version, label=spec.version_label)
 
-    @staticmethod
-    def _fill_spec(model_spec: Any, servable: Any, signature_name: str) -> None:
-        model_spec.name = servable.name
-        model_spec.version.value = servable.version
-        model_spec.signature_name = signature_name
+
+def _example_count(result: Union[ClassificationResult, RegressionResult]) -> int:
+    """The number of tf.Examples a result answers (one entry per example)."""
+    if isinstance(result, ClassificationResult):
+        return len(result.classifications)
+    return len(result.regressions)
 
 
-_STATE_NUMBERS = {"UNKNOWN": 0, "START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
-
-
-def _state_number(state: Any) -> int:
-    """``ModelVersionStatus.State`` number from a manager state (name, enum or number)."""
-    name = getattr(state, "name", state)
-    if isinstance(name, str):
-        return _STATE_NUMBERS[name.upper()]
-    return int(state)
-
-
-_CLASSIFY_METHOD = "tensorflow/serving/classify"
-_REGRESS_METHOD = "tensorflow/serving/regress"
-
-
-def _check_multi_inference_tasks(tasks: Sequence[Any], servable: Any) -> None:
+def _check_multi_inference_tasks(tasks: Sequence[InferenceTask], servable: Servable) -> None:
     """TF Serving's ``TensorFlowMultiInferenceRunner::Infer`` checks, with its messages."""
     model_name = ""
     seen: set[str] = set()
     for task in tasks:
-        if not task.model_spec.name:
+        if not task.model_name:
             raise status.InvalidArgument("Found ModelSpec with an empty model name.")
-        if model_name and task.model_spec.name != model_name:
+        if model_name and task.model_name != model_name:
             raise status.InvalidArgument(
                 "All ModelSpecs in a MultiInferenceRequest must access the same model name.")
-        model_name = task.model_spec.name
-        signature = task.model_spec.signature_name or DEFAULT_SIGNATURE
+        model_name = task.model_name
+        signature = task.signature_name or DEFAULT_SIGNATURE
         if signature in seen:
             raise status.InvalidArgument(f"Duplicate evaluation of signature: {signature}")
         seen.add(signature)

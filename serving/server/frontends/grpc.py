@@ -1,11 +1,14 @@
 """gRPC front-end: TF Serving's ``PredictionService`` and ``ModelService`` on the official stubs.
 
 Each handler decodes the request, makes one ``DataPlane`` call and encodes
-the answer. Errors leave through one place (``_rpc``): the canonical code is
-copied numerically into the gRPC status and the message truncated as
-``model_servers/grpc_status_util.cc`` does. The server accepts messages up
-to int32 max both ways (``server.cc`` ``SetMaxMessageSize``) and honours the
-client's deadline.
+the plain answer into TF Serving's response message. Errors leave through one
+place (``_rpc``): the canonical code is copied numerically into the gRPC
+status and the message truncated as ``model_servers/grpc_status_util.cc``
+does. The server accepts messages up to int32 max both ways (``server.cc``
+``SetMaxMessageSize``) and honours the client's deadline.
+
+This module imports ``tensorflow_serving``'s messages, which load TensorFlow;
+the composition root imports it only when it starts the gRPC front-end.
 """
 from __future__ import annotations
 
@@ -13,12 +16,35 @@ import functools
 import logging
 import time
 from concurrent import futures
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 import grpc
+import numpy as np
+from google.protobuf import message
+from tensorflow.core.framework import tensor_pb2
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    inference_pb2,
+    model_management_pb2,
+    model_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
 
 from serving import codec, status
-from serving.server.frontends.dataplane import DataPlane, ModelSpec
+from serving.server.core.state import VersionStatus
+from serving.server.frontends.dataplane import (
+    SIGNATURE_DEF_METADATA_FIELD,
+    DataPlane,
+    InferenceResult,
+    InferenceTask,
+    ModelSpec,
+)
+from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"]
 
@@ -26,10 +52,16 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_LENGTH = 2**31 - 1
 
+Request = TypeVar("Request", bound=message.Message)
+Response = TypeVar("Response", bound=message.Message)
 
-def parse_channel_arguments(text: str) -> list[tuple[str, Any]]:
+
+ChannelArgument = tuple[str, Union[int, str]]
+
+
+def parse_channel_arguments(text: str) -> list[ChannelArgument]:
     """``--grpc_channel_arguments``: comma-separated ``key=value``; ints passed as ints."""
-    arguments: list[tuple[str, Any]] = []
+    arguments: list[ChannelArgument] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, value = item.partition("=")
         try:
@@ -39,10 +71,11 @@ def parse_channel_arguments(text: str) -> list[tuple[str, Any]]:
     return arguments
 
 
-def _rpc(method: Callable) -> Callable:
+def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]
+         ) -> Callable[[Any, Request, grpc.ServicerContext], Response]:
     """Map ``ServingError`` (and anything unexpected) to a gRPC status, once."""
     @functools.wraps(method)
-    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+    def handler(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
         try:
             return method(self, request, context)
         except status.ServingError as exc:
@@ -53,7 +86,8 @@ def _rpc(method: Callable) -> Callable:
     return handler
 
 
-def _spec(model_spec: Any) -> ModelSpec:
+# -- decoding ---------------------------------------------------------------
+def _spec(model_spec: model_pb2.ModelSpec) -> ModelSpec:
     version = model_spec.version.value if model_spec.HasField("version") else None
     return ModelSpec(model_spec.name, version, model_spec.version_label or None, model_spec.signature_name)
 
@@ -63,7 +97,7 @@ def _deadline(context: grpc.ServicerContext) -> Optional[float]:
     return None if remaining is None else time.monotonic() + remaining
 
 
-def _to_arrays(tensors: Any) -> dict:
+def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto]) -> dict[str, np.ndarray]:
     arrays = {}
     for name, proto in tensors.items():
         try:
@@ -73,63 +107,127 @@ def _to_arrays(tensors: Any) -> dict:
     return arrays
 
 
-class _PredictionService:
-    def __init__(self, dataplane: DataPlane, use_tensor_content: bool) -> None:
-        from tensorflow_serving.apis import predict_pb2
+def _tasks(request: inference_pb2.MultiInferenceRequest) -> tuple[ModelSpec, list[InferenceTask]]:
+    """The servable to use (the first task's ``ModelSpec``) and every task."""
+    tasks = [InferenceTask(task.model_spec.name, task.model_spec.signature_name, task.method_name)
+             for task in request.tasks]
+    return (_spec(request.tasks[0].model_spec) if request.tasks else ModelSpec("")), tasks
 
+
+# -- encoding ---------------------------------------------------------------
+def _fill_spec(model_spec: model_pb2.ModelSpec, name: str, version: int, signature_name: str = "") -> None:
+    model_spec.name = name
+    model_spec.version.value = version
+    model_spec.signature_name = signature_name
+
+
+def _fill_classifications(result: ClassificationResult, proto: classification_pb2.ClassificationResult) -> None:
+    for row in result.classifications:
+        classes = proto.classifications.add().classes
+        for cls in row.classes:
+            classes.add(label=cls.label, score=cls.score)
+
+
+def _fill_regressions(result: RegressionResult, proto: regression_pb2.RegressionResult) -> None:
+    for regression in result.regressions:
+        proto.regressions.add(value=regression.value)
+
+
+def _multi_inference_response(results: Sequence[InferenceResult]) -> inference_pb2.MultiInferenceResponse:
+    response = inference_pb2.MultiInferenceResponse()
+    for answer in results:
+        result = response.results.add()
+        _fill_spec(result.model_spec, answer.name, answer.version, answer.signature_name)
+        if isinstance(answer.result, ClassificationResult):
+            _fill_classifications(answer.result, result.classification_result)
+        else:
+            _fill_regressions(answer.result, result.regression_result)
+    return response
+
+
+def _model_status_response(statuses: Sequence[VersionStatus]) -> get_model_status_pb2.GetModelStatusResponse:
+    response = get_model_status_pb2.GetModelStatusResponse()
+    for entry in statuses:
+        version_status = response.model_version_status.add(version=entry.version, state=int(entry.state))
+        version_status.status.error_code = int(entry.error_code)
+        version_status.status.error_message = entry.error_message or ""
+    return response
+
+
+class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, dataplane: DataPlane, use_tensor_content: bool) -> None:
         self._dp = dataplane
-        self._predict_pb2 = predict_pb2
         self._use_tensor_content = use_tensor_content
 
     @_rpc
-    def Predict(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
+                ) -> predict_pb2.PredictResponse:
         with self._dp.track(request.model_spec.name, "Predict", "GRPC"):
             result = self._dp.predict(_spec(request.model_spec), _to_arrays(request.inputs),
                                       list(request.output_filter), deadline=_deadline(context))
-        response = self._predict_pb2.PredictResponse()
-        response.model_spec.name = result.name
-        response.model_spec.version.value = result.version
-        response.model_spec.signature_name = result.signature_name
+        response = predict_pb2.PredictResponse()
+        _fill_spec(response.model_spec, result.name, result.version, result.signature_name)
         for name, array in result.outputs.items():
             codec.ndarray_to_tensor_proto(array, response.outputs[name],
                                           use_tensor_content=self._use_tensor_content)
         return response
 
     @_rpc
-    def Classify(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def Classify(self, request: classification_pb2.ClassificationRequest, context: grpc.ServicerContext
+                 ) -> classification_pb2.ClassificationResponse:
         with self._dp.track(request.model_spec.name, "Classify", "GRPC"):
-            return self._dp.classify(_spec(request.model_spec), request.input, deadline=_deadline(context))
+            answer = self._dp.classify(_spec(request.model_spec), request.input, deadline=_deadline(context))
+        response = classification_pb2.ClassificationResponse()
+        _fill_spec(response.model_spec, answer.name, answer.version, answer.signature_name)
+        _fill_classifications(answer.result, response.result)
+        return response
 
     @_rpc
-    def Regress(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def Regress(self, request: regression_pb2.RegressionRequest, context: grpc.ServicerContext
+                ) -> regression_pb2.RegressionResponse:
         with self._dp.track(request.model_spec.name, "Regress", "GRPC"):
-            return self._dp.regress(_spec(request.model_spec), request.input, deadline=_deadline(context))
+            answer = self._dp.regress(_spec(request.model_spec), request.input, deadline=_deadline(context))
+        response = regression_pb2.RegressionResponse()
+        _fill_spec(response.model_spec, answer.name, answer.version, answer.signature_name)
+        _fill_regressions(answer.result, response.result)
+        return response
 
     @_rpc
-    def MultiInference(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._dp.multi_inference(request, deadline=_deadline(context))
+    def MultiInference(self, request: inference_pb2.MultiInferenceRequest, context: grpc.ServicerContext
+                       ) -> inference_pb2.MultiInferenceResponse:
+        spec, tasks = _tasks(request)
+        results = self._dp.multi_inference(spec, tasks, request.input, deadline=_deadline(context))
+        return _multi_inference_response(results)
 
     @_rpc
-    def GetModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetModelMetadata(self, request: get_model_metadata_pb2.GetModelMetadataRequest,
+                         context: grpc.ServicerContext) -> get_model_metadata_pb2.GetModelMetadataResponse:
         if not request.HasField("model_spec"):
             raise status.InvalidArgument("Missing ModelSpec")
-        return self._dp.model_metadata(_spec(request.model_spec), list(request.metadata_field))
+        metadata = self._dp.model_metadata(_spec(request.model_spec), list(request.metadata_field))
+        response = get_model_metadata_pb2.GetModelMetadataResponse()
+        _fill_spec(response.model_spec, metadata.name, metadata.version)
+        signature_map = get_model_metadata_pb2.SignatureDefMap()
+        for key, signature_def in metadata.signature_defs.items():
+            signature_map.signature_def[key].CopyFrom(signature_def)
+        response.metadata[SIGNATURE_DEF_METADATA_FIELD].Pack(signature_map)
+        return response
 
 
-class _ModelService:
+class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, dataplane: DataPlane) -> None:
         self._dp = dataplane
 
     @_rpc
-    def GetModelStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetModelStatus(self, request: get_model_status_pb2.GetModelStatusRequest, context: grpc.ServicerContext
+                       ) -> get_model_status_pb2.GetModelStatusResponse:
         if not request.HasField("model_spec"):
             raise status.InvalidArgument("Missing ModelSpec")
-        return self._dp.model_status(_spec(request.model_spec))
+        return _model_status_response(self._dp.model_status(_spec(request.model_spec)))
 
-    def HandleReloadConfigRequest(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def HandleReloadConfigRequest(self, request: model_management_pb2.ReloadConfigRequest,
+                                  context: grpc.ServicerContext) -> model_management_pb2.ReloadConfigResponse:
         """Reload; like TF Serving, the status is both in the response and the RPC status."""
-        from tensorflow_serving.apis import model_management_pb2
-
         response = model_management_pb2.ReloadConfigResponse()
         try:
             self._dp.reload_config(request.config)
@@ -151,7 +249,7 @@ class GrpcFrontend:
     """
 
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
-                 channel_arguments: Sequence[tuple[str, Any]] = (), use_tensor_content: bool = False) -> None:
+                 channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False) -> None:
         self._dataplane = dataplane
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
@@ -163,8 +261,7 @@ class GrpcFrontend:
         self.bound_ports: list[int] = []
 
     def start(self) -> None:
-        from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
-
+        """Bind every address and serve; InvalidArgument when an address cannot be bound."""
         executor = futures.ThreadPoolExecutor(max_workers=self._max_threads, thread_name_prefix="grpc")
         server = grpc.server(executor, options=self._options)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(

@@ -12,6 +12,10 @@ The event loop only routes and reads bodies. Decoding, the one data-plane
 call and encoding run on a pool of ``--rest_api_num_threads`` threads, bounded
 by ``--rest_api_timeout_in_ms`` (504 / DEADLINE_EXCEEDED). Bodies larger than
 ``max_body_bytes`` are refused with 400 before they are read.
+
+Checks run in TF Serving's order: the JSON document first, then the model and
+its signature (``DataPlane.signature``, as ``GetInfoMap`` does), then the
+inputs decoded with that signature's dtypes, then the model run.
 """
 from __future__ import annotations
 
@@ -23,14 +27,21 @@ import time
 import urllib.parse
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from aiohttp import web
+from google.protobuf import json_format
 
 from serving import codec, status
-from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelSpec
+from serving.server.core.state import VersionStatus
+from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelMetadata, ModelSpec
+from serving.server.metrics import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+
+if TYPE_CHECKING:  # loads TensorFlow; only annotates
+    from tensorflow_serving.apis.input_pb2 import Input
 
 __all__ = [
+    "MetricsPage",
     "RestFrontend",
     "RestRoute",
     "parse_route",
@@ -52,6 +63,12 @@ _INT64_MAX = 2**63 - 1
 _JSON = "application/json"
 _CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
                  "Access-Control-Allow-Headers": "Content-Type"}
+
+
+class MetricsPage(Protocol):
+    """What the REST front-end serves at the monitoring path (``ServerMetrics`` provides it)."""
+
+    def render(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -101,18 +118,30 @@ def _json_object(body: bytes) -> dict:
     return document
 
 
-def _examples_input(document: dict) -> Any:
+def _examples_input(document: dict) -> Input:
     """A ``tensorflow.serving.Input`` from ``{"context": {...}, "examples": [...]}``."""
-    from tensorflow_serving.apis import input_pb2
+    from tensorflow_serving.apis import input_pb2  # loads TensorFlow: only for Classify/Regress requests
 
     return codec.rest_request_to_input(document, input_pb2.Input())
 
 
-def _proto_json(message: Any, *, field_names: bool = False) -> Any:
-    from google.protobuf import json_format
+def _model_status_json(statuses: Sequence[VersionStatus]) -> bytes:
+    """``GetModelStatusResponse`` in proto JSON, as TF Serving's REST API writes it (int64 as text)."""
+    return codec.json_dumps({"model_version_status": [
+        {"version": str(entry.version), "state": entry.state.name,
+         "status": {"error_code": entry.error_code.name, "error_message": entry.error_message or ""}}
+        for entry in statuses]})
 
-    return json_format.MessageToDict(message, including_default_value_fields=True,
-                                     preserving_proto_field_name=field_names)
+
+def _metadata_json(metadata: ModelMetadata) -> bytes:
+    """``GetModelMetadataResponse`` in proto JSON with its ``SignatureDefMap`` unpacked (keys sorted)."""
+    signature_defs = {key: json_format.MessageToDict(metadata.signature_defs[key],
+                                                     including_default_value_fields=True,
+                                                     preserving_proto_field_name=True)
+                      for key in sorted(metadata.signature_defs)}
+    return codec.json_dumps({
+        "model_spec": {"name": metadata.name, "version": str(metadata.version), "signature_name": ""},
+        "metadata": {SIGNATURE_DEF_METADATA_FIELD: {"signature_def": signature_defs}}})
 
 
 class RestFrontend:
@@ -124,7 +153,7 @@ class RestFrontend:
 
     def __init__(self, dataplane: DataPlane, *, port: int, host: str = "0.0.0.0", num_threads: int = 4,
                  timeout_ms: int = 30000, max_body_bytes: int = 256 * 1024 * 1024,
-                 monitoring_path: Optional[str] = None, metrics: Any = None, enable_cors: bool = False) -> None:
+                 monitoring_path: Optional[str] = None, metrics: Optional[MetricsPage] = None, enable_cors: bool = False) -> None:
         self._dp = dataplane
         self._host, self._port = host, port
         self._pool = futures.ThreadPoolExecutor(max_workers=max(1, num_threads), thread_name_prefix="rest")
@@ -143,42 +172,34 @@ class RestFrontend:
     # -- handlers: decode -> one data-plane call -> encode (run on the pool) --
     def _predict(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
         document = _json_object(body)
-        row_format: list[bool] = []
-
-        def decode(signature: Any) -> Any:
-            inputs, row = codec.rest_request_to_inputs(
-                document, {name: spec.dtype for name, spec in signature.inputs.items()})
-            row_format.append(row)
-            return inputs
-
-        result = self._dp.predict(route.spec(document.get("signature_name", "")), decode, deadline=deadline)
-        return codec.outputs_to_rest_response(result.outputs, row_format[0])
+        spec = route.spec(document.get("signature_name", ""))
+        signature = self._dp.signature(spec)
+        inputs, row_format = codec.rest_request_to_inputs(
+            document, {name: tensor.dtype for name, tensor in signature.inputs.items()})
+        result = self._dp.predict(spec, inputs, deadline=deadline)
+        return codec.outputs_to_rest_response(result.outputs, row_format)
 
     def _classify(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
         document = _json_object(body)
-        response = self._dp.classify(route.spec(document.get("signature_name", "")),
-                                     _examples_input(document), deadline=deadline)
-        return codec.classification_result_to_rest(response.result)
+        answer = self._dp.classify(route.spec(document.get("signature_name", "")),
+                                   _examples_input(document), deadline=deadline)
+        return codec.classification_result_to_rest(answer.result)
 
     def _regress(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
         document = _json_object(body)
-        response = self._dp.regress(route.spec(document.get("signature_name", "")),
-                                    _examples_input(document), deadline=deadline)
-        return codec.regression_result_to_rest(response.result)
+        answer = self._dp.regress(route.spec(document.get("signature_name", "")),
+                                  _examples_input(document), deadline=deadline)
+        return codec.regression_result_to_rest(answer.result)
 
     def _model_status(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
         if not route.model_name:
             raise status.InvalidArgument("Missing model name in request.")
-        return codec.json_dumps(_proto_json(self._dp.model_status(route.spec())))
+        return _model_status_json(self._dp.model_status(route.spec()))
 
     def _metadata(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
         if not route.model_name:
             raise status.InvalidArgument("Missing model name in request.")
-        response = self._dp.model_metadata(route.spec(), [SIGNATURE_DEF_METADATA_FIELD])
-        signature_map = _signature_map(response)
-        return codec.json_dumps({
-            "model_spec": _proto_json(response.model_spec, field_names=True),
-            "metadata": {SIGNATURE_DEF_METADATA_FIELD: _proto_json(signature_map, field_names=True)}})
+        return _metadata_json(self._dp.model_metadata(route.spec(), [SIGNATURE_DEF_METADATA_FIELD]))
 
     # -- event loop side ------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -242,10 +263,8 @@ class RestFrontend:
         return response
 
     def _prometheus(self) -> web.Response:
-        from serving.server import metrics as metrics_module
-
         body = self._metrics.render() if self._metrics is not None else b""
-        return web.Response(body=body, headers={"Content-Type": metrics_module.CONTENT_TYPE})
+        return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     # -- lifecycle ------------------------------------------------------
     def start(self) -> None:
@@ -288,16 +307,6 @@ class RestFrontend:
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(10)
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _signature_map(response: Any) -> Any:
-    """The ``SignatureDefMap`` packed in a ``GetModelMetadataResponse``."""
-    from tensorflow_serving.apis import get_model_metadata_pb2
-
-    signature_map = get_model_metadata_pb2.SignatureDefMap()
-    if not response.metadata[SIGNATURE_DEF_METADATA_FIELD].Unpack(signature_map):
-        raise status.Internal("Failed to unpack 'Any' object to 'SignatureDefMap'.")
-    return signature_map
 
 
 def _try_parse_route(http_method: str, path: str) -> tuple[RestRoute, Optional[status.ServingError]]:

@@ -11,6 +11,7 @@ are thread-safe (they only read the servable and call ``Servable.run``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -26,6 +27,11 @@ __all__ = [
     "CLASSIFY_OUTPUT_SCORES",
     "REGRESS_INPUTS",
     "REGRESS_OUTPUTS",
+    "Class",
+    "Classifications",
+    "ClassificationResult",
+    "Regression",
+    "RegressionResult",
     "rest_signature",
     "predict",
     "classify",
@@ -217,15 +223,54 @@ def _debug_string(proto: Any) -> str:
     return text_format.MessageToString(proto)
 
 
-def classify(servable: Servable, signature_name: Optional[str], input_proto: Any) -> Any:
-    """Run a Classify request; returns a ``tensorflow.serving.ClassificationResult``.
+@dataclass(frozen=True)
+class Class:
+    """One class of one example (``tensorflow.serving.Class``): empty label without a ``classes``
+    output, score 0.0 without a ``scores`` output."""
+
+    label: str = ""
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class Classifications:
+    """The classes of one example, in the model's order (``tensorflow.serving.Classifications``)."""
+
+    classes: tuple[Class, ...]
+
+
+@dataclass(frozen=True)
+class ClassificationResult:
+    """A Classify answer, one entry per example (``tensorflow.serving.ClassificationResult``).
+
+    Plain values with the messages' field names, so the codec's result encoders
+    and a front-end filling the official message read them as they read the proto.
+    """
+
+    classifications: tuple[Classifications, ...]
+
+
+@dataclass(frozen=True)
+class Regression:
+    """The value regressed for one example (``tensorflow.serving.Regression``)."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class RegressionResult:
+    """A Regress answer, one entry per example (``tensorflow.serving.RegressionResult``)."""
+
+    regressions: tuple[Regression, ...]
+
+
+def classify(servable: Servable, signature_name: Optional[str], input_proto: Any) -> ClassificationResult:
+    """Run a Classify request (``classifier.cc``).
 
     The signature needs exactly one input ``inputs`` (serialized tf.Examples)
     and one or two outputs among ``classes`` (DT_STRING [batch, K]) and
-    ``scores`` (DT_FLOAT [batch, K]) (``classifier.cc``).
+    ``scores`` (DT_FLOAT [batch, K]).
     """
-    from tensorflow_serving.apis import classification_pb2
-
     key, proto = _method_signature(servable, signature_name)
     if len(proto.inputs) != 1:
         raise status.InvalidArgument("Expected one input Tensor.")
@@ -242,10 +287,8 @@ def classify(servable: Servable, signature_name: Optional[str], input_proto: Any
             f'"scores". Signature was: {_debug_string(proto)}')
     examples = serialized_examples(input_proto)
     values = servable.run(key, {CLASSIFY_INPUTS: examples}, outputs)
-    result = classification_pb2.ClassificationResult()
-    _fill_classifications(result, len(examples), values.get(CLASSIFY_OUTPUT_CLASSES),
-                          values.get(CLASSIFY_OUTPUT_SCORES))
-    return result
+    return _classifications(len(examples), values.get(CLASSIFY_OUTPUT_CLASSES),
+                            values.get(CLASSIFY_OUTPUT_SCORES))
 
 
 def _check_class_tensor(name: str, tensor: np.ndarray, num_examples: int, dtype: str) -> None:
@@ -260,8 +303,8 @@ def _check_class_tensor(name: str, tensor: np.ndarray, num_examples: int, dtype:
             f"Expected {name} output batch size of {num_examples}. Got: {tensor.shape[0]}")
 
 
-def _fill_classifications(result: Any, num_examples: int, classes: Optional[np.ndarray],
-                          scores: Optional[np.ndarray]) -> None:
+def _classifications(num_examples: int, classes: Optional[np.ndarray],
+                     scores: Optional[np.ndarray]) -> ClassificationResult:
     if classes is not None:
         _check_class_tensor("classes", classes, num_examples, "DT_STRING")
     if scores is not None:
@@ -271,25 +314,23 @@ def _fill_classifications(result: Any, num_examples: int, classes: Optional[np.n
             "Tensors class and score should match in dim_size(1). "
             f"Got {classes.shape[1]} vs. {scores.shape[1]}")
     num_classes = (classes if classes is not None else scores).shape[1]
-    for i in range(num_examples):
-        classifications = result.classifications.add()
-        for c in range(num_classes):
-            cls = classifications.classes.add()
-            if classes is not None:
-                label = classes[i, c]
-                cls.label = label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
-            if scores is not None:
-                cls.score = float(scores[i, c])
+    return ClassificationResult(tuple(
+        Classifications(tuple(Class(label="" if classes is None else _label(classes[i, c]),
+                                    score=0.0 if scores is None else float(scores[i, c]))
+                              for c in range(num_classes)))
+        for i in range(num_examples)))
 
 
-def regress(servable: Servable, signature_name: Optional[str], input_proto: Any) -> Any:
-    """Run a Regress request; returns a ``tensorflow.serving.RegressionResult``.
+def _label(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def regress(servable: Servable, signature_name: Optional[str], input_proto: Any) -> RegressionResult:
+    """Run a Regress request (``regressor.cc``).
 
     The signature needs exactly one input ``inputs`` (serialized tf.Examples)
-    and one output ``outputs``: DT_FLOAT [batch] or [batch, 1] (``regressor.cc``).
+    and one output ``outputs``: DT_FLOAT [batch] or [batch, 1].
     """
-    from tensorflow_serving.apis import regression_pb2
-
     key, proto = _method_signature(servable, signature_name)
     if len(proto.inputs) != 1:
         raise status.InvalidArgument("Expected one input Tensor.")
@@ -304,10 +345,7 @@ def regress(servable: Servable, signature_name: Optional[str], input_proto: Any)
     examples = serialized_examples(input_proto)
     output = servable.run(key, {REGRESS_INPUTS: examples}, [REGRESS_OUTPUTS])[REGRESS_OUTPUTS]
     _check_regression_output(output, len(examples))
-    result = regression_pb2.RegressionResult()
-    for value in output.reshape(-1):
-        result.regressions.add().value = float(value)
-    return result
+    return RegressionResult(tuple(Regression(float(value)) for value in output.reshape(-1)))
 
 
 def _check_regression_output(output: np.ndarray, num_examples: int) -> None:

@@ -10,12 +10,13 @@ import pytest
 from tests.support.servers import REPO_ROOT
 
 PUBLIC = {
-    "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelSpec",
-                                           "Prediction", "DataPlane"},
+    "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelManager",
+                                           "RequestMetrics", "ModelSpec", "Prediction", "InferenceResult",
+                                           "InferenceTask", "ModelMetadata", "DataPlane"},
     "serving.server.deadline": {"remaining_seconds", "request_deadline"},
     "serving.server.batching.adapter": {"BatchingRunWrapper", "QueueFactory", "TaskQueue"},
     "serving.server.frontends.grpc": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"},
-    "serving.server.frontends.rest": {"RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
+    "serving.server.frontends.rest": {"MetricsPage", "RestFrontend", "RestRoute", "parse_route", "DISPATCH_REGEX",
                                       "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX"},
     "serving.server.flags": {"ServerFlags", "CommandLine", "FlagError", "parse_flags", "log_no_effect",
                              "validate_flags", "usage", "NO_EFFECT_FLAGS", "DEFAULT_REST_API_MAX_BODY_BYTES"},
@@ -34,9 +35,9 @@ def test_all_is_pinned_and_every_name_exists(module):
 
 def test_importing_the_server_loads_neither_tensorflow_nor_grpc_servers():
     code = ("import sys, serving.server.main, serving.server.server, serving.server.flags; "
-            "print('tensorflow' in sys.modules)")
+            "print('tensorflow' in sys.modules, 'grpc' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert result.stdout.strip() == "False", result.stderr
+    assert result.stdout.strip() == "False False", result.stderr
 
 
 def test_grpc_channel_arguments_are_parsed_like_tf_serving():
