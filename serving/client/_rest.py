@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from serving import status
 from serving.client._api import SyncTransport
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["RestClient", "transport_error", "answer_of", "load_httpx", "limits"]
 
 
-def load_httpx() -> Any:
+def load_httpx() -> ModuleType:
     """httpx, imported on first use: gRPC-only users do not pay for it (~0.3 s)."""
     return importlib.import_module("httpx")
 
