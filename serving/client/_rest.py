@@ -37,7 +37,7 @@ def answer_of(response: "httpx.Response") -> bytes:
     """The body of a 2xx response; the mapped ``ServingError`` otherwise."""
     if 200 <= response.status_code < 300:
         return response.content
-    raise error_from_http(response.status_code, response.headers, response.content)
+    raise error_from_http(response.status_code, response.content)
 
 
 def limits(max_connections: int) -> "httpx.Limits":

@@ -15,14 +15,10 @@ from serving.client._types import ModelMetadata, VersionStatus
 from serving.codec import Signature
 from serving.wire import serving_apis_pb2 as apis
 
-__all__ = ["RestProtocol", "model_path", "error_from_http", "CODE_HEADER", "JSON_HEADERS"]
+__all__ = ["RestProtocol", "model_path", "error_from_http", "JSON_HEADERS"]
 
 M = TypeVar("M", bound=Message)
 
-# Optional: a server may name the canonical code of an error (HTTP statuses are
-# shared by several codes: 400 is INVALID_ARGUMENT, FAILED_PRECONDITION and
-# OUT_OF_RANGE). TF Serving does not send it; the HTTP status decides then.
-CODE_HEADER = "x-tfs-stack-code"
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -36,24 +32,20 @@ def model_path(ref: ModelRef) -> str:
     return path
 
 
-def error_from_http(status_code: int, headers: Mapping[str, str], body: bytes) -> status.ServingError:
-    """The SDK exception for a non-2xx answer: TF Serving's ``{"error": msg}`` body."""
-    code = _code_from_header(headers.get(CODE_HEADER)) or status.from_http_status(status_code)
+def error_from_http(status_code: int, body: bytes) -> status.ServingError:
+    """The SDK exception for a non-2xx answer: TF Serving's ``{"error": msg}`` body.
+
+    The code is the one the HTTP status stands for (``status.from_http_status``):
+    TF Serving sends nothing else, so codes that share a status (400 is
+    INVALID_ARGUMENT, FAILED_PRECONDITION and OUT_OF_RANGE) read as the most common.
+    """
+    code = status.from_http_status(status_code)
     try:
         doc = codec.json_loads(body)
         details = doc["error"] if isinstance(doc, dict) and "error" in doc else body.decode("utf-8", "replace")
     except status.InvalidArgument:
         details = body.decode("utf-8", "replace") or f"HTTP {status_code}"
     return status.error_for(code, str(details))
-
-
-def _code_from_header(value: Optional[str]) -> Optional[status.Code]:
-    if not value:
-        return None
-    try:
-        return status.Code[value.strip().upper()] if not value.strip().isdigit() else status.Code(int(value))
-    except (KeyError, ValueError):
-        return None
 
 
 def _parse(message: M, doc: Optional[Mapping[str, Any]]) -> M:
