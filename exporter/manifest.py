@@ -3,7 +3,9 @@
 ``manifest.json`` sits beside ``saved_model.pb``; every array (golden inputs
 and outputs, labels) lives in the sidecar ``manifest.npz`` so the JSON stays
 small even for resnet50. Reading needs numpy only — load tests and clients
-import this module without TensorFlow.
+import this module without TensorFlow. Signatures are ``serving.codec``'s
+``Signature``/``TensorSpec``, stored with their ``to_json`` records (TF dtype
+names, -1 for an unknown dimension).
 
 String tensors are stored in the ``.npz`` without pickle: as the
 concatenated bytes (``uint8``) plus offsets, so any bytes (serialized
@@ -18,11 +20,11 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
+from serving.codec import DEFAULT_SIGNATURE, Signature
+
 __all__ = [
     "MANIFEST_FILE",
     "ARRAYS_FILE",
-    "TensorInfo",
-    "SignatureInfo",
     "Golden",
     "Manifest",
     "load_manifest",
@@ -32,31 +34,6 @@ __all__ = [
 MANIFEST_FILE = "manifest.json"
 ARRAYS_FILE = "manifest.npz"
 FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One input or output of a signature, as saved_model_cli shows it."""
-
-    key: str                         # the signature's key for the tensor
-    dtype: str                       # TF name, e.g. "DT_FLOAT"
-    shape: Optional[tuple[int, ...]] # -1 for unknown dims (the batch); None if unknown rank
-    tensor_name: str                 # graph tensor name, e.g. "serving_default_images:0"
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        """The numpy dtype clients send (object for DT_STRING)."""
-        return np.dtype(_NUMPY_BY_TF[self.dtype])
-
-
-@dataclass(frozen=True)
-class SignatureInfo:
-    """One SignatureDef: method name, inputs and outputs by key."""
-
-    name: str
-    method_name: str
-    inputs: Mapping[str, TensorInfo]
-    outputs: Mapping[str, TensorInfo]
 
 
 @dataclass(frozen=True)
@@ -83,7 +60,7 @@ class Manifest:
     tensorflow_version: str
     source_hash: str                  # sha256 of the exporter code that built it
     created: str                      # ISO 8601 UTC
-    signatures: Mapping[str, SignatureInfo]
+    signatures: Mapping[str, Signature]
     golden: Mapping[str, Golden]
     accuracy: Optional[float] = None  # held-out accuracy where measurable
     metrics: Mapping[str, Any] = field(default_factory=dict)
@@ -101,19 +78,19 @@ class Manifest:
 
     @property
     def labels(self) -> Optional[np.ndarray]:
-        """Ground-truth labels of the serving_default golden rows, if the data has them."""
-        golden = self.golden.get("serving_default")
+        """Ground-truth labels of the default signature's golden rows, if the data has them."""
+        golden = self.golden.get(DEFAULT_SIGNATURE)
         return None if golden is None else golden.labels
 
-    def golden_inputs(self, signature: str = "serving_default") -> dict[str, np.ndarray]:
+    def golden_inputs(self, signature: str = DEFAULT_SIGNATURE) -> dict[str, np.ndarray]:
         """The golden inputs of ``signature`` (a copy)."""
         return {k: v.copy() for k, v in self._golden(signature).inputs.items()}
 
-    def golden_outputs(self, signature: str = "serving_default") -> dict[str, np.ndarray]:
+    def golden_outputs(self, signature: str = DEFAULT_SIGNATURE) -> dict[str, np.ndarray]:
         """The expected outputs for :meth:`golden_inputs` (a copy)."""
         return {k: v.copy() for k, v in self._golden(signature).outputs.items()}
 
-    def sample_inputs(self, signature: str = "serving_default", batch_size: int = 1,
+    def sample_inputs(self, signature: str = DEFAULT_SIGNATURE, batch_size: int = 1,
                       offset: int = 0) -> dict[str, np.ndarray]:
         """``batch_size`` rows of real inputs for ``signature``, cycling the golden rows.
 
@@ -131,13 +108,6 @@ class Manifest:
             raise KeyError(f"manifest of {self.published_name} has no golden data for signature "
                            f"{signature!r}; it has {sorted(self.golden)}") from None
 
-
-_NUMPY_BY_TF = {
-    "DT_FLOAT": "float32", "DT_DOUBLE": "float64", "DT_INT32": "int32", "DT_UINT8": "uint8",
-    "DT_INT16": "int16", "DT_INT8": "int8", "DT_STRING": "object", "DT_INT64": "int64",
-    "DT_BOOL": "bool", "DT_UINT16": "uint16", "DT_HALF": "float16", "DT_UINT32": "uint32",
-    "DT_UINT64": "uint64",
-}
 
 PathLike = Union[str, Path]
 
@@ -197,7 +167,7 @@ def write_manifest(version_dir: PathLike, manifest: Manifest) -> Path:
         "agreement": dict(manifest.agreement),
         "top1_outputs": dict(manifest.top1_outputs),
         "notes": list(manifest.notes),
-        "signatures": {name: _signature_to_json(sig) for name, sig in manifest.signatures.items()},
+        "signatures": {name: sig.to_json() for name, sig in manifest.signatures.items()},
         "golden": golden_json,
         "arrays_file": ARRAYS_FILE,
     }
@@ -205,20 +175,6 @@ def write_manifest(version_dir: PathLike, manifest: Manifest) -> Path:
     path = version_dir / MANIFEST_FILE
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path
-
-
-def _signature_to_json(sig: SignatureInfo) -> dict[str, Any]:
-    def tensors(items: Mapping[str, TensorInfo]) -> dict[str, Any]:
-        return {k: {"dtype": t.dtype, "shape": None if t.shape is None else list(t.shape),
-                    "tensor_name": t.tensor_name} for k, t in items.items()}
-    return {"method_name": sig.method_name, "inputs": tensors(sig.inputs), "outputs": tensors(sig.outputs)}
-
-
-def _signature_from_json(name: str, doc: Mapping[str, Any]) -> SignatureInfo:
-    def tensors(items: Mapping[str, Any]) -> dict[str, TensorInfo]:
-        return {k: TensorInfo(k, t["dtype"], None if t["shape"] is None else tuple(t["shape"]),
-                              t["tensor_name"]) for k, t in items.items()}
-    return SignatureInfo(name, doc["method_name"], tensors(doc["inputs"]), tensors(doc["outputs"]))
 
 
 def load_manifest(version_dir: PathLike) -> Manifest:
@@ -241,7 +197,7 @@ def load_manifest(version_dir: PathLike) -> Manifest:
         model=doc["model"], published_name=doc["published_name"],
         variant=doc["variant"], tensorflow_version=doc["tensorflow_version"],
         source_hash=doc["source_hash"], created=doc["created"],
-        signatures={n: _signature_from_json(n, s) for n, s in doc["signatures"].items()},
+        signatures={n: Signature.from_json(n, s) for n, s in doc["signatures"].items()},
         golden=golden, accuracy=doc.get("accuracy"), metrics=doc.get("metrics", {}),
         tolerance=doc.get("tolerance", {}), warmup=doc.get("warmup", {}),
         agreement=doc.get("agreement", {}), top1_outputs=doc.get("top1_outputs", {}), notes=tuple(doc.get("notes", ())), path=version_dir)

@@ -2,32 +2,34 @@
 
 TF Serving serves SignatureDefs, not Python functions, so everything the
 exporter records or validates is read from the saved ``saved_model.pb``
-(the ``serve`` meta graph), exactly what ``saved_model_cli show`` prints.
+(the ``serve`` meta graph), exactly what ``saved_model_cli show`` prints,
+and decoded into ``serving.codec``'s ``Signature``/``TensorSpec``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from exporter.manifest import SignatureInfo, TensorInfo
-from serving.codec import dtype_from_enum, example_from_dict
+from serving.codec import Signature, example_from_dict
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from tensorflow.core.protobuf import meta_graph_pb2
 
 __all__ = [
-    "SERVING_DEFAULT",
     "read_signature_defs",
     "describe_signatures",
     "serialize_examples",
 ]
 
-SERVING_DEFAULT = "serving_default"
 _INIT_OP_KEY = "__saved_model_init_op"
 
 
-def read_signature_defs(saved_model_dir: Union[str, Path], tag: str = "serve") -> dict[str, Any]:
+def read_signature_defs(saved_model_dir: Union[str, Path],
+                        tag: str = "serve") -> dict[str, "meta_graph_pb2.SignatureDef"]:
     """The ``SignatureDef`` protos of the meta graph tagged ``tag``, by key."""
-    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow.core.protobuf import saved_model_pb2  # TensorFlow: only when a SavedModel is read
 
     saved_model = saved_model_pb2.SavedModel()
     saved_model.ParseFromString((Path(saved_model_dir) / "saved_model.pb").read_bytes())
@@ -37,20 +39,10 @@ def read_signature_defs(saved_model_dir: Union[str, Path], tag: str = "serve") -
     raise ValueError(f"{saved_model_dir} has no meta graph tagged {tag!r}")
 
 
-def _tensor_info(key: str, proto: Any) -> TensorInfo:
-    shape = None if proto.tensor_shape.unknown_rank else tuple(int(d.size) for d in proto.tensor_shape.dim)
-    return TensorInfo(key=key, dtype=dtype_from_enum(proto.dtype).name, shape=shape, tensor_name=proto.name)
-
-
-def describe_signatures(saved_model_dir: Union[str, Path]) -> dict[str, SignatureInfo]:
-    """Every signature of a SavedModel as manifest records (sorted keys)."""
-    infos = {}
-    for name, sig in sorted(read_signature_defs(saved_model_dir).items()):
-        infos[name] = SignatureInfo(
-            name=name, method_name=sig.method_name,
-            inputs={k: _tensor_info(k, v) for k, v in sorted(sig.inputs.items())},
-            outputs={k: _tensor_info(k, v) for k, v in sorted(sig.outputs.items())})
-    return infos
+def describe_signatures(saved_model_dir: Union[str, Path]) -> dict[str, Signature]:
+    """Every signature of a SavedModel (sorted keys), as the manifest records them."""
+    return {name: Signature.from_signature_def(name, sig)
+            for name, sig in sorted(read_signature_defs(saved_model_dir).items())}
 
 
 def serialize_examples(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -60,7 +52,7 @@ def serialize_examples(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
     to ``float_list``, integers to ``int64_list``, str/bytes to
     ``bytes_list``), the layout ``tf.io.parse_example`` and Classify/Regress expect.
     """
-    from tensorflow.core.example import example_pb2
+    from tensorflow.core.example import example_pb2  # TensorFlow: only when examples are built
 
     out = np.empty(len(rows), dtype=object)
     out[:] = [example_from_dict(row, example_pb2.Example()).SerializeToString() for row in rows]

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from exporter import warmup
 from exporter.compare import compare_outputs
-from exporter.manifest import Manifest, SignatureInfo, TensorInfo, load_manifest
+from exporter.manifest import Manifest, load_manifest
 from exporter.signatures import describe_signatures
 from exporter.variants import get_variant
-from serving.codec import dtype_from_enum, tensor_proto_to_ndarray
+from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec, dtype_from_enum, tensor_proto_to_ndarray
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from tensorflow_serving.apis import predict_pb2
 
 __all__ = ["ValidationError", "ValidationReport", "validate", "resolve_version_dir"]
 
@@ -57,15 +60,16 @@ def resolve_version_dir(path: Union[str, Path]) -> Path:
     return path / str(versions[0])
 
 
-def _check_tensors(where: str, want: Mapping[str, TensorInfo], got: Mapping[str, TensorInfo]) -> list[str]:
+def _check_tensors(where: str, want: Mapping[str, TensorSpec], got: Mapping[str, TensorSpec]) -> list[str]:
     if set(want) != set(got):
         return [f"{where}: keys are {sorted(got)}, manifest says {sorted(want)}"]
-    return [f"{where}[{key!r}]: saved model has {got[key].dtype} {list(got[key].shape or [])}, "
-            f"manifest says {want[key].dtype} {list(want[key].shape or [])}"
-            for key in sorted(want) if (want[key].dtype, want[key].shape) != (got[key].dtype, got[key].shape)]
+    return [f"{where}[{key!r}]: saved model has {got[key].dtype_name} {list(got[key].dims or [])}, "
+            f"manifest says {want[key].dtype_name} {list(want[key].dims or [])}"
+            for key in sorted(want)
+            if (want[key].dtype_enum, want[key].shape) != (got[key].dtype_enum, got[key].shape)]
 
 
-def check_signatures(manifest: Manifest, actual: Mapping[str, SignatureInfo]) -> list[str]:
+def check_signatures(manifest: Manifest, actual: Mapping[str, Signature]) -> list[str]:
     """Mismatches between the SavedModel's signatures and the manifest's."""
     problems = []
     if set(actual) != set(manifest.signatures):
@@ -77,15 +81,15 @@ def check_signatures(manifest: Manifest, actual: Mapping[str, SignatureInfo]) ->
         problems += _check_tensors(f"signature {name!r} inputs", want.inputs, got.inputs)
         problems += _check_tensors(f"signature {name!r} outputs", want.outputs, got.outputs)
         for key, tensor in got.inputs.items():
-            if not tensor.shape or tensor.shape[0] != -1:
-                problems.append(f"signature {name!r} input {key!r} has shape {tensor.shape}; "
+            if not tensor.shape or tensor.shape[0] is not None:
+                problems.append(f"signature {name!r} input {key!r} has shape {tensor.dims}; "
                                 "the batch dimension must be -1")
     return problems
 
 
 def check_golden(manifest: Manifest, version_dir: Path, report: ValidationReport) -> list[str]:
     """Replay golden inputs through the loaded SavedModel; compare with the variant's tolerance."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only when the golden data is replayed
 
     variant = get_variant(manifest.variant)
     tolerance = manifest.tolerance or variant.tolerance
@@ -107,12 +111,6 @@ def check_golden(manifest: Manifest, version_dir: Path, report: ValidationReport
         report.golden[sig] = comparison.as_dict()
         problems += [f"golden {sig!r}: {p}" for p in comparison.problems]
     return problems
-
-
-def _shape_matches(spec: TensorInfo, shape: tuple[int, ...]) -> bool:
-    if spec.shape is None:
-        return True
-    return len(spec.shape) == len(shape) and all(s in (-1, d) for s, d in zip(spec.shape, shape))
 
 
 def check_warmup(manifest: Manifest, version_dir: Path, report: ValidationReport) -> list[str]:
@@ -140,8 +138,9 @@ def check_warmup(manifest: Manifest, version_dir: Path, report: ValidationReport
     return problems
 
 
-def _check_request(i: int, request: Any, manifest: Manifest, sizes: set) -> list[str]:
-    name = request.model_spec.signature_name or "serving_default"
+def _check_request(i: int, request: "predict_pb2.PredictRequest", manifest: Manifest,
+                   sizes: set[int]) -> list[str]:
+    name = request.model_spec.signature_name or DEFAULT_SIGNATURE
     signature = manifest.signatures.get(name)
     if signature is None:
         return [f"warmup record {i} asks for signature {name!r}, which the model lacks"]
@@ -153,9 +152,9 @@ def _check_request(i: int, request: Any, manifest: Manifest, sizes: set) -> list
         spec = signature.inputs[key]
         dtype = dtype_from_enum(proto.dtype).name
         shape = tensor_proto_to_ndarray(proto).shape
-        if dtype != spec.dtype or not _shape_matches(spec, shape):
+        if dtype != spec.dtype_name or not spec.accepts_shape(shape):
             problems.append(f"warmup record {i} ({name}) input {key!r} is {dtype} {list(shape)}, "
-                            f"signature wants {spec.dtype} {list(spec.shape or [])}")
+                            f"signature wants {spec.dtype_name} {list(spec.dims or [])}")
         batch.add(shape[0] if shape else None)
     if len(batch) != 1:
         problems.append(f"warmup record {i} ({name}) inputs disagree on the batch size: {sorted(batch, key=str)}")

@@ -10,13 +10,12 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from serving.client._protocol import ApiGen, Call, ModelRef, Protocol, afinish, finish
+from serving.client._protocol import (ApiGen, Call, Examples, Inputs, ModelRef, ModelServerConfigLike, Protocol,
+                                      afinish, finish)
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry, call_with_retry
 
 __all__ = ["ClientApi", "SyncTransport", "AsyncTransport"]
-
-Inputs = Any  # an array, or a mapping of input name to array
 
 
 class ClientApi:
@@ -30,7 +29,8 @@ class ClientApi:
 
     _protocol: Protocol
 
-    def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+    def _drive(self, gen: ApiGen[Any], timeout: Optional[float]) -> Any:
+        """The value of ``gen`` (sync clients) or an awaitable of it (async clients)."""
         raise NotImplementedError
 
     def predict(self, model: str, inputs: Inputs, *, version: Optional[int] = None,
@@ -45,7 +45,7 @@ class ClientApi:
         gen = self._protocol.predict(ModelRef(model, version, label), inputs, signature, output_filter)
         return self._drive(gen, timeout)
 
-    def classify(self, model: str, examples: Any, *, context: Optional[Mapping[str, Any]] = None,
+    def classify(self, model: str, examples: Examples, *, context: Optional[Mapping[str, Any]] = None,
                  version: Optional[int] = None, label: Optional[str] = None,
                  signature: Optional[str] = None,
                  timeout: Optional[float] = None) -> list[list[tuple[str, float]]]:
@@ -53,7 +53,7 @@ class ClientApi:
         gen = self._protocol.classify(ModelRef(model, version, label), examples, context, signature)
         return self._drive(gen, timeout)
 
-    def regress(self, model: str, examples: Any, *, context: Optional[Mapping[str, Any]] = None,
+    def regress(self, model: str, examples: Examples, *, context: Optional[Mapping[str, Any]] = None,
                 version: Optional[int] = None, label: Optional[str] = None,
                 signature: Optional[str] = None, timeout: Optional[float] = None) -> np.ndarray:
         """Regress tf.Examples given as dicts: a float32 array, one value per example."""
@@ -70,7 +70,7 @@ class ClientApi:
         """Versions and their states (``GetModelStatus``); all versions unless one is named."""
         return self._drive(self._protocol.status(ModelRef(model, version, label)), timeout)
 
-    def reload_config(self, config: Any, *, timeout: Optional[float] = None) -> None:
+    def reload_config(self, config: ModelServerConfigLike, *, timeout: Optional[float] = None) -> None:
         """Replace the server's model list (``HandleReloadConfigRequest``; gRPC only).
 
         ``config`` is a ``ModelServerConfig`` (the SDK's or the official
@@ -96,7 +96,7 @@ class SyncTransport(ClientApi):
     def close(self) -> None:
         raise NotImplementedError
 
-    def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+    def _drive(self, gen: ApiGen[Any], timeout: Optional[float]) -> Any:
         budget = self.timeout if timeout is None else timeout
 
         def send(call: Call) -> bytes:
@@ -123,7 +123,7 @@ class AsyncTransport(ClientApi):
     async def close(self) -> None:
         raise NotImplementedError
 
-    async def _drive(self, gen: ApiGen, timeout: Optional[float]) -> Any:
+    async def _drive(self, gen: ApiGen[Any], timeout: Optional[float]) -> Any:
         budget = self.timeout if timeout is None else timeout
 
         async def send(call: Call) -> bytes:

@@ -41,7 +41,7 @@ class GrpcClient(SyncTransport):
         self.target, self.timeout, self.retry = target, timeout, retry
         self._metadata = tuple(metadata)
         self._protocol = GrpcProtocol()
-        self._stubs: dict[str, Any] = {}
+        self._stubs: dict[str, grpc.UnaryUnaryMultiCallable] = {}
 
     def _send_once(self, call: Call, timeout: float) -> bytes:
         stub = self._stubs.get(call.method)

@@ -31,9 +31,9 @@ class AsyncGrpcClient(AsyncTransport):
         self._metadata = tuple(metadata)
         self._protocol = GrpcProtocol()
         self._channel: Optional[grpc.aio.Channel] = None
-        self._stubs: dict[str, Any] = {}
+        self._stubs: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
 
-    def _stub(self, method: str) -> Any:
+    def _stub(self, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
         if self._channel is None:
             self._channel = (grpc.aio.secure_channel(self.target, self._credentials, self._options)
                              if self._credentials else grpc.aio.insecure_channel(self.target, self._options))

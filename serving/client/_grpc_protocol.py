@@ -1,17 +1,20 @@
 """gRPC requests and answers (TF Serving's messages, as the SDK's wire schema declares them)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Protocol as TypingProtocol, Sequence
 
+import grpc
+import numpy as np
 from google.protobuf import text_format
 
 from serving import codec, status
-from serving.client._protocol import ApiGen, Call, ModelRef, Protocol, examples_list
+from serving.client._protocol import (ApiGen, Call, Examples, Inputs, ModelRef, ModelServerConfigLike, Protocol,
+                                      examples_list)
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.wire import methods
 from serving.wire import serving_apis_pb2 as apis
 
-__all__ = ["GrpcProtocol", "model_spec", "error_from_rpc", "config_message"]
+__all__ = ["GrpcProtocol", "RpcStatus", "model_spec", "error_from_rpc", "config_message"]
 
 
 def model_spec(ref: ModelRef, signature: Optional[str] = None) -> apis.ModelSpec:
@@ -24,13 +27,21 @@ def model_spec(ref: ModelRef, signature: Optional[str] = None) -> apis.ModelSpec
     return spec
 
 
-def error_from_rpc(exc: Any) -> status.ServingError:
+class RpcStatus(TypingProtocol):
+    """What ``error_from_rpc`` reads of a failed call (``grpc.RpcError`` of a sync or aio stub)."""
+
+    def code(self) -> grpc.StatusCode: ...
+
+    def details(self) -> Optional[str]: ...
+
+
+def error_from_rpc(exc: RpcStatus) -> status.ServingError:
     """The SDK exception for a ``grpc.RpcError`` (sync or aio): same code, server's details."""
     code = status.from_grpc_status(exc.code())
     return status.error_for(code, exc.details() or "")
 
 
-def config_message(config: Any) -> apis.ModelServerConfig:
+def config_message(config: ModelServerConfigLike) -> apis.ModelServerConfig:
     """A ``ModelServerConfig`` from the wire message, any message with its bytes, or text proto."""
     if isinstance(config, apis.ModelServerConfig):
         return config
@@ -44,7 +55,7 @@ def config_message(config: Any) -> apis.ModelServerConfig:
     raise TypeError("config must be a ModelServerConfig message or its text proto")
 
 
-def _fill_input(input_proto: Any, examples: Any, context: Optional[Mapping[str, Any]]) -> None:
+def _fill_input(input_proto: apis.Input, examples: Examples, context: Optional[Mapping[str, Any]]) -> None:
     target = input_proto.example_list
     if context is not None:
         target = input_proto.example_list_with_context
@@ -70,35 +81,35 @@ class GrpcProtocol(Protocol):
             signature_defs.ParseFromString(packed.value)
         return ModelMetadata.from_wire(response.model_spec, signature_defs)
 
-    def predict(self, ref: ModelRef, inputs: Any, signature: Optional[str],
-                output_filter: Optional[Sequence[str]]) -> ApiGen:
+    def predict(self, ref: ModelRef, inputs: Inputs, signature: Optional[str],
+                output_filter: Optional[Sequence[str]]) -> ApiGen[dict[str, np.ndarray]]:
         named = yield from self.named_inputs(ref, inputs, signature)
         body = codec.encode_predict_request(ref.name, named, version=ref.version, version_label=ref.label,
                                             signature_name=signature, output_filter=output_filter or ())
         answer = yield from self.inference(ref, Call(methods.PREDICT, body))
         return codec.decode_predict_response(answer)
 
-    def classify(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
-                 signature: Optional[str]) -> ApiGen:
+    def classify(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+                 signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
         request = apis.ClassificationRequest(model_spec=model_spec(ref, signature))
         _fill_input(request.input, examples, context)
         answer = yield Call(methods.CLASSIFY, request.SerializeToString())
         return codec.classification_result_to_list(apis.ClassificationResponse.FromString(answer).result)
 
-    def regress(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
-                signature: Optional[str]) -> ApiGen:
+    def regress(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+                signature: Optional[str]) -> ApiGen[np.ndarray]:
         request = apis.RegressionRequest(model_spec=model_spec(ref, signature))
         _fill_input(request.input, examples, context)
         answer = yield Call(methods.REGRESS, request.SerializeToString())
         return codec.regression_result_to_array(apis.RegressionResponse.FromString(answer).result)
 
-    def status(self, ref: ModelRef) -> ApiGen:
+    def status(self, ref: ModelRef) -> ApiGen[list[VersionStatus]]:
         request = apis.GetModelStatusRequest(model_spec=model_spec(ref))
         answer = yield Call(methods.GET_MODEL_STATUS, request.SerializeToString())
         response = apis.GetModelStatusResponse.FromString(answer)
         return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
 
-    def reload_config(self, config: Any) -> ApiGen:
+    def reload_config(self, config: ModelServerConfigLike) -> ApiGen[None]:
         request = apis.ReloadConfigRequest(config=config_message(config))
         answer = yield Call(methods.RELOAD_CONFIG, request.SerializeToString())
         result = apis.ReloadConfigResponse.FromString(answer).status

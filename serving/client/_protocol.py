@@ -9,16 +9,29 @@ naming a bare input are written once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Mapping, Optional, Sequence
+from typing import Any, Awaitable, Callable, Generator, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
+from google.protobuf.message import Message
+from numpy.typing import ArrayLike
 
 from serving import codec, status
-from serving.client._types import ModelMetadata, Signature, TensorSpec
+from serving.client._types import ModelMetadata
+from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec
 
-__all__ = ["Call", "Protocol", "ApiGen", "DEFAULT_SIGNATURE", "ModelRef", "examples_list", "finish", "afinish"]
+__all__ = ["Call", "Protocol", "ApiGen", "Inputs", "Examples", "ModelServerConfigLike", "ModelRef",
+           "examples_list", "finish", "afinish"]
 
-DEFAULT_SIGNATURE = "serving_default"
+T = TypeVar("T")
+
+Inputs = Union[ArrayLike, Mapping[str, ArrayLike]]
+"""An array (the signature's only input) or a mapping of input name to array."""
+
+Examples = Union[Mapping[str, Any], Iterable[Mapping[str, Any]]]
+"""One tf.Example as a dict of features, or several (feature values: numbers, str, bytes or lists of them)."""
+
+ModelServerConfigLike = Union[Message, str]
+"""A ``ModelServerConfig``: the SDK's or the official message, or its text proto."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,8 @@ class ModelRef:
             raise ValueError("give a version or a label, not both")
 
 
-ApiGen = Generator[Call, Any, Any]
+ApiGen = Generator[Call, bytes, T]
+"""An API method: yields ``Call``s, is sent each call's answer (the raw body), returns the SDK's value."""
 
 
 class Protocol:
@@ -62,17 +76,17 @@ class Protocol:
     def metadata_call(self, ref: ModelRef) -> Call:
         raise NotImplementedError
 
-    def parse_metadata(self, answer: Any) -> ModelMetadata:
+    def parse_metadata(self, answer: bytes) -> ModelMetadata:
         raise NotImplementedError
 
     # --- shared -------------------------------------------------------------
-    def metadata(self, ref: ModelRef) -> ApiGen:
+    def metadata(self, ref: ModelRef) -> ApiGen[ModelMetadata]:
         answer = yield self.metadata_call(ref)
         meta = self.parse_metadata(answer)
         self._metadata_cache[ref] = meta
         return meta
 
-    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen:
+    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen[Signature]:
         """The signature ``name`` (default ``serving_default``), from cache or a metadata call."""
         meta = self._metadata_cache.get(ref)
         if meta is None:
@@ -86,7 +100,7 @@ class Protocol:
         """Drop cached metadata of ``ref``."""
         self._metadata_cache.pop(ref, None)
 
-    def inference(self, ref: ModelRef, call: Call) -> ApiGen:
+    def inference(self, ref: ModelRef, call: Call) -> ApiGen[bytes]:
         """Yield an inference ``call``; a failure drops ``ref``'s cached metadata (it may be stale)."""
         try:
             return (yield call)
@@ -94,7 +108,7 @@ class Protocol:
             self.forget(ref)
             raise
 
-    def named_inputs(self, ref: ModelRef, inputs: Any, signature: Optional[str]) -> ApiGen:
+    def named_inputs(self, ref: ModelRef, inputs: Inputs, signature: Optional[str]) -> ApiGen[dict[str, np.ndarray]]:
         """``inputs`` as a dict of arrays, typed by the signature where the caller left it open.
 
         numpy arrays are sent as they are. A bare value gets the signature's
@@ -112,15 +126,15 @@ class Protocol:
         return {name: _typed(value, sig.inputs.get(name)) for name, value in inputs.items()}
 
 
-def _typed(value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
+def _typed(value: ArrayLike, spec: Optional[TensorSpec]) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
-    if spec is None or spec.dtype is None:
+    if spec is None or not spec.dtype_supported:
         return np.asarray(value)
     return codec.json_to_array(value, spec.dtype)
 
 
-def examples_list(examples: Any) -> Sequence[Mapping[str, Any]]:
+def examples_list(examples: Examples) -> Sequence[Mapping[str, Any]]:
     """One dict or a sequence of dicts, as a list of feature dicts."""
     if isinstance(examples, Mapping):
         return [examples]
@@ -130,7 +144,7 @@ def examples_list(examples: Any) -> Sequence[Mapping[str, Any]]:
     return examples
 
 
-def finish(gen: ApiGen, send: Callable[[Call], Any]) -> Any:
+def finish(gen: ApiGen[T], send: Callable[[Call], bytes]) -> T:
     """Run ``gen`` to completion with a synchronous ``send``."""
     try:
         call = next(gen)
@@ -145,7 +159,7 @@ def finish(gen: ApiGen, send: Callable[[Call], Any]) -> Any:
         return stop.value
 
 
-async def afinish(gen: ApiGen, send: Callable[[Call], Any]) -> Any:
+async def afinish(gen: ApiGen[T], send: Callable[[Call], Awaitable[bytes]]) -> T:
     """Run ``gen`` to completion with an async ``send``."""
     try:
         call = next(gen)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from serving import status
 from serving.client._api import SyncTransport
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["RestClient", "transport_error", "answer_of", "load_httpx", "limits"]
 
 
-def load_httpx() -> Any:
+def load_httpx() -> ModuleType:
     """httpx, imported on first use: gRPC-only users do not pay for it (~0.3 s)."""
     return importlib.import_module("httpx")
 
@@ -36,7 +37,7 @@ def answer_of(response: "httpx.Response") -> bytes:
     """The body of a 2xx response; the mapped ``ServingError`` otherwise."""
     if 200 <= response.status_code < 300:
         return response.content
-    raise error_from_http(response.status_code, response.headers, response.content)
+    raise error_from_http(response.status_code, response.content)
 
 
 def limits(max_connections: int) -> "httpx.Limits":

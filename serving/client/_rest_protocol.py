@@ -1,22 +1,24 @@
 """REST requests and answers, as TF Serving's HTTP API defines them (tf-serving.md §2)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 from urllib.parse import quote
 
+import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from serving import codec, status
-from serving.client._protocol import ApiGen, Call, ModelRef, Protocol, examples_list
-from serving.client._types import ModelMetadata, Signature, VersionStatus
+from serving.client._protocol import (ApiGen, Call, Examples, Inputs, ModelRef, ModelServerConfigLike, Protocol,
+                                      examples_list)
+from serving.client._types import ModelMetadata, VersionStatus
+from serving.codec import Signature
 from serving.wire import serving_apis_pb2 as apis
 
-__all__ = ["RestProtocol", "model_path", "error_from_http", "CODE_HEADER", "JSON_HEADERS"]
+__all__ = ["RestProtocol", "model_path", "error_from_http", "JSON_HEADERS"]
 
-# Optional: a server may name the canonical code of an error (HTTP statuses are
-# shared by several codes: 400 is INVALID_ARGUMENT, FAILED_PRECONDITION and
-# OUT_OF_RANGE). TF Serving does not send it; the HTTP status decides then.
-CODE_HEADER = "x-tfs-stack-code"
+M = TypeVar("M", bound=Message)
+
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -30,9 +32,14 @@ def model_path(ref: ModelRef) -> str:
     return path
 
 
-def error_from_http(status_code: int, headers: Mapping[str, str], body: bytes) -> status.ServingError:
-    """The SDK exception for a non-2xx answer: TF Serving's ``{"error": msg}`` body."""
-    code = _code_from_header(headers.get(CODE_HEADER)) or status.from_http_status(status_code)
+def error_from_http(status_code: int, body: bytes) -> status.ServingError:
+    """The SDK exception for a non-2xx answer: TF Serving's ``{"error": msg}`` body.
+
+    The code is the one the HTTP status stands for (``status.from_http_status``):
+    TF Serving sends nothing else, so codes that share a status (400 is
+    INVALID_ARGUMENT, FAILED_PRECONDITION and OUT_OF_RANGE) read as the most common.
+    """
+    code = status.from_http_status(status_code)
     try:
         doc = codec.json_loads(body)
         details = doc["error"] if isinstance(doc, dict) and "error" in doc else body.decode("utf-8", "replace")
@@ -41,16 +48,7 @@ def error_from_http(status_code: int, headers: Mapping[str, str], body: bytes) -
     return status.error_for(code, str(details))
 
 
-def _code_from_header(value: Optional[str]) -> Optional[status.Code]:
-    if not value:
-        return None
-    try:
-        return status.Code[value.strip().upper()] if not value.strip().isdigit() else status.Code(int(value))
-    except (KeyError, ValueError):
-        return None
-
-
-def _parse(message: Any, doc: Any) -> Any:
+def _parse(message: M, doc: Optional[Mapping[str, Any]]) -> M:
     try:
         return json_format.ParseDict(doc or {}, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
@@ -78,15 +76,15 @@ class RestProtocol(Protocol):
         signature_doc.pop("@type", None)
         return ModelMetadata.from_wire(spec, _parse(apis.SignatureDefMap(), signature_doc))
 
-    def predict(self, ref: ModelRef, inputs: Any, signature: Optional[str],
-                output_filter: Optional[Sequence[str]]) -> ApiGen:
+    def predict(self, ref: ModelRef, inputs: Inputs, signature: Optional[str],
+                output_filter: Optional[Sequence[str]]) -> ApiGen[dict[str, np.ndarray]]:
         sig: Optional[Signature] = None
         if self.cast_outputs:
             sig = yield from self.signature(ref, signature)
         body = codec.inputs_to_rest_request(inputs, signature_name=signature, row_format=False)
         answer = yield from self.inference(ref, Call("POST", body, path=model_path(ref) + ":predict"))
         names = list(sig.outputs) if sig else []
-        dtypes = {name: spec.dtype for name, spec in sig.outputs.items() if spec.dtype is not None} if sig else {}
+        dtypes = {name: spec.dtype for name, spec in sig.outputs.items() if spec.dtype_supported} if sig else {}
         outputs = codec.rest_response_to_outputs(answer, output_names=names, output_dtypes=dtypes)
         if output_filter:  # TF Serving's REST API has no output filter: drop the rest here
             missing = [name for name in output_filter if name not in outputs]
@@ -95,27 +93,27 @@ class RestProtocol(Protocol):
             outputs = {name: outputs[name] for name in output_filter}
         return outputs
 
-    def _examples_call(self, ref: ModelRef, verb: str, examples: Any,
+    def _examples_call(self, ref: ModelRef, verb: str, examples: Examples,
                        context: Optional[Mapping[str, Any]], signature: Optional[str]) -> Call:
         body = codec.examples_to_rest_request(examples_list(examples), context=context, signature_name=signature)
         return Call("POST", body, path=f"{model_path(ref)}:{verb}")
 
-    def classify(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
-                 signature: Optional[str]) -> ApiGen:
+    def classify(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+                 signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
         answer = yield self._examples_call(ref, "classify", examples, context, signature)
         return codec.rest_response_to_results(answer, method="classify")
 
-    def regress(self, ref: ModelRef, examples: Any, context: Optional[Mapping[str, Any]],
-                signature: Optional[str]) -> ApiGen:
+    def regress(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+                signature: Optional[str]) -> ApiGen[np.ndarray]:
         answer = yield self._examples_call(ref, "regress", examples, context, signature)
         return codec.rest_response_to_results(answer, method="regress")
 
-    def status(self, ref: ModelRef) -> ApiGen:
+    def status(self, ref: ModelRef) -> ApiGen[list[VersionStatus]]:
         answer = yield Call("GET", None, path=model_path(ref))
         response = _parse(apis.GetModelStatusResponse(), codec.json_loads(answer))
         return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
 
-    def reload_config(self, config: Any) -> ApiGen:
+    def reload_config(self, config: ModelServerConfigLike) -> ApiGen[None]:
         raise status.Unimplemented(
             "TF Serving's REST API has no ReloadConfig call; use GrpcClient.reload_config "
             "(ModelService/HandleReloadConfigRequest)")

@@ -1,60 +1,20 @@
 """What the SDK returns besides numpy arrays: model metadata and version status.
 
-Built from wire messages (any message with TF Serving's field names), so
-gRPC and REST answers turn into equal values.
+Built from the SDK's wire messages (``serving.wire``; REST answers are parsed
+into the same messages), so gRPC and REST answers turn into equal values.
+``TensorSpec`` and ``Signature`` are ``serving.codec``'s, shared with the
+server and the exporter, and re-exported here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
-import numpy as np
-
-from serving import codec
+from serving.codec import Signature, TensorSpec
 from serving.status import Code
+from serving.wire import serving_apis_pb2 as apis
 
 __all__ = ["TensorSpec", "Signature", "ModelMetadata", "VersionStatus"]
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output of a signature.
-
-    ``dtype`` is None for dtypes the codec does not carry (e.g. DT_RESOURCE);
-    ``shape`` is None for unknown rank, with None for each unknown dimension.
-    """
-
-    name: str
-    dtype: Optional[np.dtype]
-    shape: Optional[tuple[Optional[int], ...]]
-    tensor_name: str
-
-    @classmethod
-    def from_tensor_info(cls, name: str, info: Any) -> "TensorSpec":
-        try:
-            dtype: Optional[np.dtype] = codec.dtype_from_enum(info.dtype).numpy
-        except ValueError:
-            dtype = None
-        shape = None
-        if info.HasField("tensor_shape") and not info.tensor_shape.unknown_rank:
-            shape = tuple(None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim)
-        return cls(name, dtype, shape, info.name)
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A SignatureDef: its method and named tensors."""
-
-    name: str
-    method_name: str
-    inputs: Mapping[str, TensorSpec]
-    outputs: Mapping[str, TensorSpec]
-
-    @classmethod
-    def from_signature_def(cls, name: str, signature_def: Any) -> "Signature":
-        def specs(entries: Any) -> dict[str, TensorSpec]:
-            return {key: TensorSpec.from_tensor_info(key, entries[key]) for key in sorted(entries)}
-        return cls(name, signature_def.method_name, specs(signature_def.inputs), specs(signature_def.outputs))
 
 
 @dataclass(frozen=True)
@@ -66,7 +26,7 @@ class ModelMetadata:
     signatures: Mapping[str, Signature]
 
     @classmethod
-    def from_wire(cls, model_spec: Any, signature_def_map: Any) -> "ModelMetadata":
+    def from_wire(cls, model_spec: apis.ModelSpec, signature_def_map: apis.SignatureDefMap) -> "ModelMetadata":
         version = model_spec.version.value if model_spec.HasField("version") else None
         defs = signature_def_map.signature_def
         return cls(model_spec.name, version,
@@ -83,6 +43,7 @@ class VersionStatus:
     error_message: str
 
     @classmethod
-    def from_wire(cls, entry: Any) -> "VersionStatus":
-        state = type(entry).State.Name(entry.state) if entry.state in type(entry).State.values() else str(entry.state)
+    def from_wire(cls, entry: apis.ModelVersionStatus) -> "VersionStatus":
+        states = apis.ModelVersionStatus.State
+        state = states.Name(entry.state) if entry.state in states.values() else str(entry.state)
         return cls(int(entry.version), state, Code(entry.status.error_code), entry.status.error_message)

@@ -1,4 +1,5 @@
-"""Every numpy <-> TensorProto <-> JSON conversion of the stack, in symmetric pairs.
+"""Every numpy <-> TensorProto <-> JSON conversion of the stack, in symmetric pairs,
+and the one model of a signature shared by the server, the SDK and the exporter.
 
 This package is the one public codec; the implementation lives in
 ``serving/codec/_*.py`` (one concern each):
@@ -18,6 +19,14 @@ This package is the one public codec; the implementation lives in
   ``regression_result_to_rest`` (server), ``examples_to_rest_request``,
   ``rest_response_to_results`` (client); ``classification_result_to_list`` and
   ``regression_result_to_array`` turn result messages into the SDK's values.
+
+- signatures: ``TensorSpec`` and ``Signature`` (one model of a SignatureDef
+  for the server, the SDK and the exporter), decoded from official or wire
+  ``SignatureDef``/``TensorInfo`` protos by ``Signature.from_signature_def`` /
+  ``TensorSpec.from_tensor_info``, written to and read from the exporter's
+  manifest by ``to_json`` / ``from_json``; ``DEFAULT_SIGNATURE``
+  (``"serving_default"``) and the method names ``PREDICT_METHOD_NAME``,
+  ``CLASSIFY_METHOD_NAME``, ``REGRESS_METHOD_NAME``.
 
 Nothing here imports TensorFlow.
 """
@@ -42,6 +51,14 @@ from serving.codec._rest_examples import (
     regression_result_to_rest,
     rest_request_to_input,
     rest_response_to_results,
+)
+from serving.codec._signature import (
+    CLASSIFY_METHOD_NAME,
+    DEFAULT_SIGNATURE,
+    PREDICT_METHOD_NAME,
+    REGRESS_METHOD_NAME,
+    Signature,
+    TensorSpec,
 )
 from serving.codec._tensor import ndarray_to_tensor_proto, tensor_proto_to_ndarray
 from serving.codec._wire import (
@@ -81,4 +98,10 @@ __all__ = [
     "classification_result_to_list",
     "regression_result_to_array",
     "rest_response_to_results",
+    "DEFAULT_SIGNATURE",
+    "PREDICT_METHOD_NAME",
+    "CLASSIFY_METHOD_NAME",
+    "REGRESS_METHOD_NAME",
+    "TensorSpec",
+    "Signature",
 ]

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DType", "DTYPES", "DT_STRING", "DT_HALF", "dtype_from_enum", "enum_from_dtype"]
+__all__ = ["DType", "DTYPES", "DT_STRING", "DT_HALF", "dtype_from_enum", "dtype_from_name", "enum_from_dtype"]
 
 DT_STRING = 7
 DT_HALF = 19
@@ -48,6 +48,7 @@ DTYPES: tuple[DType, ...] = (
 )
 _BY_ENUM = {d.enum: d for d in DTYPES}
 _BY_NUMPY = {d.numpy: d for d in DTYPES}
+_BY_NAME = {d.name: d for d in DTYPES}
 
 
 def dtype_from_enum(enum: int) -> DType:
@@ -56,6 +57,14 @@ def dtype_from_enum(enum: int) -> DType:
         return _BY_ENUM[int(enum)]
     except KeyError:
         raise ValueError(f"unsupported tensor dtype: DataType {enum}") from None
+
+
+def dtype_from_name(name: str) -> DType:
+    """The table row of a TF ``DataType`` name (``"DT_FLOAT"``); ValueError if unsupported."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unsupported tensor dtype: {name}") from None
 
 
 def enum_from_dtype(dtype: Any) -> DType:

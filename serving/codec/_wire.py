@@ -16,6 +16,7 @@ import numpy as np
 
 from serving.codec._dtypes import DT_STRING, dtype_from_enum, enum_from_dtype
 from serving.codec._tensor import as_bytes, tensor_proto_to_ndarray
+from serving.wire.serving_apis_pb2 import TensorProto
 
 __all__ = [
     "encode_predict_request",
@@ -190,7 +191,6 @@ def _decode_tensor(view: memoryview) -> np.ndarray:
         elif field != 3:
             simple = False
     if not simple or content is None or dtype == DT_STRING:
-        from serving.wire.serving_apis_pb2 import TensorProto
         return tensor_proto_to_ndarray(TensorProto.FromString(bytes(view)))
     row = dtype_from_enum(dtype)
     count = int(np.prod(dims, dtype=np.int64))

@@ -11,7 +11,7 @@ from tests.client.fake_serving import Backend, FakeGrpcServer, FakeRestServer
 @pytest.fixture(scope="session")
 def tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow
+    import tensorflow  # TensorFlow: only once the fake servers start (they build answers with it)
     return tensorflow
 
 

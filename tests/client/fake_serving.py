@@ -319,12 +319,11 @@ _GET = re.compile(r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/label
 class FakeRestServer:
     """An aiohttp app on a free port, answering like TF Serving's REST API.
 
-    ``send_code_header`` adds the SDK's optional canonical-code header
-    (``x-tfs-stack-code``), which real TF Serving does not send.
+    Errors are what TF Serving sends: the code's HTTP status and ``{"error": message}``.
     """
 
-    def __init__(self, backend: Backend, *, send_code_header: bool = False) -> None:
-        self.backend, self.send_code_header = backend, send_code_header
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
         self.port = free_port()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -359,8 +358,7 @@ class FakeRestServer:
                 None, self._dispatch, request.method, request.path, body)
             return web.Response(body=payload, content_type="application/json")
         except status.ServingError as exc:
-            headers = {"x-tfs-stack-code": exc.code.name} if self.send_code_header else {}
-            return web.Response(status=status.to_http_status(exc.code), headers=headers,
+            return web.Response(status=status.to_http_status(exc.code),
                                 body=codec.json_dumps({"error": exc.details}), content_type="application/json")
 
     def _dispatch(self, method: str, path: str, body: bytes) -> bytes:

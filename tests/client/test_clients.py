@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from serving.client import GrpcClient, ModelMetadata, RestClient, RetryPolicy, VersionStatus, errors
-from serving.client._types import TensorSpec
+from serving.client import GrpcClient, ModelMetadata, RestClient, RetryPolicy, TensorSpec, VersionStatus, errors
 
 FAST = RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.05)
 
@@ -137,7 +137,6 @@ def test_grpc_reload_config_sends_the_config_from_text_or_official_message(grpc_
         client.reload_config(official)
     sent_text, sent_official = backend.reload_configs
     expected = model_server_config_pb2.ModelServerConfig()
-    from google.protobuf import text_format
     text_format.Parse(text, expected)
     assert sent_text == expected and sent_official == official
 

@@ -8,8 +8,8 @@ import pytest
 
 from serving import status
 from serving.client import GrpcClient, NO_RETRY, RestClient, errors
-from serving.client._rest_protocol import CODE_HEADER
-from tests.client.fake_serving import FakeRestServer
+from serving.client._rest_protocol import error_from_http
+from tests.support.ports import free_port
 
 CODES = [code for code in status.Code if code != status.Code.OK]
 # HTTP statuses TF Serving shares between codes: over plain REST the client can
@@ -40,23 +40,15 @@ def test_every_code_raises_its_class_over_grpc_and_rest(code, grpc_target, rest_
     assert over_rest.__cause__ is None  # an HTTP error status is an answer, not an httpx exception
 
 
-@pytest.fixture
-def coded_rest_url(_servers):
-    server = FakeRestServer(_servers[0], send_code_header=True).start()
-    yield server.url
-    server.stop()
-
-
 @pytest.mark.parametrize("code", sorted(SHARED_HTTP), ids=lambda c: c.name)
-def test_optional_code_header_makes_shared_http_statuses_exact(code, coded_rest_url, backend):
-    with RestClient(coded_rest_url, retry=NO_RETRY) as rest:
-        rest.metadata("digits")
-        assert type(_raised(rest, backend, code)) is type(status.error_for(code, ""))
-    assert CODE_HEADER == "x-tfs-stack-code"
+def test_a_shared_http_status_reads_as_its_most_common_code_from_status_and_body_alone(code):
+    http_status = status.to_http_status(code)
+    error = error_from_http(http_status, b'{"error": "from the body"}')
+    assert error.code == status.from_http_status(http_status) != code
+    assert type(error) is type(status.error_for(error.code, "")) and error.details == "from the body"
 
 
 def test_transport_failures_are_chained_not_leaked(backend):
-    from tests.support.ports import free_port
     dead = free_port()
     with GrpcClient(f"127.0.0.1:{dead}", retry=NO_RETRY, timeout=5) as grpc_client, \
             RestClient(f"http://127.0.0.1:{dead}", retry=NO_RETRY, timeout=5) as rest:
@@ -69,6 +61,5 @@ def test_transport_failures_are_chained_not_leaked(backend):
 
 
 def test_non_json_error_bodies_keep_their_text(backend):
-    from serving.client._rest_protocol import error_from_http
-    error = error_from_http(502, {}, b"<html>bad gateway</html>")
+    error = error_from_http(502, b"<html>bad gateway</html>")
     assert isinstance(error, errors.Unavailable) and error.details == "<html>bad gateway</html>"

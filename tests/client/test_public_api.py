@@ -1,12 +1,15 @@
 """The SDK's public surface is pinned, and importing it loads no TensorFlow."""
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
 
 import serving.client
 import serving.client.errors
+import serving.codec
+import serving.status
 from tests.support.servers import REPO_ROOT
 
 
@@ -19,13 +22,16 @@ def test_public_names_are_pinned():
 
 
 def test_error_tree_is_serving_status():
-    import serving.status
     for name in serving.client.errors.__all__:
         assert getattr(serving.client.errors, name) is getattr(serving.status, name)
 
 
+def test_signature_types_are_the_codecs_shared_with_the_server_and_the_exporter():
+    assert serving.client.TensorSpec is serving.codec.TensorSpec
+    assert serving.client.Signature is serving.codec.Signature
+
+
 def test_sync_and_async_clients_have_the_same_methods():
-    import inspect
     names = ["predict", "classify", "regress", "metadata", "status", "reload_config"]
     signatures = {cls.__name__: [inspect.signature(getattr(cls, n)) for n in names]
                   for cls in (serving.client.GrpcClient, serving.client.RestClient,

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from google.protobuf import descriptor_pool
 from tensorflow.core.example import example_pb2
+from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -86,7 +87,6 @@ def test_every_declared_field_has_the_official_number_type_and_label(official_po
 
 
 def test_enums_have_the_official_numbers():
-    from tensorflow.core.framework import types_pb2
     for value in apis.DataType.DESCRIPTOR.values:
         assert types_pb2.DataType.Value(value.name) == value.number
     status_enum = get_model_status_pb2.ModelVersionStatus.State

@@ -28,5 +28,5 @@ def sample(dtype, shape=(2, 3), seed=0) -> np.ndarray:
 @pytest.fixture(scope="session")
 def tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow
+    import tensorflow  # TensorFlow: loaded only by the tests that use it as the oracle
     return tensorflow

@@ -7,7 +7,8 @@ import sys
 
 import numpy as np
 
-from exporter.manifest import Golden, Manifest, SignatureInfo, TensorInfo, load_manifest, write_manifest
+from exporter.manifest import Golden, Manifest, load_manifest, write_manifest
+from serving.codec import PREDICT_METHOD_NAME, Signature, TensorSpec
 from tests.support.servers import REPO_ROOT
 
 
@@ -21,12 +22,14 @@ def test_load_manifest_does_not_import_tensorflow(model_repo):
     assert out.strip() == "[]"
 
 
+SIGNATURES = {"serving_default": Signature(
+    "serving_default", PREDICT_METHOD_NAME, {"x": TensorSpec("x", np.dtype(object), (None,), "serving_default_x:0")},
+    {"y": TensorSpec("y", np.dtype(np.float32), (None, 2), "StatefulPartitionedCall:0")})}
+
+
 def _manifest(golden: Golden) -> Manifest:
-    tensor = TensorInfo("x", "DT_STRING", (-1,), "serving_default_x:0")
     return Manifest(model="m", published_name="m", variant="fp32", tensorflow_version="2.17.1",
-                    source_hash="abc", created="2026-01-01T00:00:00+00:00",
-                    signatures={"serving_default": SignatureInfo("serving_default", "tensorflow/serving/predict",
-                                                                 {"x": tensor}, {"y": tensor})},
+                    source_hash="abc", created="2026-01-01T00:00:00+00:00", signatures=SIGNATURES,
                     golden={"serving_default": golden}, accuracy=0.5)
 
 
@@ -41,8 +44,9 @@ def test_string_arrays_round_trip_exactly_including_nul_bytes_without_pickle(tmp
     assert list(loaded.golden_inputs()["x"]) == [b"\x0a\x00", b"", "caf\u00e9".encode()]
     np.testing.assert_array_equal(loaded.golden_outputs()["y"], floats)
     assert loaded.accuracy == 0.5 and loaded.version is None  # tmp_path is not a numeric dir
-    assert json.loads((tmp_path / "manifest.json").read_text())["signatures"]["serving_default"]["inputs"]["x"][
-        "shape"] == [-1]
+    assert json.loads((tmp_path / "manifest.json").read_text())["signatures"]["serving_default"]["inputs"]["x"] == {
+        "dtype": "DT_STRING", "shape": [-1], "tensor_name": "serving_default_x:0"}
+    assert loaded.signatures == SIGNATURES
 
 
 def test_sample_inputs_cycle_the_golden_rows_from_an_offset(model_repo):
@@ -58,4 +62,4 @@ def test_sample_inputs_cycle_the_golden_rows_from_an_offset(model_repo):
 def test_manifest_exposes_version_from_its_directory_and_numpy_dtypes(model_repo):
     manifest = load_manifest(model_repo / "text" / "1")
     assert manifest.version == 1
-    assert manifest.signatures["serving_default"].inputs["text"].numpy_dtype == np.dtype(object)
+    assert manifest.signatures["serving_default"].inputs["text"].dtype == np.dtype(object)

@@ -37,7 +37,7 @@ def test_warmup_file_parses_as_prediction_logs_whose_requests_match_the_signatur
         for key, proto in request.inputs.items():
             spec = signature.inputs[key]
             array = tensor_proto_to_ndarray(proto)
-            assert array.dtype == spec.numpy_dtype
+            assert array.dtype == spec.dtype
             assert array.shape[1:] == tuple(spec.shape[1:])
             batch.add(array.shape[0])
         assert len(batch) == 1

@@ -75,7 +75,7 @@ def test_resnet50_exports_reloads_and_keeps_warmup_file_sane(resnet50_repo):
     _reload_and_run(version_dir)
     _run_in_tf1_session(version_dir)
     manifest = load_manifest(version_dir)
-    assert manifest.signatures["serving_default"].inputs["images"].dtype == "DT_FLOAT"
+    assert manifest.signatures["serving_default"].inputs["images"].dtype_name == "DT_FLOAT"
     warmup_bytes = (version_dir / "assets.extra" / "tf_serving_warmup_requests").stat().st_size
     assert warmup_bytes < 70 * 1024 * 1024
     assert 1 in manifest.warmup["batch_sizes"] and manifest.warmup["records"] >= 1
@@ -107,8 +107,8 @@ def test_text_model_tokenizes_raw_strings_inside_the_graph(model_repo):
 
 def test_classification_signature_follows_tf_serving_classifier_rules(model_repo):
     sig = load_manifest(model_repo / "text" / "1").signatures["classification"]
-    assert {k: (t.dtype, t.shape) for k, t in sig.inputs.items()} == {"inputs": ("DT_STRING", (-1,))}
-    assert {k: (t.dtype, t.shape) for k, t in sig.outputs.items()} == {
+    assert {k: (t.dtype_name, t.dims) for k, t in sig.inputs.items()} == {"inputs": ("DT_STRING", (-1,))}
+    assert {k: (t.dtype_name, t.dims) for k, t in sig.outputs.items()} == {
         "classes": ("DT_STRING", (-1, 4)), "scores": ("DT_FLOAT", (-1, 4))}
 
 
@@ -124,15 +124,15 @@ def test_classification_signature_scores_serialized_examples_like_the_predict_si
 def test_regression_signature_follows_tf_serving_regressor_rules(model_repo):
     manifest = load_manifest(model_repo / "ranker" / "1")
     sig = manifest.signatures["regression"]
-    assert {k: (t.dtype, t.shape) for k, t in sig.inputs.items()} == {"inputs": ("DT_STRING", (-1,))}
-    assert {k: (t.dtype, t.shape) for k, t in sig.outputs.items()} == {"outputs": ("DT_FLOAT", (-1,))}
+    assert {k: (t.dtype_name, t.dims) for k, t in sig.inputs.items()} == {"inputs": ("DT_STRING", (-1,))}
+    assert {k: (t.dtype_name, t.dims) for k, t in sig.outputs.items()} == {"outputs": ("DT_FLOAT", (-1,))}
     np.testing.assert_allclose(manifest.golden_outputs("regression")["outputs"],
                                manifest.golden_outputs()["probability"], rtol=1e-5, atol=1e-6)
 
 
 def test_ranker_has_mixed_dtype_named_inputs_and_several_outputs(model_repo):
     sig = load_manifest(model_repo / "ranker" / "1").signatures["serving_default"]
-    assert {k: t.dtype for k, t in sig.inputs.items()} == {
+    assert {k: t.dtype_name for k, t in sig.inputs.items()} == {
         "user_id": "DT_INT64", "item_id": "DT_INT64", "features": "DT_FLOAT"}
     assert set(sig.outputs) == {"score", "probability", "user_embedding"}
 

@@ -6,7 +6,8 @@ checks, the same error codes and, where TF Serving has one, the same message.
 Front-ends (gRPC and REST) decode a request, call one of these, and encode
 the result; nothing here knows about either wire.
 
-An empty or None ``signature_name`` means ``serving_default``. All functions
+An empty or None ``signature_name`` means ``DEFAULT_SIGNATURE`` (``serving.codec``'s,
+re-exported here). All functions
 are thread-safe (they only read the servable and call ``Servable.run``).
 """
 from __future__ import annotations
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+from google.protobuf import text_format
+from numpy.typing import ArrayLike
 
 from serving import status
-from serving.codec import dtype_from_enum, tensor_proto_to_ndarray
-from serving.server.tensorflow.servable import Servable, Signature, TensorSpec
+from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec, enum_from_dtype, tensor_proto_to_ndarray
+from serving.server.tensorflow.servable import Servable
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -39,7 +42,6 @@ __all__ = [
     "serialized_examples",
 ]
 
-DEFAULT_SIGNATURE = "serving_default"
 CLASSIFY_INPUTS = "inputs"
 CLASSIFY_OUTPUT_CLASSES = "classes"
 CLASSIFY_OUTPUT_SCORES = "scores"
@@ -70,7 +72,7 @@ def rest_signature(servable: Servable, signature_name: Optional[str]) -> Signatu
 # ---------------------------------------------------------------- Predict
 
 
-def predict(servable: Servable, signature_name: Optional[str], inputs: Mapping[str, Any],
+def predict(servable: Servable, signature_name: Optional[str], inputs: Mapping[str, ArrayLike],
             output_filter: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Run a Predict request (``predict_util.cc`` ``RunPredict``).
 
@@ -95,7 +97,7 @@ def _signature_defaults(servable: Servable, key: str) -> Mapping[str, Any]:
     return getattr(proto, "defaults", None) or {}
 
 
-def _verify_inputs_size(signature: Signature, inputs: Mapping[str, Any],
+def _verify_inputs_size(signature: Signature, inputs: Mapping[str, ArrayLike],
                         defaults: Mapping[str, Any]) -> None:
     sent, wanted = len(inputs), len(signature.inputs)
     if sent > wanted or (sent < wanted and not defaults):
@@ -108,7 +110,7 @@ def _verify_inputs_size(signature: Signature, inputs: Mapping[str, Any],
             f"Sent extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}.")
 
 
-def _input_values(signature: Signature, inputs: Mapping[str, Any],
+def _input_values(signature: Signature, inputs: Mapping[str, ArrayLike],
                   defaults: Mapping[str, Any]) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     for alias, spec in signature.inputs.items():
@@ -129,29 +131,20 @@ def _input_values(signature: Signature, inputs: Mapping[str, Any],
 def _tf_dtype_name(array: np.ndarray) -> str:
     if array.dtype.kind in "SUO":
         return "DT_STRING"
-    from serving.codec import enum_from_dtype
-
     try:
         return enum_from_dtype(array.dtype).name
     except ValueError:
         return str(array.dtype)
 
 
-def _spec_dtype_name(spec: TensorSpec) -> str:
-    try:
-        return dtype_from_enum(spec.dtype_enum).name
-    except ValueError:
-        return f"DataType {spec.dtype_enum}"
-
-
-def _checked_input(signature_name: str, spec: TensorSpec, value: Any) -> np.ndarray:
+def _checked_input(signature_name: str, spec: TensorSpec, value: ArrayLike) -> np.ndarray:
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    got, want = _tf_dtype_name(array), _spec_dtype_name(spec)
+    got, want = _tf_dtype_name(array), spec.dtype_name
     if got != want:
         raise status.InvalidArgument(
             f'Input "{spec.name}" of signature "{signature_name}" expects dtype {want} '
             f"but the request sent {got}")
-    if spec.shape is not None and not _shape_compatible(spec.shape, array.shape):
+    if not spec.accepts_shape(array.shape):
         raise status.InvalidArgument(
             f'Input "{spec.name}" of signature "{signature_name}" expects shape '
             f"{_shape_str(spec.shape)} but the request sent {_shape_str(array.shape)}")
@@ -159,11 +152,6 @@ def _checked_input(signature_name: str, spec: TensorSpec, value: Any) -> np.ndar
         array = np.array([s.encode("utf-8") for s in array.reshape(-1)],
                          dtype=object).reshape(array.shape)
     return array
-
-
-def _shape_compatible(expected: tuple, actual: tuple) -> bool:
-    return len(expected) == len(actual) and all(
-        e is None or e == a for e, a in zip(expected, actual))
 
 
 def _shape_str(shape: tuple) -> str:
@@ -218,8 +206,6 @@ def _method_signature(servable: Servable, signature_name: Optional[str]) -> tupl
 
 
 def _debug_string(proto: Any) -> str:
-    from google.protobuf import text_format
-
     return text_format.MessageToString(proto)
 
 

@@ -2,7 +2,8 @@
 
 This is the embedded server's counterpart of TF Serving's ``SavedModelBundle``
 (``servables/tensorflow``): a TF1 ``Session`` holding the imported MetaGraph,
-plus the MetaGraph's ``signature_def`` map. ``run`` feeds signature inputs by
+plus the MetaGraph's ``signature_def`` map, decoded into ``serving.codec``'s
+``Signature``/``TensorSpec`` (re-exported here). ``run`` feeds signature inputs by
 alias and fetches outputs by alias through Session callables (``MakeCallable``),
 cached per (signature, input aliases, output aliases): one C++
 ``Session::RunCallable`` per request, with the GIL released while TensorFlow runs.
@@ -21,13 +22,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
 from serving import status
-from serving.codec import dtype_from_enum
+from serving.codec import Signature, TensorSpec
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    import tensorflow as tf
+    from tensorflow.core.protobuf import meta_graph_pb2
 
 __all__ = ["TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"]
 
@@ -40,65 +44,17 @@ RunWrapper = Callable[["Servable", RunFn], RunFn]
 """Wraps a servable's run right after loading (TF Serving wraps the Session with batching)."""
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output of a signature.
-
-    ``dtype`` is a numpy dtype (``object`` for DT_STRING); ``shape`` uses None
-    for an unknown (-1) dimension and is None itself for an unknown rank.
-    ``tensor_name`` is the graph tensor (``"serving_default_x:0"``).
-    """
-
-    name: str
-    dtype: np.dtype
-    shape: Optional[tuple[Optional[int], ...]]
-    tensor_name: str
-    dtype_enum: int = 0
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A SignatureDef: ``method_name`` and its inputs/outputs by alias."""
-
-    name: str
-    method_name: str
-    inputs: Mapping[str, TensorSpec]
-    outputs: Mapping[str, TensorSpec]
-
-
-def _tensor_spec(alias: str, info: Any) -> TensorSpec:
-    try:
-        dtype = dtype_from_enum(info.dtype).numpy
-    except ValueError:
-        dtype = np.dtype(object)  # a dtype the wire cannot carry; inference rejects it
-    if info.tensor_shape.unknown_rank:
-        shape = None
-    else:
-        shape = tuple(None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim)
-    return TensorSpec(alias, dtype, shape, info.name, int(info.dtype))
-
-
-def signature_from_proto(name: str, proto: Any) -> Signature:
-    """A ``Signature`` from an official ``SignatureDef`` proto."""
-    return Signature(
-        name=name,
-        method_name=proto.method_name,
-        inputs={k: _tensor_spec(k, v) for k, v in sorted(proto.inputs.items())},
-        outputs={k: _tensor_spec(k, v) for k, v in sorted(proto.outputs.items())},
-    )
-
-
 class Servable:
     """One loaded version of one model. See the module docstring for the contract."""
 
-    def __init__(self, name: str, version: int, path: str, session: Any,
-                 signature_defs: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, version: int, path: str, session: "tf.compat.v1.Session",
+                 signature_defs: Mapping[str, "meta_graph_pb2.SignatureDef"]) -> None:
         self.name = name
         self.version = int(version)
         self.path = path
         self.signature_defs = dict(signature_defs)
         self.signatures: Mapping[str, Signature] = {
-            key: signature_from_proto(key, proto) for key, proto in self.signature_defs.items()}
+            key: Signature.from_signature_def(key, proto) for key, proto in self.signature_defs.items()}
         self._session = session
         self._callables: dict[tuple, Callable] = {}
         self._callables_lock = threading.Lock()
@@ -174,14 +130,14 @@ class Servable:
         self._session.close()
 
 
-def _make_session_callable(session: Any, feeds: list[str], fetches: list[str]) -> Callable:
+def _make_session_callable(session: "tf.compat.v1.Session", feeds: list[str], fetches: list[str]) -> Callable:
     """A C++ ``Session::MakeCallable`` handle: one ``RunCallable`` per call, GIL released.
 
     ``Session.make_callable`` with a feed list falls back to the full
     ``Session.run`` machinery in TF 2.x; ``_make_callable_from_options``
     (TF's own Keras TF1 backend uses it) gives the real callable.
     """
-    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.core.protobuf import config_pb2  # TensorFlow: only once a model is loaded
 
     options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
     make = getattr(session, "_make_callable_from_options", None)
@@ -201,7 +157,7 @@ def _lookup(specs: Mapping[str, TensorSpec], alias: str, kind: str, signature: s
 
 def _to_serving_error(exc: Exception) -> status.ServingError:
     """The canonical error TF Serving would return: TensorFlow's own code and message."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow: only once a model is loaded
 
     if isinstance(exc, status.ServingError):
         return exc
@@ -215,7 +171,7 @@ def _to_serving_error(exc: Exception) -> status.ServingError:
 _PYTHON_PREFIX = "Graph execution error:"
 
 
-def tf_error_message(exc: Any) -> str:
+def tf_error_message(exc: "tf.errors.OpError") -> str:
     """A TF error's message as the C++ runtime reports it (without Python's prefix)."""
     message = exc.message
     if message.startswith(_PYTHON_PREFIX):

@@ -1,0 +1,202 @@
+"""Signatures and their tensors: the one vocabulary of the server, the SDK and the exporter.
+
+A ``Signature`` is what a ``SignatureDef`` says: its method name and its
+input and output ``TensorSpec``s by alias. ``Signature.from_signature_def``
+and ``TensorSpec.from_tensor_info`` are the one decoder of the protos
+(duck-typed: the official ``tensorflow.SignatureDef``/``TensorInfo`` and the
+SDK's ``serving.wire`` ones); ``to_json``/``from_json`` are the exporter's
+manifest records of them (TF dtype names, -1 for an unknown dimension).
+
+``DEFAULT_SIGNATURE`` and the method names are TensorFlow's
+``signature_constants``. Nothing here imports TensorFlow.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+
+import numpy as np
+
+from serving.codec._dtypes import dtype_from_enum, dtype_from_name, enum_from_dtype
+
+__all__ = [
+    "DEFAULT_SIGNATURE",
+    "PREDICT_METHOD_NAME",
+    "CLASSIFY_METHOD_NAME",
+    "REGRESS_METHOD_NAME",
+    "Shape",
+    "TensorInfoProto",
+    "SignatureDefProto",
+    "TensorSpec",
+    "Signature",
+]
+
+DEFAULT_SIGNATURE = "serving_default"
+"""The signature an empty or absent signature name means (``DEFAULT_SERVING_SIGNATURE_DEF_KEY``)."""
+PREDICT_METHOD_NAME = "tensorflow/serving/predict"
+CLASSIFY_METHOD_NAME = "tensorflow/serving/classify"
+REGRESS_METHOD_NAME = "tensorflow/serving/regress"
+
+Shape = Optional[tuple[Optional[int], ...]]
+"""A tensor's shape: None for an unknown dimension; None itself for an unknown rank."""
+
+_UNKNOWN_DTYPE_NAME = re.compile(r"DataType (\d+)")
+
+
+class _DimProto(Protocol):
+    size: int
+
+
+class _TensorShapeProto(Protocol):
+    unknown_rank: bool
+
+    @property
+    def dim(self) -> Iterable[_DimProto]: ...
+
+
+class TensorInfoProto(Protocol):
+    """What the decoder reads of a ``TensorInfo`` (official or ``serving.wire``)."""
+
+    name: str
+    dtype: int
+
+    @property
+    def tensor_shape(self) -> _TensorShapeProto: ...
+
+    def HasField(self, field_name: str) -> bool: ...
+
+
+class SignatureDefProto(Protocol):
+    """What the decoder reads of a ``SignatureDef`` (official or ``serving.wire``)."""
+
+    method_name: str
+
+    @property
+    def inputs(self) -> Mapping[str, TensorInfoProto]: ...
+
+    @property
+    def outputs(self) -> Mapping[str, TensorInfoProto]: ...
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a signature.
+
+    ``dtype`` is a numpy dtype: ``object`` for DT_STRING, and also for a
+    DataType the codec's dtype table lacks (DT_RESOURCE, DT_COMPLEX64, ...;
+    ``dtype_supported`` is False then and the wire cannot carry the tensor).
+    ``shape`` uses None for an unknown (-1) dimension and is None itself for
+    an unknown rank. ``tensor_name`` is the graph tensor
+    (``"serving_default_x:0"``). ``dtype_enum`` is the TF ``DataType`` number;
+    left out, it is the one of ``dtype``.
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: Shape
+    tensor_name: str = ""
+    dtype_enum: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(None if d is None else int(d) for d in self.shape))
+        if self.dtype_enum is None:
+            object.__setattr__(self, "dtype_enum", enum_from_dtype(self.dtype).enum)
+
+    @classmethod
+    def from_tensor_info(cls, name: str, info: TensorInfoProto) -> "TensorSpec":
+        """The spec of a ``TensorInfo`` proto. A missing ``tensor_shape`` is an unknown rank."""
+        try:
+            dtype = dtype_from_enum(info.dtype).numpy
+        except ValueError:
+            dtype = np.dtype(object)  # a dtype the wire cannot carry; inference rejects it
+        shape: Shape = None
+        if info.HasField("tensor_shape") and not info.tensor_shape.unknown_rank:
+            shape = tuple(None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim)
+        return cls(name, dtype, shape, info.name, int(info.dtype))
+
+    @property
+    def dtype_supported(self) -> bool:
+        """True if the codec's dtype table has ``dtype_enum`` (``dtype`` is then exact)."""
+        try:
+            dtype_from_enum(self.dtype_enum)
+        except ValueError:
+            return False
+        return True
+
+    @property
+    def dtype_name(self) -> str:
+        """TensorFlow's name of the dtype, ``"DT_FLOAT"``; ``"DataType N"`` if the table lacks it."""
+        try:
+            return dtype_from_enum(self.dtype_enum).name
+        except ValueError:
+            return f"DataType {self.dtype_enum}"
+
+    @property
+    def dims(self) -> Optional[tuple[int, ...]]:
+        """The shape as ``TensorShapeProto`` and ``saved_model_cli`` write it: -1 for an unknown dimension."""
+        return None if self.shape is None else tuple(-1 if d is None else d for d in self.shape)
+
+    def accepts_shape(self, shape: Sequence[int]) -> bool:
+        """True if a tensor of ``shape`` fits: same rank, equal wherever this spec's dimension is known."""
+        if self.shape is None:
+            return True
+        return len(self.shape) == len(shape) and all(e is None or e == a for e, a in zip(self.shape, shape))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest record: ``{"dtype": "DT_FLOAT", "shape": [-1, 8] or null, "tensor_name": ...}``."""
+        dims = self.dims
+        return {"dtype": self.dtype_name, "shape": None if dims is None else list(dims),
+                "tensor_name": self.tensor_name}
+
+    @classmethod
+    def from_json(cls, name: str, doc: Mapping[str, Any]) -> "TensorSpec":
+        """The spec a manifest record describes (inverse of ``to_json``); ValueError for an unknown dtype name."""
+        enum = _dtype_enum_from_name(doc["dtype"])
+        try:
+            dtype = dtype_from_enum(enum).numpy
+        except ValueError:
+            dtype = np.dtype(object)
+        dims = doc["shape"]
+        shape: Shape = None if dims is None else tuple(None if d < 0 else int(d) for d in dims)
+        return cls(name, dtype, shape, doc["tensor_name"], enum)
+
+
+def _dtype_enum_from_name(name: str) -> int:
+    match = _UNKNOWN_DTYPE_NAME.fullmatch(name)
+    return int(match.group(1)) if match else dtype_from_name(name).enum
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A SignatureDef: ``method_name`` and its inputs/outputs by alias."""
+
+    name: str
+    method_name: str
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+
+    @classmethod
+    def from_signature_def(cls, name: str, signature_def: SignatureDefProto) -> "Signature":
+        """The signature a ``SignatureDef`` proto declares under key ``name`` (aliases sorted)."""
+        return cls(name, signature_def.method_name,
+                   _specs(signature_def.inputs), _specs(signature_def.outputs))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest record: ``{"method_name": ..., "inputs": {...}, "outputs": {...}}``."""
+        return {"method_name": self.method_name,
+                "inputs": {k: t.to_json() for k, t in self.inputs.items()},
+                "outputs": {k: t.to_json() for k, t in self.outputs.items()}}
+
+    @classmethod
+    def from_json(cls, name: str, doc: Mapping[str, Any]) -> "Signature":
+        """The signature a manifest record describes (inverse of ``to_json``)."""
+        return cls(name, doc["method_name"],
+                   {k: TensorSpec.from_json(k, t) for k, t in doc["inputs"].items()},
+                   {k: TensorSpec.from_json(k, t) for k, t in doc["outputs"].items()})
+
+
+def _specs(infos: Mapping[str, TensorInfoProto]) -> dict[str, TensorSpec]:
+    return {key: TensorSpec.from_tensor_info(key, infos[key]) for key in sorted(infos)}
