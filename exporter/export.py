@@ -24,6 +24,7 @@ from exporter.compare import compare_outputs
 from exporter.manifest import Golden, Manifest, write_manifest
 from exporter.signatures import describe_signatures
 from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
+from serving.codec import DEFAULT_SIGNATURE
 from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
 
 __all__ = ["ExportError", "export_model", "ensure_model", "source_hash"]
@@ -101,7 +102,7 @@ def _save(variant: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any],
     else:
         with tempfile.TemporaryDirectory(prefix="tfs-stack-fp32-") as fp32:
             tf.saved_model.save(_variables_module(functions), fp32, signatures=dict(functions))
-            trt.convert(Path(fp32), dest, built.golden_inputs["serving_default"], batch_sizes)
+            trt.convert(Path(fp32), dest, built.golden_inputs[DEFAULT_SIGNATURE], batch_sizes)
 
 
 def _notes(variant: Variant, built: zoo.BuiltModel, allowed: Sequence[int],

@@ -17,6 +17,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from serving.codec import DEFAULT_SIGNATURE
+
 __all__ = ["GPU_COMMAND", "unavailable_reason", "convert"]
 
 GPU_COMMAND = "docker compose run --rm exporter export --model {model} --variant trt-fp16"
@@ -47,7 +49,7 @@ def unavailable_reason() -> Optional[str]:
 
 
 def convert(fp32_dir: Path, out_dir: Path, inputs: Mapping[str, np.ndarray],
-            batch_sizes: Sequence[int], signature: str = "serving_default") -> None:
+            batch_sizes: Sequence[int], signature: str = DEFAULT_SIGNATURE) -> None:
     """Convert the FP32 SavedModel at ``fp32_dir`` into a TF-TRT FP16 one at ``out_dir``.
 
     ``inputs`` are real rows of ``signature``, cycled to each batch size to

@@ -14,6 +14,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from exporter.zoo.base import SEED, BuiltModel
+from serving.codec import DEFAULT_SIGNATURE
 
 __all__ = ["build", "GOLDEN_ROWS"]
 
@@ -62,7 +63,7 @@ def build(*, progress: bool = True) -> BuiltModel:
         spec = tf.TensorSpec([None, 8, 8, 1], tf.float32, name="images")
 
         @tf.function(input_signature=[spec])
-        def serving_default(images):
+        def predict(images):
             logits = core_fn(images)
             return {"probabilities": tf.nn.softmax(logits), "classes": tf.argmax(logits, axis=-1)}
 
@@ -70,14 +71,14 @@ def build(*, progress: bool = True) -> BuiltModel:
         def logits(images):
             return {"logits": core_fn(images)}
 
-        return {"serving_default": serving_default, "logits": logits}
+        return {DEFAULT_SIGNATURE: predict, "logits": logits}
 
     golden = {"images": x_test[:GOLDEN_ROWS]}
     return BuiltModel(
         name="digits", core=core, make_signatures=make_signatures,
-        golden_inputs={"serving_default": golden, "logits": golden},
-        labels={"serving_default": y_test[:GOLDEN_ROWS], "logits": y_test[:GOLDEN_ROWS]},
-        top1_outputs={"serving_default": "probabilities", "logits": "logits"},
+        golden_inputs={DEFAULT_SIGNATURE: golden, "logits": golden},
+        labels={DEFAULT_SIGNATURE: y_test[:GOLDEN_ROWS], "logits": y_test[:GOLDEN_ROWS]},
+        top1_outputs={DEFAULT_SIGNATURE: "probabilities", "logits": "logits"},
         accuracy=accuracy,
         metrics={"accuracy": accuracy, "held_out_examples": int(len(y_test)),
                  "train_examples": int(len(y_train)), "epochs": EPOCHS,

@@ -20,6 +20,7 @@ from sklearn.metrics import roc_auc_score
 
 from exporter.signatures import serialize_examples
 from exporter.zoo.base import SEED, BuiltModel
+from serving.codec import DEFAULT_SIGNATURE
 
 __all__ = ["build", "NUM_FEATURES", "NUM_USERS", "NUM_ITEMS"]
 
@@ -82,7 +83,7 @@ def build(*, progress: bool = True) -> BuiltModel:
         @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="user_id"),
                                       tf.TensorSpec([None], tf.int64, name="item_id"),
                                       tf.TensorSpec([None, NUM_FEATURES], tf.float32, name="features")])
-        def serving_default(user_id, item_id, features):
+        def predict(user_id, item_id, features):
             score, user_vec = core_fn(user_id, item_id, features)
             return {"score": score, "probability": tf.sigmoid(score), "user_embedding": user_vec}
 
@@ -95,14 +96,14 @@ def build(*, progress: bool = True) -> BuiltModel:
             score, _ = core_fn(parsed["user_id"], parsed["item_id"], parsed["features"])
             return {"outputs": tf.sigmoid(score)}
 
-        return {"serving_default": serving_default, "regression": regression}
+        return {DEFAULT_SIGNATURE: predict, "regression": regression}
 
     golden = {k: test[k][:GOLDEN_ROWS] for k in ("user_id", "item_id", "features")}
     examples = serialize_examples([{k: v[i] for k, v in golden.items()} for i in range(GOLDEN_ROWS)])
     return BuiltModel(
         name="ranker", core=core, make_signatures=make_signatures,
-        golden_inputs={"serving_default": golden, "regression": {"inputs": examples}},
-        labels={"serving_default": test["clicked"][:GOLDEN_ROWS],
+        golden_inputs={DEFAULT_SIGNATURE: golden, "regression": {"inputs": examples}},
+        labels={DEFAULT_SIGNATURE: test["clicked"][:GOLDEN_ROWS],
                 "regression": test["clicked"][:GOLDEN_ROWS]},
         metrics={"auc": auc, "held_out_examples": 5_000,
                  "dataset": "seeded synthetic clicks (logistic ground truth)"})

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from exporter.zoo.base import SEED, BuiltModel
+from serving.codec import DEFAULT_SIGNATURE
 
 __all__ = ["build", "IMAGE_SIZE"]
 
@@ -32,17 +33,17 @@ def build(*, progress: bool = True) -> BuiltModel:
     def make_signatures(core_fn):
         @tf.function(input_signature=[
             tf.TensorSpec([None, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32, name="images")])
-        def serving_default(images):
+        def predict(images):
             logits = core_fn(images)
             return {"probabilities": tf.nn.softmax(logits), "classes": tf.argmax(logits, axis=-1)}
 
-        return {"serving_default": serving_default}
+        return {DEFAULT_SIGNATURE: predict}
 
     rng = np.random.default_rng(SEED)
     images = rng.integers(0, 256, size=(GOLDEN_ROWS, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
     return BuiltModel(
         name="resnet50", core=core, make_signatures=make_signatures,
-        golden_inputs={"serving_default": {"images": images}},
-        top1_outputs={"serving_default": "probabilities"},
+        golden_inputs={DEFAULT_SIGNATURE: {"images": images}},
+        top1_outputs={DEFAULT_SIGNATURE: "probabilities"},
         metrics={"weights": f"seeded random initialisation (seed {SEED}), weights=None; no accuracy"},
         notes=("resnet50 has random weights: it measures serving cost, not quality.",))

@@ -21,6 +21,7 @@ from keras import ops
 
 from exporter.signatures import serialize_examples
 from exporter.zoo.base import SEED, BuiltModel
+from serving.codec import DEFAULT_SIGNATURE
 
 __all__ = ["build", "LABELS", "NUM_BUCKETS", "MAX_TOKENS"]
 
@@ -105,7 +106,7 @@ def build(*, progress: bool = True) -> BuiltModel:
 
     def make_signatures(core_fn):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-        def serving_default(text):
+        def predict(text):
             probabilities = tf.nn.softmax(core_fn(tokenize(text)))
             class_id = tf.argmax(probabilities, axis=-1)
             return {"probabilities": probabilities, "class_id": class_id,
@@ -119,7 +120,7 @@ def build(*, progress: bool = True) -> BuiltModel:
             classes = tf.tile(tf.constant([LABELS]), [tf.shape(scores)[0], 1])
             return {"classes": tf.ensure_shape(classes, [None, len(LABELS)]), "scores": scores}
 
-        return {"serving_default": serving_default, "classification": classification}
+        return {DEFAULT_SIGNATURE: predict, "classification": classification}
 
     golden_text = np.empty(GOLDEN_ROWS, dtype=object)
     golden_text[:] = [t.encode("utf-8") for t in test_text[:GOLDEN_ROWS]]
@@ -127,10 +128,10 @@ def build(*, progress: bool = True) -> BuiltModel:
     golden_labels = np.array([LABELS[i].encode() for i in y_test[:GOLDEN_ROWS]], dtype=object)
     return BuiltModel(
         name="text", core=core, make_signatures=make_signatures,
-        golden_inputs={"serving_default": {"text": golden_text},
+        golden_inputs={DEFAULT_SIGNATURE: {"text": golden_text},
                        "classification": {"inputs": golden_examples}},
-        labels={"serving_default": golden_labels, "classification": golden_labels},
-        top1_outputs={"serving_default": "probabilities", "classification": "scores"},
+        labels={DEFAULT_SIGNATURE: golden_labels, "classification": golden_labels},
+        top1_outputs={DEFAULT_SIGNATURE: "probabilities", "classification": "scores"},
         accuracy=accuracy,
         metrics={"accuracy": accuracy, "held_out_examples": len(test_text), "labels": list(LABELS),
                  "dataset": "seeded synthetic topic sentences (4 topics)"})

@@ -57,6 +57,7 @@ import numpy as np
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import status
+from serving.codec import CLASSIFY_METHOD_NAME, DEFAULT_SIGNATURE, REGRESS_METHOD_NAME
 from serving.server.core.state import VersionStatus
 from serving.server.deadline import request_deadline
 from serving.server.tensorflow import inference
@@ -83,10 +84,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SIGNATURE = "serving_default"
 SIGNATURE_DEF_METADATA_FIELD = "signature_def"
-_CLASSIFY_METHOD = "tensorflow/serving/classify"
-_REGRESS_METHOD = "tensorflow/serving/regress"
 
 
 class ModelManager(Protocol):
@@ -275,7 +273,7 @@ class DataPlane:
             _check_multi_inference_tasks(tasks, servable)
             for task in tasks:
                 signature_name = task.signature_name or DEFAULT_SIGNATURE
-                run = inference.classify if task.method_name == _CLASSIFY_METHOD else inference.regress
+                run = inference.classify if task.method_name == CLASSIFY_METHOD_NAME else inference.regress
                 results.append(InferenceResult(servable.name, servable.version, signature_name,
                                                run(servable, signature_name, examples)))
             if results:
@@ -337,5 +335,5 @@ def _check_multi_inference_tasks(tasks: Sequence[InferenceTask], servable: Serva
         seen.add(signature)
         if signature not in servable.signature_defs:
             raise status.InvalidArgument(f"Requested signature not found in model graph: {signature}")
-        if task.method_name not in (_CLASSIFY_METHOD, _REGRESS_METHOD):
+        if task.method_name not in (CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME):
             raise status.Unimplemented(f"Unsupported signature method_name: {task.method_name}")
