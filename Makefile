@@ -40,13 +40,13 @@ up: $(STAMP)
 
 # Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
 bench: $(STAMP)
-	$(PY) -m exporter ensure --out models digits resnet50
+	$(PY) -m exporter ensure --model-repo models digits resnet50
 	$(PY) -m benchmarks.codec --imports
 	$(PY) -m benchmarks.server --model-repo models
 	$(PY) -m benchmarks.loadgen --model-repo models
 
 # Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or
-# the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--tfserving=HOST:PORT").
+# the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--rest=http://HOST:PORT").
 monitor: $(STAMP) debs
 	$(PY) -m monitoring.local $(MONITOR_ARGS)
 

@@ -28,7 +28,9 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["main", "measure"]
+from serving import codec
+
+__all__ = ["main", "build_parser", "measure"]
 
 
 def measure(funcs: dict[str, Callable[[], object]], repeats: int, inner: int = 3) -> dict[str, float]:
@@ -50,7 +52,7 @@ def measure(funcs: dict[str, Callable[[], object]], repeats: int, inner: int = 3
 
 def _tf_encode(x: np.ndarray) -> tuple[Callable[[], bytes], Callable[[bytes], object]] | None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
+    try:  # TensorFlow: only for the comparison with tf.make_tensor_proto, and optional
         import tensorflow as tf
         from tensorflow_serving.apis import predict_pb2
     except ImportError:
@@ -65,8 +67,6 @@ def _tf_encode(x: np.ndarray) -> tuple[Callable[[], bytes], Callable[[bytes], ob
 
 
 def _wire(x: np.ndarray, repeats: int) -> dict[str, float]:
-    from serving import codec
-
     def encode() -> bytes:
         return codec.encode_predict_request("resnet50", {"input_1": x})
 
@@ -92,8 +92,6 @@ def _wire(x: np.ndarray, repeats: int) -> dict[str, float]:
 
 
 def _rest(x: np.ndarray, repeats: int) -> dict[str, float]:
-    from serving import codec
-
     funcs = {"stdlib_json": lambda: json.dumps(x.tolist()),
              "codec_json": lambda: codec.inputs_to_rest_request({"input_1": x}, row_format=False)}
     best = measure(funcs, repeats, inner=1)
@@ -127,13 +125,17 @@ def _imports(runs: int = 3) -> dict[str, dict[str, float]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.codec", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rest-repeats", type=int, default=3)
     parser.add_argument("--imports", action="store_true", help="also measure import time and memory")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     imports = _imports() if args.imports else None
     x = np.random.default_rng(0).random((args.batch, 224, 224, 3), dtype=np.float32)
     result = {"shape": list(x.shape), **_wire(x, args.repeats), **_rest(x, args.rest_repeats)}

@@ -11,10 +11,11 @@
    loop over the official ``tensorflow_serving`` stubs (``PredictionServiceStub``
    with ``predict_pb2`` messages), interleaved A/B/A/B.
 
-    python -m benchmarks.loadgen --model-repo models            # all three
+    python -m benchmarks.loadgen                                # all three
     python -m benchmarks.loadgen --model-repo models --skip-server
 
-Needs an exported model in ``--model-repo`` (``python -m exporter export --model digits``).
+``--model-repo`` defaults to ``<checkout>/models``; the model is exported there
+first if it has no version yet (the exporter's ``ensure``).
 """
 from __future__ import annotations
 
@@ -29,23 +30,27 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-__all__ = ["main", "serve_canned", "independent_predict_rate"]
+import grpc
+import numpy as np
+import psutil
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from exporter.export import ensure_model
+from loadtest.generator import grpc_transport
+from loadtest.payloads import Payload, Target, build_payload
+from loadtest.sweep import SweepSettings, measure_level
+from serving.codec import ndarray_to_tensor_proto
+from serving.server.launcher import REPO_ROOT, ServerProcess, free_port, wait_for_port
+from serving.wire import apis
+
+__all__ = ["main", "build_parser", "serve_canned", "independent_predict_rate", "CannedServer"]
 
 
 # ---------------------------------------------------------------- the canned servicer
 
 def serve_canned(port: int, threads: int = 16) -> None:
     """Serve ``PredictionService/Predict`` with one canned response (bytes in, bytes out) until SIGTERM."""
-    import grpc
-    import numpy as np
-
-    from serving.codec import ndarray_to_tensor_proto
-    from serving.wire import apis
-
     response = apis.PredictResponse()
     response.model_spec.name = "canned"
     ndarray_to_tensor_proto(np.full((1, 10), 0.1, np.float32), response.outputs["probabilities"])
@@ -65,40 +70,24 @@ class CannedServer:
     """The canned servicer in its own process, pinned to ``cpus``."""
 
     def __init__(self, cpus: set[int]) -> None:
-        from loadtest.servers import free_port
-
         self.port = free_port()
         self.cpus = cpus
 
     def __enter__(self) -> "CannedServer":
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", "serve-canned", str(self.port)],
                                      cwd=REPO_ROOT, preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
-        _wait_port(self.port)
+        wait_for_port(self.port, 30.0, alive=lambda: self.proc.poll() is None)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(20)
-
-
-def _wait_port(port: int, timeout: float = 30.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on {port}")
 
 
 # ---------------------------------------------------------------- 1. locust gRPC user
 
 def locust_rate(target: str, model_repo: Path, model: str, users: int, duration: int, cpu: int) -> dict:
     """Run the steady scenario's GrpcUser pinned to ``cpu``; requests/s and CPU over the middle of the run."""
-    import psutil
-
     out = Path(tempfile.mkdtemp(prefix="loadgen-locust-"))
     cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest/locustfiles/steady.py"), "--headless",
            "--host", target, "-u", str(users), "-r", str(users), "--run-time", f"{duration}s", "--stop-timeout", "2",
@@ -134,10 +123,7 @@ def _count_at(history: Path, when: float) -> float:
 
 # ---------------------------------------------------------------- 2. the sweep's generator
 
-def sweep_rate(target: str, payload, concurrency: int, seconds: float) -> dict:
-    from loadtest.generator import grpc_transport
-    from loadtest.sweep import SweepSettings, measure_level
-
+def sweep_rate(target: str, payload: Payload, concurrency: int, seconds: float) -> dict:
     settings = SweepSettings(levels=(concurrency,), window_s=seconds / 3, stable_windows=3, max_level_s=seconds,
                              warmup_s=1.0)
     result = measure_level(grpc_transport(target, payload), concurrency, settings)
@@ -148,12 +134,10 @@ def sweep_rate(target: str, payload, concurrency: int, seconds: float) -> dict:
 
 # ---------------------------------------------------------------- 3. independent measurement
 
-def independent_predict_rate(target: str, payload, concurrency: int, seconds: float) -> float:
+def independent_predict_rate(target: str, payload: Payload, concurrency: int, seconds: float) -> float:
     """Successful Predicts per second from a plain threaded loop over the official TF Serving stubs."""
-    import grpc
+    # TensorFlow (tensorflow_serving.apis imports it): the official stubs are the independent measure
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-
-    from serving.codec import ndarray_to_tensor_proto
 
     request = predict_pb2.PredictRequest()
     request.model_spec.name = payload.model_name
@@ -188,18 +172,15 @@ def independent_predict_rate(target: str, payload, concurrency: int, seconds: fl
     return done / elapsed
 
 
-def compare_with_server(model_repo: Path, model: str, concurrency: int, seconds: float, rounds: int) -> list:
-    from loadtest.generator import grpc_transport
-    from loadtest.payloads import Target, build_payload
-    from loadtest.servers import EmbeddedServer
-    from loadtest.sweep import SweepSettings, measure_level
-
+def compare_with_server(model_repo: Path, model: str, concurrency: int, seconds: float,
+                        rounds: int) -> list[tuple[float, float]]:
     target = Target(model=model, model_repo=model_repo)
     payload = build_payload(target)
     settings = SweepSettings(levels=(concurrency,), window_s=seconds / 3, stable_windows=3, max_level_s=seconds + 1,
                              warmup_s=1.0, stability_pct=100.0)
     pairs = []
-    with EmbeddedServer({target.name: model_repo / target.name}) as server:
+    workdir = Path(tempfile.mkdtemp(prefix="loadgen-server-"))
+    with ServerProcess.for_models({target.name: model_repo / target.name}, workdir=workdir) as server:
         for _ in range(rounds):
             sweep = measure_level(grpc_transport(server.grpc_target, payload), concurrency, settings).throughput_rps
             plain = independent_predict_rate(server.grpc_target, payload, concurrency, seconds)
@@ -211,24 +192,28 @@ def compare_with_server(model_repo: Path, model: str, concurrency: int, seconds:
 
 # ---------------------------------------------------------------- main
 
-def main(argv: Optional[list[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve-canned"]:
-        serve_canned(int(argv[1]))
-        return 0
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.loadgen", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-repo", type=Path, default=Path("models"))
+    parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
+                        help="model repository (default: <checkout>/models)")
     parser.add_argument("--model", default="digits")
     parser.add_argument("--duration", type=int, default=12, help="seconds per generator measurement")
     parser.add_argument("--users", type=int, default=16, help="locust users / sweep threads against the canned server")
     parser.add_argument("--concurrency", type=int, default=4, help="concurrency of the sweep-vs-independent check")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds of the sweep-vs-independent check")
     parser.add_argument("--skip-server", action="store_true", help="skip part 3 (needs the embedded server)")
-    args = parser.parse_args(argv)
+    return parser
 
-    from loadtest.payloads import Target, build_payload
 
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve-canned"]:
+        serve_canned(int(argv[1]))
+        return 0
+    args = build_parser().parse_args(argv)
+    args.model_repo = args.model_repo.resolve()
+    ensure_model(args.model, out=args.model_repo)
     cpus = sorted(os.sched_getaffinity(0))
     gen_cpu, srv_cpus = cpus[0], set(cpus[1:]) or {cpus[0]}
     payload = build_payload(Target(model=args.model, model_repo=args.model_repo))
@@ -236,7 +221,7 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"payload {payload.label}, {len(payload.grpc_request)} request bytes")
     with CannedServer(srv_cpus) as canned:
         target = f"127.0.0.1:{canned.port}"
-        loc = locust_rate(target, args.model_repo.resolve(), args.model, args.users, args.duration + 6, gen_cpu)
+        loc = locust_rate(target, args.model_repo, args.model, args.users, args.duration + 6, gen_cpu)
         print(f"1. locust GrpcUser x{args.users} -> canned servicer: {loc['rps']:8.1f} req/s at "
               f"{100 * loc['cpu']:5.1f}% of one core = {loc['per_core']:8.1f} req/s per core")
         os.sched_setaffinity(0, {gen_cpu})

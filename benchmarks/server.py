@@ -33,7 +33,9 @@ threads); REST uses one keep-alive ``http.client`` connection per client thread.
     python -m benchmarks.server --models digits --duration 2
     python -m benchmarks.server --model-repo models --batching-config serving/batching.cpu.config
 
-``--model-repo`` defaults to the test suite's export cache (exported on first use).
+``--model-repo`` defaults to ``<checkout>/models``; a model without a version
+there is exported first (version 1, the exporter's ``ensure``). The servers
+are started with ``serving.server.launcher``.
 """
 from __future__ import annotations
 
@@ -48,17 +50,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, Union
 
+import grpc
 import numpy as np
 
-from serving import wire
+from benchmarks.loadgen import CannedServer
+from exporter.export import ensure_model
+from exporter.manifest import load_manifest
+from serving import codec, wire
+from serving.config.models import model_versions
+from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
-__all__ = ["main", "Point", "measure_in_process", "measure_servers"]
+__all__ = ["main", "build_parser", "Point", "measure_in_process", "measure_servers"]
 
 logger = logging.getLogger("benchmarks.server")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+Side = tuple[str, ServerProcess, int]  # (protocol, server, client concurrency), measured in turn with in-process
+
 IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 4, 16)}
 DEFAULT_BATCHING = """\
 # benchmarks/server.py default, after TF Serving's CPU advice (batching/README.md):
@@ -100,9 +110,6 @@ class Point:
 def _loaded(model: str, version_dir: Path) -> Iterator[Callable[[int], Callable[[], object]]]:
     """The model loaded exactly as the server loads it (``SavedModelLoader``, same session
     options); yields ``call_at(batch)``: a warmed-up ``Servable.run_direct`` on manifest inputs."""
-    from exporter.manifest import load_manifest
-    from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
-
     manifest = load_manifest(version_dir)
     servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(
         model, int(version_dir.name), str(version_dir))
@@ -166,26 +173,11 @@ def _time_calls(call: Callable[[], object], duration: float, threads: int,
 
 # ---------------------------------------------------------------------------- clients
 
-def _predict_request_bytes(model: str, inputs: dict[str, np.ndarray]) -> bytes:
-    from tensorflow_serving.apis import predict_pb2
-
-    from serving.codec import ndarray_to_tensor_proto
-
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model
-    request.model_spec.signature_name = "serving_default"
-    for name, array in inputs.items():
-        ndarray_to_tensor_proto(array, request.inputs[name])
-    return request.SerializeToString()
-
-
 def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, duration: float) -> tuple[list, int]:
     """Closed loop: ``concurrency`` calls in flight, each completion sends the next one.
 
     Returns latencies of calls that completed inside the measured window, and the error count.
     """
-    import grpc
-
     channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20),
                                                      ("grpc.max_send_message_length", 64 << 20)])
     call = channel.unary_unary(wire.PREDICT)  # bytes in, bytes out: no client-side (de)serialization
@@ -270,11 +262,8 @@ def run_rest(base_url: str, model: str, body: bytes, concurrency: int, warmup: f
 # ---------------------------------------------------------------------------- the server
 
 def _model_config(repo: Path, models: Sequence[str], directory: Path) -> Path:
-    entries = "\n".join(
-        f"  config {{ name: '{m}' base_path: '{(repo / m).resolve()}' model_platform: 'tensorflow' }}"
-        for m in models)
     path = directory / "models.config"
-    path.write_text(f"model_config_list {{\n{entries}\n}}\n")
+    path.write_text(model_config_text({m: (repo / m).resolve() for m in models}))
     return path
 
 
@@ -288,21 +277,18 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
     canned servicer (``_canned_target``) is measured beside digits over gRPC at c=32.
     For each model in ``side_by_side``, what its target compares (``_pairing``) is then
     measured again in turn, ``rounds`` times (``measure_side_by_side``)."""
-    from exporter.manifest import load_manifest
-    from serving.codec import inputs_to_rest_request
-    from tests.support.servers import EmbeddedServer
-
     base = [f"--model_config_file={_model_config(repo, models, workdir)}", "--file_system_poll_wait_seconds=0"]
     variants = {"off": base, "on": base + ["--enable_batching", f"--batching_parameters_file={batching_file}"]}
     points = []
     with contextlib.ExitStack() as stack:
-        servers = {label: stack.enter_context(EmbeddedServer(
+        servers = {label: stack.enter_context(ServerProcess(
             args, wait_for=models, log_path=workdir / f"server-batching-{label}.log", timeout=900))
             for label, args in variants.items()}
         canned = _canned_target(stack) if floor and "digits" in models and "grpc" in protocols else None
         for model in models:
-            inputs = load_manifest(repo / model / "1").sample_inputs(batch_size=1)
-            grpc_payload, rest_body = _predict_request_bytes(model, inputs), inputs_to_rest_request(inputs)
+            inputs = load_manifest(_version_dir(repo, model)).sample_inputs(batch_size=1)
+            grpc_payload = codec.encode_predict_request(model, inputs, signature_name="serving_default")
+            rest_body = codec.inputs_to_rest_request(inputs)
             for server in servers.values():
                 _check_answers(server, model, grpc_payload, rest_body)
             for protocol in protocols:
@@ -326,13 +312,13 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
             pairing = _pairing(model, in_process, points, servers, protocols) if model in side_by_side else None
             if pairing is not None:
                 local, sides = pairing
-                points += measure_side_by_side(model, repo / model / "1", local, sides, grpc_payload, rest_body,
-                                               warmup, durations[model], rounds)
+                points += measure_side_by_side(model, _version_dir(repo, model), local, sides, grpc_payload,
+                                               rest_body, warmup, durations[model], rounds)
     return points
 
 
-def _pairing(model: str, in_process: Sequence[Point], points: Sequence[Point], servers: dict,
-             protocols: Sequence[str]) -> Optional[tuple[Point, list]]:
+def _pairing(model: str, in_process: Sequence[Point], points: Sequence[Point], servers: dict[str, ServerProcess],
+             protocols: Sequence[str]) -> Optional[tuple[Point, list[Side]]]:
     """What a target compares, to measure again in turn: the in-process point and the server sides.
 
     resnet50: in-process at its best batch size against gRPC with batching at its best
@@ -352,7 +338,7 @@ def _pairing(model: str, in_process: Sequence[Point], points: Sequence[Point], s
     return local[0], [(protocol, servers["off"], 1) for protocol in protocols]
 
 
-def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Sequence[tuple],
+def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Sequence[Side],
                          grpc_payload: bytes, rest_body: bytes, warmup: float, duration: float,
                          rounds: int) -> list[Point]:
     """In-process at ``local``'s batch size and threads, then each ``(protocol, server, concurrency)``.
@@ -384,39 +370,33 @@ def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Seq
     return pair
 
 
-def _load(server, protocol: str, model: str, grpc_payload: bytes, rest_body: bytes, concurrency: int,
-          warmup: float, duration: float) -> tuple[list, int]:
+def _load(server: Union[ServerProcess, "_Canned"], protocol: str, model: str, grpc_payload: bytes,
+          rest_body: bytes, concurrency: int, warmup: float, duration: float) -> tuple[list, int]:
     if protocol == "grpc":
         return run_grpc(server.grpc_target, grpc_payload, concurrency, warmup, duration)
     return run_rest(server.rest_url, model, rest_body, concurrency, warmup, duration)
 
 
 class _Canned:
-    """The canned servicer's address, shaped like an ``EmbeddedServer`` for ``_load``."""
+    """The canned servicer's address, shaped like a ``ServerProcess`` for ``_load``."""
 
     def __init__(self, port: int) -> None:
         self.grpc_target = f"127.0.0.1:{port}"
 
 
-def _canned_target(stack) -> _Canned:
+def _canned_target(stack: contextlib.ExitStack) -> _Canned:
     """A gRPC servicer that answers every Predict with canned bytes (``benchmarks.loadgen``):
     the same client and payload against it give the most requests/s any Python gRPC
     front-end reaches on this machine, hence a ceiling on any batching gain."""
-    from benchmarks.loadgen import CannedServer
-
     canned = stack.enter_context(CannedServer(set(os.sched_getaffinity(0))))
     return _Canned(canned.port)
 
 
-def _check_answers(server, model: str, grpc_payload: bytes, rest_body: bytes) -> None:
+def _check_answers(server: ServerProcess, model: str, grpc_payload: bytes, rest_body: bytes) -> None:
     """One real, decoded answer over each protocol before anything is timed."""
-    import grpc
-    from tensorflow_serving.apis import predict_pb2
-
     with grpc.insecure_channel(server.grpc_target) as channel:
         raw = channel.unary_unary(wire.PREDICT)(grpc_payload, timeout=120)
-    response = predict_pb2.PredictResponse.FromString(raw)
-    if not response.outputs:
+    if not codec.decode_predict_response(raw):
         raise RuntimeError(f"{model}: gRPC Predict returned no outputs")
     host, port = server.rest_url.split("//")[1].split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=120)
@@ -540,11 +520,12 @@ def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Se
 
 # ---------------------------------------------------------------------------- main
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.server", description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="digits,resnet50", help="comma-separated zoo models")
-    parser.add_argument("--model-repo", type=Path, default=None,
-                        help="repository with <model>/1 (default: the test export cache)")
+    parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
+                        help="model repository; models without a version are exported there first "
+                             "(default: <checkout>/models)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds measured per point (digits)")
     parser.add_argument("--resnet50-duration", type=float, default=8.0,
                         help="seconds measured per point for resnet50 (a batch takes seconds on CPU)")
@@ -572,23 +553,29 @@ def _execution_rows(points: Sequence[Point], model: str = "resnet50", default: i
     return max(local, key=lambda p: p.rows_per_s).load if local else default
 
 
-def _model_repo(path: Optional[Path], models: Sequence[str]) -> Path:
-    if path is not None:
-        return path
-    from tests.conftest import _cached_export  # the suite's cache: each model exported once
+def _ensure_models(repo: Path, models: Sequence[str]) -> None:
+    """Export version 1 of each model that has no version in ``repo`` yet (the exporter's ``ensure``)."""
+    for model in models:
+        exported = ensure_model(model, out=repo)
+        if exported is not None:
+            logger.info("exported %s", exported)
 
-    return _cached_export(tuple(models))
+
+def _version_dir(repo: Path, model: str) -> Path:
+    """The newest version of ``model`` in ``repo``: the one the server serves by default."""
+    return repo / model / str(max(model_versions(repo / model)))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = [p for p in args.protocols.split(",") if p]
     durations = {m: (args.resnet50_duration if m == "resnet50" else args.duration) for m in models}
-    repo = _model_repo(args.model_repo, models)
+    repo = args.model_repo.resolve()
+    _ensure_models(repo, models)
     cores = len(os.sched_getaffinity(0))
     load_before = os.getloadavg()
     logger.info("models %s from %s; load average %s", models, repo, load_before)
@@ -597,7 +584,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         workdir = Path(tmp)
         if not args.skip_in_process:
             for model in models:
-                points += measure_in_process(model, repo / model / "1", durations[model],
+                points += measure_in_process(model, _version_dir(repo, model), durations[model],
                                              IN_PROCESS_BATCH_SIZES.get(model, (1, 8, 32)), (1, cores))
         if not args.skip_server:
             batching_file = args.batching_config

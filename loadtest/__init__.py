@@ -3,5 +3,13 @@
 ``python -m loadtest run|sweep|tune``; see ``loadtest/README.md``. Importing
 this package (or any module but ``users``/``shapes``, which only locustfiles
 import) never imports locust or gevent.
+
+Default paths (the model repository, output directories) are anchored on the
+checkout, ``REPO_ROOT``, not on the current directory.
 """
-__all__: list[str] = []
+from pathlib import Path
+
+__all__ = ["REPO_ROOT", "DEFAULT_MODEL_REPO"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL_REPO = REPO_ROOT / "models"

@@ -18,6 +18,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import grpc
+
 from loadtest.payloads import Payload
 
 __all__ = ["Record", "Load", "Transport", "grpc_transport", "rest_transport", "transport_for"]
@@ -32,8 +34,6 @@ def grpc_transport(target: str, payload: Payload, timeout: float = 30.0) -> Tran
     """One new channel per worker; ``send`` raises ``RuntimeError(code name)`` on a non-OK status."""
 
     def connect():
-        import grpc
-
         channel = grpc.insecure_channel(target, options=[
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
             ("grpc.use_local_subchannel_pool", 1)])  # its own TCP connection, like a separate client

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from loadtest import DEFAULT_MODEL_REPO
 from serving.model_repo import latest_version_dir, published_name
 
 __all__ = [
@@ -43,7 +44,7 @@ class Target:
     version: Optional[int] = None
     version_label: Optional[str] = None
     batch_size: int = 1
-    model_repo: Path = Path("models")
+    model_repo: Path = DEFAULT_MODEL_REPO
 
     def __post_init__(self) -> None:
         if self.version is not None and self.version_label:

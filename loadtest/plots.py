@@ -1,20 +1,27 @@
-"""Throughput-against-latency plots (matplotlib, Agg backend, PNG)."""
+"""Throughput-against-latency plots (matplotlib's object API, Agg canvas, PNG)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+if TYPE_CHECKING:  # loadtest.sweep imports this module
+    from loadtest.sweep import Series
 
 __all__ = ["plot_throughput_latency"]
 
 
-def plot_throughput_latency(all_series: Sequence[Any], path: Path, *, title: str = "throughput vs latency") -> Path:
-    """One line per series: x = throughput (req/s), y = p99 (solid) and p50 (dashed) in ms; points labelled by level."""
-    import matplotlib
+def plot_throughput_latency(all_series: Sequence["Series"], path: Path, *,
+                            title: str = "throughput vs latency") -> Path:
+    """One line per series: x = throughput (req/s), y = p99 (solid) and p50 (dashed) in ms; points labelled by level.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    A ``Figure`` with its own Agg canvas: no pyplot, so no process-wide backend or figure state.
+    """
+    fig = Figure(figsize=(9, 5.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     for index, series in enumerate(all_series):
         color = f"C{index % 10}"
         xs = [r.throughput_rps for r in series.levels]
@@ -33,5 +40,4 @@ def plot_throughput_latency(all_series: Sequence[Any], path: Path, *, title: str
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    plt.close(fig)
     return path

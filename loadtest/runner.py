@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from loadtest import REPO_ROOT
 from loadtest.payloads import Target
 from loadtest.slo import Gates, GateResult, evaluate
 
@@ -40,7 +41,6 @@ __all__ = [
 SCENARIOS = ("steady", "ramp", "spike", "soak")
 EXIT_OK, EXIT_GATE_BROKEN, EXIT_RUN_FAILED = 0, 1, 2
 _USER_CLASS = {"grpc": "GrpcUser", "rest": "RestUser"}
-_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_duration(text: str) -> float:
@@ -75,7 +75,7 @@ class RunSpec:
     users: int = 8
     spawn_rate: float = 8.0
     target: Target = field(default_factory=Target)
-    out_dir: Path = Path("out/loadtest")
+    out_dir: Path = REPO_ROOT / "out" / "loadtest"
     processes: int = 1
     stop_timeout: float = 5.0
     extra_args: tuple[str, ...] = ()
@@ -123,10 +123,10 @@ def locust_command(spec: RunSpec) -> list[str]:
     ]
     if target.signature:
         cmd += ["--signature", target.signature]
-    if target.version is not None:
+    if target.version is not None:  # locust's own --version prints its version: see users.add_target_arguments
         cmd += ["--model-version", str(target.version)]
     if target.version_label:
-        cmd += ["--version-label", target.version_label]
+        cmd += ["--label", target.version_label]
     if spec.processes > 1:
         cmd += ["--processes", str(spec.processes)]
     return [*cmd, *spec.extra_args, _USER_CLASS[spec.protocol]]
@@ -158,9 +158,9 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
 
 
 def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float) -> tuple[int, bool]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO_ROOT, env=env,
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
                                 start_new_session=True)
         try:
             return proc.wait(timeout=bound), False

@@ -23,10 +23,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+import psutil
 
+from loadtest import REPO_ROOT
 from loadtest.generator import Load, Transport, transport_for
 from loadtest.metrics import Scrape, scrape, split_between
+from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Target, build_payload
+from loadtest.plots import plot_throughput_latency
+from loadtest.servers import RunningServer, start_server
+from serving.config import load_batching_parameters
+from serving.server.launcher import BatchingSpec
 
 __all__ = [
     "SweepSettings",
@@ -118,7 +125,7 @@ class _Window:
         return len(self.ok_latencies) / (self.end - self.start)
 
 
-def _cpu_seconds(process: Any) -> Optional[float]:
+def _cpu_seconds(process: Optional[psutil.Process]) -> Optional[float]:
     if process is None:
         return None
     try:
@@ -159,14 +166,12 @@ def measure_level(transport: Transport, level: float, settings: SweepSettings, *
     return _summarise(level, settings, windows[-settings.stable_windows:], stable, len(windows), late)
 
 
-def _process(pid: Optional[int]):
+def _process(pid: Optional[int]) -> Optional[psutil.Process]:
     if pid is None:
         return None
     try:
-        import psutil
-
         return psutil.Process(pid)
-    except Exception:
+    except psutil.Error:
         return None
 
 
@@ -257,8 +262,6 @@ def format_table(series: Series) -> str:
 
 def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, Any], name: str = "sweep") -> dict[str, Path]:
     """``NAME.json`` (everything), ``NAME.csv`` (one row per level) and ``NAME.png`` (throughput vs latency)."""
-    from loadtest.plots import plot_throughput_latency
-
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{name}.json", "csv": out_dir / f"{name}.csv", "png": out_dir / f"{name}.png"}
     paths["json"].write_text(json.dumps({"meta": meta, "series": [asdict(s) for s in all_series]}, indent=2))
@@ -272,9 +275,9 @@ def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, A
     return paths
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``sweep`` subcommand's flags."""
-    add_target(parser)
+    add_target_arguments(parser)
     load = parser.add_argument_group("load")
     load.add_argument("--concurrency", default=None, help="closed-loop levels, e.g. 1,2,4,8,16 (default)")
     load.add_argument("--request-rate", default=None, help="open-loop levels in requests/s, e.g. 50,100,200")
@@ -286,22 +289,23 @@ def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argpars
     load.add_argument("--warmup", type=float, default=1.0, help="seconds discarded at the start of a level")
     load.add_argument("--latency-threshold-ms", type=float, default=None, help="stop once p99 exceeds this")
     load.add_argument("--max-in-flight", type=int, default=64, help="open loop: worker threads (default 64)")
-    server = parser.add_argument_group("server (started here unless --grpc-target/--rest-url are given)")
+    server = parser.add_argument_group("server (started here unless --grpc/--rest name a running one)")
     server.add_argument("--batching", default="off",
                         help="off, on or on,off: start the embedded server once per mode and compare")
     server.add_argument("--batching-config", type=Path, default=None,
                         help="BatchingParameters text proto for 'on' (default: the server's defaults)")
     server.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
     server.add_argument("--docker", action="store_true", help="start TF Serving in Docker instead (needs an engine)")
-    server.add_argument("--grpc-target", default=None, help="a running server's gRPC HOST:PORT")
-    server.add_argument("--rest-url", default=None, help="a running server's REST URL")
+    server.add_argument("--grpc", metavar="HOST:PORT", default=None, help="a running server's gRPC address")
+    server.add_argument("--rest", metavar="URL", default=None, help="a running server's REST URL")
     server.add_argument("--metrics-url", default=None, help="a running server's Prometheus page")
-    parser.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "sweep",
+                        help="output directory for reports (default <checkout>/out/sweep)")
     parser.add_argument("--name", default="sweep", help="output file stem (default sweep)")
     parser.set_defaults(func=run_sweep)
 
 
-def _levels(args) -> tuple[str, tuple[float, ...]]:
+def _levels(args: argparse.Namespace) -> tuple[str, tuple[float, ...]]:
     if args.concurrency and args.request_rate:
         raise SystemExit("give --concurrency or --request-rate, not both")
     if args.request_rate:
@@ -309,44 +313,36 @@ def _levels(args) -> tuple[str, tuple[float, ...]]:
     return "concurrency", tuple(int(x) for x in (args.concurrency or "1,2,4,8,16").split(","))
 
 
-def _targets(args) -> list[Target]:
-    return [Target(model=args.model, variant=v, signature=args.signature, version=args.model_version,
-                   version_label=args.version_label, batch_size=args.batch_size, model_repo=args.model_repo)
-            for v in args.variant.split(",")]
-
-
-def _batching_params(mode: str, config: Optional[Path]):
+def _batching_params(mode: str, config: Optional[Path]) -> Optional[BatchingSpec]:
     if mode == "off":
         return None
     if mode != "on":
         raise SystemExit(f"--batching takes on/off values, got {mode!r}")
     if config is None:
         return {}
-    from serving.config import load_batching_parameters
-
     return load_batching_parameters(config)
 
 
-def run_sweep(args) -> int:
+def run_sweep(args: argparse.Namespace) -> int:
     """The ``sweep`` subcommand: every batching mode × variant × protocol, one table each, then the files."""
     mode, levels = _levels(args)
     settings = SweepSettings(levels=levels, mode=mode, window_s=args.window, stable_windows=args.stable_windows,
                              stability_pct=args.stability_pct, max_level_s=args.max_level_time,
                              warmup_s=args.warmup, latency_threshold_ms=args.latency_threshold_ms,
                              max_in_flight=args.max_in_flight)
-    targets, protocols = _targets(args), args.protocol.split(",")
+    targets, protocols = targets_from_args(args), args.protocol.split(",")
     all_series: list[Series] = []
-    running = bool(args.grpc_target or args.rest_url)
+    running = bool(args.grpc or args.rest)
     for batching in (["running"] if running else args.batching.split(",")):
         with _server_for(args, batching, targets) as server:
             for target in targets:
                 payload = build_payload(target)
                 for protocol in protocols:
-                    address = server["grpc"] if protocol == "grpc" else server["rest"]
+                    address = server.grpc_target if protocol == "grpc" else server.rest_url
                     series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching)
                     series.levels = sweep_levels(
                         transport_for(protocol, address, payload, settings.timeout_s), settings,
-                        metrics_url=server["metrics"], model_name=target.name, server_pid=server["pid"],
+                        metrics_url=server.metrics_url, model_name=target.name, server_pid=server.pid,
                         on_level=lambda r, s=series: print(f"  {s.label} level {r.level:g}: "
                                                            f"{r.throughput_rps:.1f}/s p99 {r.p99_ms:.2f} ms",
                                                            flush=True))
@@ -361,39 +357,39 @@ def run_sweep(args) -> int:
 
 
 class _Running:
-    """A server someone else runs: only its addresses."""
+    """A server someone else runs (``--grpc``/``--rest``/``--metrics-url``): only its addresses."""
 
-    def __init__(self, args) -> None:
-        self.info = {"grpc": args.grpc_target, "rest": args.rest_url, "metrics": args.metrics_url, "pid": None}
+    pid = None
 
-    def __enter__(self) -> dict[str, Any]:
-        return self.info
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.grpc_target, self.rest_url, self.metrics_url = args.grpc, args.rest, args.metrics_url
 
-    def __exit__(self, *exc) -> None:
+    def __enter__(self) -> "_Running":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         pass
 
 
 class _Started:
-    def __init__(self, server) -> None:
+    """A server this sweep starts for one batching mode, stopped on exit."""
+
+    def __init__(self, server: RunningServer) -> None:
         self.server = server
 
-    def __enter__(self) -> dict[str, Any]:
+    def __enter__(self) -> RunningServer:
         s = self.server.start()
         print(f"started server ({type(s).__name__}) grpc {s.grpc_target} rest {s.rest_url}", flush=True)
-        return {"grpc": s.grpc_target, "rest": s.rest_url, "metrics": s.metrics_url,
-                "pid": getattr(getattr(s, "proc", None), "pid", None)}
+        return s
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.server.stop()
 
 
-def _server_for(args, batching: str, targets: Sequence[Target]):
+def _server_for(args: argparse.Namespace, batching: str, targets: Sequence[Target]) -> "_Running | _Started":
     if batching == "running":
         return _Running(args)
-    from loadtest.servers import DockerServer, EmbeddedServer
-
     models = {t.name: Path(t.model_repo) / t.name for t in targets}
-    kind = DockerServer if args.docker else EmbeddedServer
-    workdir = Path(args.out) / f"server-batching-{batching}"
-    return _Started(kind(models, batching=_batching_params(batching, args.batching_config),
-                         extra_flags=args.server_flag, workdir=workdir))
+    return _Started(start_server(models, workdir=Path(args.out) / f"server-batching-{batching}",
+                                 batching=_batching_params(batching, args.batching_config),
+                                 extra_flags=args.server_flag, docker_engine=args.docker))

@@ -29,13 +29,24 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from google.protobuf import text_format
+from google.protobuf.message import Message
+
+from exporter.manifest import load_manifest
+from loadtest import REPO_ROOT
+from loadtest.generator import transport_for
+from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Target, build_payload
+from loadtest.servers import RunningServer, start_server
 from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
+from serving.config import load_batching_parameters
+from serving.config.protos import batching_parameters_class
 
 __all__ = [
     "KNOBS",
@@ -139,14 +150,12 @@ def coordinate_descent(start: dict[str, int], grid: dict[str, Sequence[int]],
     return best, scores
 
 
-def candidate_proto(params: dict[str, int], baseline: Any = None):
+def candidate_proto(params: dict[str, int], baseline: Optional[Message] = None) -> Message:
     """A ``BatchingParameters`` proto: ``baseline``'s other fields with ``params`` applied.
 
     ``allowed_batch_sizes`` from the baseline are cut at the new ``max_batch_size``
     and closed with it (TF Serving requires the list to end at ``max_batch_size``).
     """
-    from serving.config.protos import batching_parameters_class
-
     proto = batching_parameters_class()()
     if baseline is not None:
         proto.CopyFrom(baseline)
@@ -159,19 +168,15 @@ def candidate_proto(params: dict[str, int], baseline: Any = None):
     return proto
 
 
-def params_of(proto: Any) -> dict[str, int]:
+def params_of(proto: Message) -> dict[str, int]:
     """The four knobs of a ``BatchingParameters`` (TF Serving's defaults where unset, for 2+ cores)."""
-    import os
-
     defaults = {"num_batch_threads": os.cpu_count() or 1, "max_batch_size": 1000,
                 "batch_timeout_micros": 0, "max_enqueued_batches": 10}
     return {k: int(getattr(proto, k).value) if proto.HasField(k) else defaults[k] for k in KNOBS}
 
 
-def write_config(path: Path, proto: Any, header: Sequence[str]) -> Path:
+def write_config(path: Path, proto: Message, header: Sequence[str]) -> Path:
     """Write ``proto`` as text, with ``header`` lines as ``#`` comments above it."""
-    from google.protobuf import text_format
-
     comments = "".join(f"# {line}".rstrip() + "\n" for line in header)
     path.write_text(comments + "\n" + text_format.MessageToString(proto))
     return path
@@ -179,13 +184,14 @@ def write_config(path: Path, proto: Any, header: Sequence[str]) -> Path:
 
 # ---------------------------------------------------------------- CLI
 
-def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The ``tune`` subcommand's flags."""
-    add_target(parser)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``tune`` subcommand's flags (it starts its own servers: no --grpc/--rest)."""
+    add_target_arguments(parser)
     parser.add_argument("--p99-budget-ms", type=float, required=True, help="p99 latency budget (ms)")
-    parser.add_argument("--baseline-config", type=Path, default=Path("serving/batching.cpu.config"),
-                        help="config to start from and to beat (default serving/batching.cpu.config)")
-    parser.add_argument("--protocol", choices=("grpc", "rest"), default="grpc")
+    parser.add_argument("--baseline-config", type=Path, default=REPO_ROOT / "serving" / "batching.cpu.config",
+                        help="config to start from and to beat (default <checkout>/serving/batching.cpu.config)")
+    parser.add_argument("--protocol", choices=("grpc", "rest"), default="grpc",
+                        help="the API each trial's sweep loads (default grpc)")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32", help="levels of each trial's sweep")
     parser.add_argument("--max-trials", type=int, default=10,
                         help="bound on candidates measured, the baseline not counted (default 10)")
@@ -204,14 +210,15 @@ def add_arguments(parser: argparse.ArgumentParser, add_target: Callable[[argpars
     parser.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
     parser.add_argument("--docker", action="store_true",
                         help="restart real TF Serving through the docker SDK (needs an engine; not run here)")
-    parser.add_argument("--out", type=Path, default=Path("out/tune"), help="output directory")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "tune",
+                        help="output directory for reports (default <checkout>/out/tune)")
     parser.set_defaults(func=run_tune)
 
 
 class _Bench:
     """Paired measurements: a baseline server kept up, and one server per candidate."""
 
-    def __init__(self, args, target: Target, baseline: Any, start: dict[str, int]) -> None:
+    def __init__(self, args: argparse.Namespace, target: Target, baseline: Message, start: dict[str, int]) -> None:
         self.args, self.target, self.baseline, self.start = args, target, baseline, start
         self.payload = build_payload(target)
         self.settings = SweepSettings(levels=tuple(int(x) for x in args.concurrency.split(",")),
@@ -219,34 +226,28 @@ class _Bench:
                                       max_level_s=args.max_level_time, warmup_s=0.5,
                                       latency_threshold_ms=args.p99_budget_ms)
         self.trials: list[Trial] = []
-        self._baseline_server: Any = None
+        self._baseline_server: Optional[RunningServer] = None
 
     def __enter__(self) -> "_Bench":
-        self._baseline_server = self._server(self.start, "baseline").__enter__()
+        self._baseline_server = self._server(self.start, "baseline").start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._baseline_server is not None:
-            self._baseline_server.__exit__(None, None, None)
+            self._baseline_server.stop()
             self._baseline_server = None
 
-    def _server(self, params: Optional[dict[str, int]], directory: str) -> Any:
+    def _server(self, params: Optional[dict[str, int]], directory: str) -> RunningServer:
         """A server with ``params`` as its ``BatchingParameters``; None: without batching."""
-        from loadtest.servers import DockerServer, EmbeddedServer
-
-        kind = DockerServer if self.args.docker else EmbeddedServer
         batching = None if params is None else candidate_proto(params, self.baseline)
-        return kind({self.target.name: Path(self.target.model_repo) / self.target.name},
-                    batching=batching, extra_flags=self.args.server_flag,
-                    workdir=self.args.out / "trials" / directory)
+        return start_server({self.target.name: Path(self.target.model_repo) / self.target.name},
+                            workdir=self.args.out / "trials" / directory, batching=batching,
+                            extra_flags=self.args.server_flag, docker_engine=self.args.docker)
 
-    def _sweep(self, server: Any) -> tuple[float, Optional[LevelResult], list[LevelResult]]:
-        from loadtest.generator import transport_for
-
+    def _sweep(self, server: RunningServer) -> tuple[float, Optional[LevelResult], list[LevelResult]]:
         address = server.grpc_target if self.args.protocol == "grpc" else server.rest_url
         levels = sweep_levels(transport_for(self.args.protocol, address, self.payload), self.settings,
-                              metrics_url=server.metrics_url, model_name=self.target.name,
-                              server_pid=getattr(getattr(server, "proc", None), "pid", None))
+                              metrics_url=server.metrics_url, model_name=self.target.name, server_pid=server.pid)
         score, best = score_levels(levels, self.args.p99_budget_ms, self.args.max_error_ratio)
         return score, best, levels
 
@@ -292,8 +293,6 @@ def warmup_batch_floor(target: Target) -> int:
     A ``max_batch_size`` below it fails the load ("Task size N is larger than
     maximum input batch size M"), so the search never goes there.
     """
-    from exporter.manifest import load_manifest
-
     sizes = load_manifest(target.version_dir()).warmup.get("batch_sizes") or []
     return max(int(s) for s in sizes) if sizes else 0
 
@@ -304,7 +303,7 @@ def _fmt(params: Optional[dict[str, int]]) -> str:
     return " ".join(f"{k}={params[k]}" for k in KNOBS)
 
 
-def _grid(args) -> dict[str, tuple[int, ...]]:
+def _grid(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     grid = dict(DEFAULT_GRID)
     if args.grid:
         for knob, values in json.loads(args.grid).items():
@@ -314,13 +313,10 @@ def _grid(args) -> dict[str, tuple[int, ...]]:
     return grid
 
 
-def run_tune(args) -> int:
+def run_tune(args: argparse.Namespace) -> int:
     """The ``tune`` subcommand."""
-    from serving.config import load_batching_parameters
-
     args.out.mkdir(parents=True, exist_ok=True)
-    target = Target(model=args.model, variant=args.variant.split(",")[0], signature=args.signature,
-                    batch_size=args.batch_size, model_repo=args.model_repo)
+    target = targets_from_args(args)[0]
     baseline = load_batching_parameters(args.baseline_config)
     start, grid, floor = params_of(baseline), _grid(args), warmup_batch_floor(target)
     if floor:
@@ -349,7 +345,7 @@ def run_tune(args) -> int:
     return _report(args, target, baseline, start, best, bench.trials, finals)
 
 
-def _report(args, target: Target, baseline: Any, start: dict[str, int], best: dict[str, int],
+def _report(args: argparse.Namespace, target: Target, baseline: Message, start: dict[str, int], best: dict[str, int],
             trials: Sequence[Trial], finals: dict[str, Trial]) -> int:
     tuned, off = finals.get("tuned"), finals.get("off")
     holds = tuned is not None and best != start and tuned.ratio > 1 + args.min_gain

@@ -6,19 +6,38 @@ gevent; only locustfiles import it (the rest of ``loadtest`` never does).
 Both users send one request prebuilt from the exporter's manifest
 (``loadtest.payloads``), chosen by the custom arguments that
 ``add_target_arguments`` registers (``--model``, ``--variant``,
-``--signature``, ``--model-version``, ``--version-label``, ``--batch-size``,
-``--model-repo``; each also read from ``LOCUST_<NAME>``).
+``--signature``, ``--model-version``, ``--label``, ``--batch-size``,
+``--model-repo``; each also read from ``LOCUST_<NAME>``). The version is
+``--model-version`` here, not the project's ``--version``: locust's own
+``--version`` prints locust's version.
 """
 from __future__ import annotations
 
+import argparse
+import array
 import functools
+import json
+import logging
+import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
+# locust monkey-patches the process with gevent on import, so it comes first, and only
+# locustfiles import this module (the rest of loadtest must never import locust).
 from locust import FastHttpUser, User, task
+from locust.argument_parser import LocustArgumentParser
+from locust.contrib.fasthttp import ResponseContextManager
+from locust.env import Environment
+from locust.event import Events
 
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+
+from loadtest import DEFAULT_MODEL_REPO
 from loadtest.payloads import Payload, Target, build_payload
+from serving.status import ServingError, error_for, from_grpc_status
 
 __all__ = [
     "GrpcPredictUser",
@@ -32,17 +51,18 @@ __all__ = [
 ]
 
 
-def add_target_arguments(parser: Any) -> None:
+def add_target_arguments(parser: LocustArgumentParser) -> None:
     """Register the target options on locust's argument parser (an ``init_command_line_parser`` listener)."""
     group = parser.add_argument_group("tfs-stack target")
     group.add_argument("--model", default="digits", env_var="LOCUST_MODEL", help="model name (before variant suffix)")
     group.add_argument("--variant", default="fp32", env_var="LOCUST_VARIANT", help="fp32 | xla | trt-fp16")
     group.add_argument("--signature", default="", env_var="LOCUST_SIGNATURE", help="signature (default serving_default)")
+    # locust's own --version prints locust's version, so the target's version is --model-version here.
     group.add_argument("--model-version", type=int, default=0, env_var="LOCUST_MODEL_VERSION",
                        help="specific version (0 = latest)")
-    group.add_argument("--version-label", default="", env_var="LOCUST_VERSION_LABEL", help="version label, e.g. stable")
+    group.add_argument("--label", default="", env_var="LOCUST_LABEL", help="version label, e.g. stable")
     group.add_argument("--batch-size", type=int, default=1, env_var="LOCUST_BATCH_SIZE", help="rows per request")
-    group.add_argument("--model-repo", default="models", env_var="LOCUST_MODEL_REPO",
+    group.add_argument("--model-repo", default=str(DEFAULT_MODEL_REPO), env_var="LOCUST_MODEL_REPO",
                        help="model repository holding <name>/<version>/manifest.json")
     group.add_argument("--request-timeout", type=float, default=30.0, env_var="LOCUST_REQUEST_TIMEOUT",
                        help="per-request deadline, seconds")
@@ -50,7 +70,7 @@ def add_target_arguments(parser: Any) -> None:
                        help="seconds each user waits between requests (0 = closed loop)")
 
 
-def prepare_locustfile(events: Any) -> None:
+def prepare_locustfile(events: Events) -> None:
     """What every locustfile does first: gevent-ready grpc, the target options, a fail-fast payload check."""
     init_grpc_gevent()
     events.init_command_line_parser.add_listener(add_target_arguments)
@@ -72,17 +92,12 @@ class ExactLatencies:
     """
 
     def __init__(self) -> None:
-        import array
-
         self.times = array.array("d")
 
-    def on_request(self, response_time: float, **_: Any) -> None:
+    def on_request(self, response_time: float, **_: object) -> None:
         self.times.append(response_time)
 
-    def on_quitting(self, environment: Any, **_: Any) -> None:
-        import json
-        import os
-
+    def on_quitting(self, environment: Environment, **_: object) -> None:
         prefix = getattr(environment.parsed_options, "csv_prefix", None)
         if not prefix:
             return
@@ -99,11 +114,8 @@ class ExactLatencies:
                 json.dump(final, handle)
 
 
-def _check_payload(environment: Any, **_: Any) -> None:
+def _check_payload(environment: Environment, **_: object) -> None:
     """Build the payload before any user starts; exit 2 with the reason if it cannot be built."""
-    import logging
-    import sys
-
     if environment.parsed_options is None:
         return
     try:
@@ -114,14 +126,14 @@ def _check_payload(environment: Any, **_: Any) -> None:
     logging.getLogger("loadtest").info("payload %s: %d gRPC request bytes", payload.label, len(payload.grpc_request))
 
 
-def target_from_options(options: Any) -> Target:
+def target_from_options(options: argparse.Namespace) -> Target:
     """The ``Target`` that locust's parsed options describe."""
     return Target(
         model=options.model,
         variant=options.variant,
         signature=options.signature or None,
         version=options.model_version or None,
-        version_label=options.version_label or None,
+        version_label=options.label or None,
         batch_size=options.batch_size,
         model_repo=Path(options.model_repo),
     )
@@ -132,7 +144,7 @@ def _payload(target: Target) -> Payload:
     return build_payload(target)
 
 
-def payload_for(environment: Any) -> Payload:
+def payload_for(environment: Environment) -> Payload:
     """The payload for this locust environment, built once per process."""
     return _payload(target_from_options(environment.parsed_options))
 
@@ -140,8 +152,6 @@ def payload_for(environment: Any) -> Payload:
 @functools.lru_cache(maxsize=1)
 def init_grpc_gevent() -> None:
     """Make grpc cooperate with gevent; must run before the first channel (idempotent)."""
-    import grpc.experimental.gevent as grpc_gevent
-
     grpc_gevent.init_gevent()
 
 
@@ -160,10 +170,8 @@ class GrpcPredictUser(_ThinkTime, User):
 
     abstract = True
 
-    def __init__(self, environment: Any) -> None:
+    def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
-        import grpc
-
         init_grpc_gevent()
         self.payload = payload_for(environment)
         self.timeout = float(environment.parsed_options.request_timeout)
@@ -178,8 +186,6 @@ class GrpcPredictUser(_ThinkTime, User):
 
     @task
     def predict(self) -> None:
-        import grpc
-
         start = time.perf_counter()
         response: Optional[bytes] = None
         exception: Optional[Exception] = None
@@ -223,15 +229,11 @@ def _grpc_target(host: Optional[str]) -> str:
     return host
 
 
-def _status_error(error: Any) -> Exception:
-    from serving.status import error_for, from_grpc_status
-
+def _status_error(error: grpc.RpcError) -> ServingError:
     return error_for(from_grpc_status(error.code()), error.details() or "")
 
 
-def _rest_error(response: Any) -> str:
-    import json
-
+def _rest_error(response: ResponseContextManager) -> str:
     try:
         message = json.loads(response.content or b"{}").get("error", "")
     except (ValueError, AttributeError):

@@ -1,9 +1,10 @@
 """Run Prometheus without Docker against a local TF Serving (or the embedded server).
 
 ``python -m monitoring.local`` renders ``monitoring/prometheus/prometheus.yml`` for
-loopback targets (TF Serving's REST port on 127.0.0.1:8501 by default) with the
-very same rule files, and runs the ``prometheus`` binary (Debian's package) with a
-local storage directory, listening on 127.0.0.1:9090.
+loopback targets (the server's REST URL, ``--rest``, http://127.0.0.1:8501 by
+default) with the very same rule files, and runs the ``prometheus`` binary
+(Debian's package) with a local storage directory (default
+``<checkout>/.cache/prometheus``), listening on 127.0.0.1:9090.
 
 ``render_config`` is also what the tests use, so the scrape jobs, metrics path and
 rule files a test proves are the ones the compose stack ships.
@@ -15,14 +16,17 @@ import copy
 import os
 import shutil
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Optional, Sequence
 
 import yaml
 
-__all__ = ["MONITORING_DIR", "PROMETHEUS_CONFIG", "RULES_DIR", "render_config", "write_config", "main"]
+__all__ = ["MONITORING_DIR", "PROMETHEUS_CONFIG", "RULES_DIR", "render_config", "write_config", "build_parser",
+           "main"]
 
 MONITORING_DIR = Path(__file__).resolve().parent
+DEFAULT_STORAGE = MONITORING_DIR.parent / ".cache" / "prometheus"
 PROMETHEUS_CONFIG = MONITORING_DIR / "prometheus" / "prometheus.yml"
 RULES_DIR = MONITORING_DIR / "prometheus" / "rules"
 
@@ -74,30 +78,41 @@ def _seconds(duration: str) -> float:
     raise ValueError(f"unsupported duration {duration!r}")
 
 
-def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def _scrape_target(rest_url: str) -> str:
+    """Prometheus' ``host:port`` target for a server's REST URL (``http://HOST:PORT``)."""
+    parts = urllib.parse.urlsplit(rest_url if "//" in rest_url else f"http://{rest_url}")
+    if not parts.hostname or parts.port is None:
+        raise SystemExit(f"--rest needs a URL with a port, e.g. http://127.0.0.1:8501, not {rest_url!r}")
+    return parts.netloc
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m monitoring.local", description=__doc__.splitlines()[0])
-    parser.add_argument("--tfserving", action="append", default=None, metavar="HOST:PORT",
-                        help="TF Serving REST address to scrape (repeatable; default 127.0.0.1:8501)")
+    parser.add_argument("--rest", action="append", default=None, metavar="URL",
+                        help="REST URL of a TF Serving (or embedded) server to scrape "
+                             "(repeatable; default http://127.0.0.1:8501)")
     parser.add_argument("--dcgm", action="append", default=[], metavar="HOST:PORT",
                         help="DCGM exporter address (repeatable; none by default)")
     parser.add_argument("--metrics-path", default=None,
                         help="TF Serving metrics path (default: the one in prometheus.yml)")
     parser.add_argument("--listen", default="127.0.0.1:9090", help="Prometheus listen address")
-    parser.add_argument("--storage", default=".cache/prometheus", help="TSDB directory")
+    parser.add_argument("--storage", type=Path, default=DEFAULT_STORAGE,
+                        help=f"TSDB directory (default {DEFAULT_STORAGE})")
     parser.add_argument("--scrape-interval", default="5s")
     parser.add_argument("--prometheus-binary", default="prometheus")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Render the config into the storage directory and exec ``prometheus``."""
-    args = _parse_args(argv)
+    args = build_parser().parse_args(argv)
     binary = shutil.which(args.prometheus_binary)
     if binary is None:
         print("prometheus not found: apt-get install prometheus (or make debs)", file=sys.stderr)
         return 1
     storage = Path(args.storage).resolve()
-    config = render_config(tfserving=args.tfserving or ["127.0.0.1:8501"], dcgm=args.dcgm,
+    targets = [_scrape_target(url) for url in args.rest or ["http://127.0.0.1:8501"]]
+    config = render_config(tfserving=targets, dcgm=args.dcgm,
                            prometheus=args.listen, scrape_interval=args.scrape_interval,
                            evaluation_interval=args.scrape_interval, metrics_path=args.metrics_path)
     config_path = write_config(config, storage / "prometheus.yml")

@@ -9,7 +9,10 @@
   remapped to this checkout (``serving.config.compose.plan_embedded_server``),
   after exporting the models that are missing.
 
-It says which it chose and why, and how to call the server.
+It says which it chose and why, and how to call the server. Flags use the
+project's CLI vocabulary: ``--grpc HOST:PORT`` / ``--rest URL`` (where the
+embedded server listens; their ports are used), ``--model-repo DIR``.
+Default paths are anchored on the checkout, not the current directory.
 """
 from __future__ import annotations
 
@@ -20,22 +23,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
-
-import httpx
 
 from serving.config import load_model_server_config
 from serving.config.compose import (ComposeError, compose_command, load_compose_model, plan_embedded_server,
                                     service_models_config, volume_map)
 from serving.config.models import CONTAINER_MODELS_DIR, ZOO, model_versions
+from serving.server.launcher import REPO_ROOT, ServerProcess
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-           "ensure_commands", "main"]
+           "ensure_commands", "build_parser", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 GPU_FILES = ("docker-compose.yml",)
 CPU_FILES = ("docker-compose.yml", "docker-compose.cpu.yml")
 
@@ -81,13 +82,13 @@ def compose_files(backend: str, root: Path = REPO_ROOT) -> list[Path]:
     return [root / f for f in (GPU_FILES if backend == "compose-gpu" else CPU_FILES)]
 
 
-def missing_models(models_config: Path, models_dir: Path) -> list[str]:
-    """Models of ``models_config`` without any numeric version in ``models_dir``."""
+def missing_models(models_config: Path, model_repo: Path) -> list[str]:
+    """Models of ``models_config`` without any numeric version in ``model_repo``."""
     config = load_model_server_config(models_config)
-    return [e.name for e in config.model_config_list.config if not model_versions(Path(models_dir) / e.name)]
+    return [e.name for e in config.model_config_list.config if not model_versions(Path(model_repo) / e.name)]
 
 
-def ensure_commands(models_dir: Path, names: Sequence[str],
+def ensure_commands(model_repo: Path, names: Sequence[str],
                     batching_config: Optional[Path] = None) -> list[list[str]]:
     """Exporter commands exporting version 1 of each published name in ``names``, one per variant.
 
@@ -102,7 +103,7 @@ def ensure_commands(models_dir: Path, names: Sequence[str],
     for name in names:
         variants.setdefault(by_name[name].variant, []).append(by_name[name].model)
     batching = [f"--batching-config={batching_config}"] if batching_config else []
-    return [[sys.executable, "-m", "exporter", "ensure", "--quiet", *batching, "--out", str(models_dir),
+    return [[sys.executable, "-m", "exporter", "ensure", "--quiet", *batching, "--model-repo", str(model_repo),
              "--variant", variant, *models] for variant, models in variants.items()]
 
 
@@ -122,8 +123,8 @@ def _run_compose(choice: Choice, root: Path) -> int:
         tfserving = services["tfserving"]
         config = service_models_config(tfserving)
         first = load_model_server_config(config).model_config_list.config[0]
-        _print_usage(_published(tfserving, 8500), _published(tfserving, 8501), first.name,
-                     models_dir=volume_map(tfserving)[CONTAINER_MODELS_DIR], config=config,
+        _print_usage(f"127.0.0.1:{_published(tfserving, 8500)}", f"http://127.0.0.1:{_published(tfserving, 8501)}",
+                     first.name, model_repo=volume_map(tfserving)[CONTAINER_MODELS_DIR], config=config,
                      extra=f"Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} "
                            f"(admin / $GRAFANA_ADMIN_PASSWORD), "
                            f"Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}")
@@ -135,62 +136,59 @@ def _published(service: dict, target: int) -> int:
     return next(int(p["published"]) for p in service.get("ports", []) if p["target"] == target)
 
 
+def _port(address: str) -> int:
+    """The port of ``HOST:PORT`` or of a URL ``http://HOST:PORT``."""
+    port = urllib.parse.urlsplit(address if "//" in address else f"//{address}").port
+    if port is None:
+        raise SystemExit(f"no port in {address!r}")
+    return port
+
+
 def _run_embedded(args: argparse.Namespace, root: Path) -> int:
     # Compose interpolates every service of merged files, Grafana's required password too;
     # only tfserving's command is read here, so a placeholder stands in when it is unset.
     env = {"GRAFANA_ADMIN_PASSWORD": "unused-by-tfserving", **os.environ}
     service = load_compose_model(compose_files("embedded", root), services=["tfserving"],
                                  env=env, project_dir=root)["services"]["tfserving"]
-    models_dir = (root / args.models_dir).resolve()
-    plan = plan_embedded_server(service, work_dir=(root / args.work_dir).resolve(), models_dir=models_dir,
+    model_repo = args.model_repo.resolve()
+    # The launcher sets --port/--rest_api_port from --grpc/--rest; the compose values are dropped.
+    plan = plan_embedded_server(service, work_dir=args.work_dir.resolve(), models_dir=model_repo,
                                 models=args.models.split(",") if args.models else None,
-                                overrides={"port": str(args.grpc_port), "rest_api_port": str(args.rest_port)})
-    missing = missing_models(plan.models_config, models_dir)
+                                overrides={"port": None, "rest_api_port": None})
+    missing = missing_models(plan.models_config, model_repo)
     if missing:
-        print(f"exporting the missing models: {', '.join(missing)} (once; they are cached in {models_dir})")
+        print(f"exporting the missing models: {', '.join(missing)} (once; they are cached in {model_repo})")
         batching = next((a.split("=", 1)[1] for a in plan.args if a.startswith("--batching_parameters_file=")), None)
-        for cmd in ensure_commands(models_dir, missing, batching):
+        for cmd in ensure_commands(model_repo, missing, batching):
             print("+", " ".join(cmd), flush=True)
             if subprocess.run(cmd, cwd=root).returncode != 0:
                 print("the exporter failed; see above", file=sys.stderr)
                 return 1
-    cmd = [sys.executable, "-m", "serving.server", *plan.args]
-    print("+", " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, cwd=root, env={"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ})
+    names = [e.name for e in load_model_server_config(plan.models_config).model_config_list.config]
+    server = ServerProcess(plan.args, wait_for=names, grpc_port=_port(args.grpc), rest_port=_port(args.rest),
+                           capture_output=False, timeout=args.timeout)
+    print("+", " ".join(server.command), flush=True)
+    server.launch()
     # `kill` of make up stops the server too (Ctrl-C reaches both through the terminal).
-    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGTERM, lambda *_: server.proc.send_signal(signal.SIGTERM))
     try:
-        names = [e.name for e in load_model_server_config(plan.models_config).model_config_list.config]
-        if _wait_available(proc, args.rest_port, names, args.timeout):
-            _print_usage(args.grpc_port, args.rest_port, names[0] if names else "MODEL",
-                         models_dir=models_dir, config=plan.models_config)
-        return proc.wait()
+        try:
+            server.wait_ready()
+        except TimeoutError as error:
+            print(error, file=sys.stderr)
+        except RuntimeError:
+            pass  # the server exited; its output above says why
+        else:
+            _print_usage(args.grpc, args.rest, names[0] if names else "MODEL", model_repo=model_repo,
+                         config=plan.models_config)
+        return server.wait()
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGTERM)
-        return proc.wait()
+        server.proc.send_signal(signal.SIGTERM)
+        return server.wait()
 
 
-def _wait_available(proc: subprocess.Popen, rest_port: int, names: Sequence[str], timeout: float) -> bool:
-    deadline, pending = time.monotonic() + timeout, list(names)
-    while pending and time.monotonic() < deadline and proc.poll() is None:
-        pending = [n for n in pending if not _available(rest_port, n)]
-        time.sleep(0.5)
-    if pending:
-        print(f"not AVAILABLE after {timeout:.0f} s: {', '.join(pending)}", file=sys.stderr)
-    return not pending and proc.poll() is None
-
-
-def _available(rest_port: int, name: str) -> bool:
-    try:
-        body = httpx.get(f"http://127.0.0.1:{rest_port}/v1/models/{name}", timeout=2.0).json()
-    except (httpx.HTTPError, ValueError):
-        return False
-    return any(v.get("state") == "AVAILABLE" for v in body.get("model_version_status", []))
-
-
-def _print_usage(grpc_port: int, rest_port: int, model: str, *, models_dir: Path, config: Path,
+def _print_usage(grpc_target: str, rest: str, model: str, *, model_repo: Path, config: Path,
                  extra: str = "") -> None:
-    rest, grpc_target = f"http://127.0.0.1:{rest_port}", f"127.0.0.1:{grpc_port}"
     print(f"""
 Serving: gRPC {grpc_target}, REST {rest}{chr(10) + extra if extra else ''}
   curl {rest}/v1/models/{model}
@@ -199,29 +197,33 @@ Serving: gRPC {grpc_target}, REST {rest}{chr(10) + extra if extra else ''}
   python -m serving.client --grpc {grpc_target} --model {model} --label stable status
   python -m serving.client --grpc {grpc_target} --model {model} --label stable metadata
   python -c 'from serving.client import GrpcClient; from exporter.manifest import load_manifest
-print(GrpcClient("{grpc_target}").predict("{model}", load_manifest("{models_dir}/{model}/1").sample_inputs(), label="stable"))'
-  python -m serving.rollout status --model {model} --target {grpc_target} --config-file {config}
+print(GrpcClient("{grpc_target}").predict("{model}", load_manifest("{model_repo}/{model}/1").sample_inputs(), label="stable"))'
+  python -m serving.rollout status --model {model} --grpc {grpc_target} --config-file {config}
 """, flush=True)
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving.up", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("auto", "compose-gpu", "compose-cpu", "embedded"), default="auto",
                         help="force a backend (default: auto, from `docker info`)")
     parser.add_argument("--docker", default="docker", help="docker CLI to ask (default: docker)")
-    parser.add_argument("--models-dir", type=Path, default=Path("models"), help="model repository (default: models)")
+    parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
+                        help="model repository (default: <checkout>/models)")
     parser.add_argument("--models", help="embedded server: serve only these comma-separated models")
-    parser.add_argument("--work-dir", type=Path, default=Path(".cache/serving"),
-                        help="embedded server: where the local models config is rendered (default: .cache/serving)")
-    parser.add_argument("--grpc-port", type=int, default=8500, help="embedded server gRPC port (default: 8500)")
-    parser.add_argument("--rest-port", type=int, default=8501, help="embedded server REST port (default: 8501)")
+    parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / ".cache" / "serving",
+                        help="embedded server: where the local models config is rendered "
+                             "(default: <checkout>/.cache/serving)")
+    parser.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500",
+                        help="embedded server: its gRPC address; it listens on this port (default: 127.0.0.1:8500)")
+    parser.add_argument("--rest", metavar="URL", default="http://127.0.0.1:8501",
+                        help="embedded server: its REST URL; it listens on this port (default: http://127.0.0.1:8501)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the models to load")
     parser.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.backend == "auto":
         choice = choose_backend(*docker_runtimes(args.docker))
     else:

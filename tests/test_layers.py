@@ -157,7 +157,6 @@ def test_the_bottom_modules_import_nothing_of_the_project_but_each_other():
     assert set(graph.get("serving.status", {})) == set()
 
 
-@pytest.mark.xfail(strict=True, reason="benchmarks/server.py still imports tests.support; the CLI helper removes it")
 def test_benchmarks_import_nothing_from_tests():
     found = [f"{module} imports {name}" for module, path in _sources("benchmarks")
              for name in _imports(path, module, ast.walk(ast.parse(path.read_text())))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from serving import codec
 from serving.client._api import ClientApi
 from serving.client._grpc import GrpcClient
 from serving.client._rest import RestClient
-from serving.client._types import ModelMetadata, TensorSpec, VersionStatus
+from serving.client._types import ModelMetadata, Signature, TensorSpec, VersionStatus
 from serving.status import ServingError
 
 __all__ = ["main", "build_parser", "load_inputs"]
@@ -38,19 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving.client", description="Call TF Serving; print JSON.")
     parser.add_argument("command", choices=["predict", "classify", "regress", "metadata", "status"])
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--grpc", metavar="HOST:PORT")
-    where.add_argument("--rest", metavar="URL")
+    where.add_argument("--grpc", metavar="HOST:PORT", help="the server's gRPC address")
+    where.add_argument("--rest", metavar="URL", help="the server's REST URL, http://HOST:PORT")
     parser.add_argument("--model", required=True)
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--version", type=int)
-    which.add_argument("--label")
+    which.add_argument("--version", type=int, metavar="N", help="a specific version (default: the latest)")
+    which.add_argument("--label", metavar="NAME", help="a version label, e.g. stable")
     parser.add_argument("--signature")
     parser.add_argument("--input", type=Path, help=".npy, .npz or .json (predict); .json (classify, regress)")
     parser.add_argument("--timeout", type=float, default=30.0)
     return parser
 
 
-def load_inputs(path: Path, signature: Optional[Any]) -> Any:
+def load_inputs(path: Path, signature: Optional[Signature]) -> Union[np.ndarray, dict[str, np.ndarray]]:
     """Inputs from a file; JSON values take the signature's dtypes."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
@@ -75,7 +75,7 @@ def _json_input(value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
 
 
 def _jsonable_metadata(meta: ModelMetadata) -> dict:
-    def tensors(specs: Any) -> dict:
+    def tensors(specs: Mapping[str, TensorSpec]) -> dict:
         return {name: {"dtype": codec.enum_from_dtype(s.dtype).name if s.dtype is not None else None,
                        "shape": None if s.shape is None else [-1 if d is None else d for d in s.shape],
                        "name": s.tensor_name} for name, s in specs.items()}

@@ -2,7 +2,7 @@
 
 ``check`` parses every file in ``serving/`` with the real TF Serving protos and
 verifies that model names and base paths match what the exporter publishes
-(and, with ``--models-dir``, that the exported versions are there).
+(and, with ``--model-repo``, that the exported versions are there).
 ``render`` writes ``models.config`` from the zoo's published names, or from an
 existing config with its base paths remapped (e.g. for the embedded server).
 """
@@ -23,7 +23,9 @@ from serving.config.models import (
     write_model_server_config)
 from serving.model_repo import ZOO
 
-__all__ = ["main", "check_serving_dir", "CONFIG_FILES"]
+__all__ = ["main", "build_parser", "check_serving_dir", "CONFIG_FILES"]
+
+SERVING_DIR = Path(__file__).resolve().parents[1]  # the checkout's serving/, whatever the current directory
 
 # Variant → (models config, batching config) in the serving directory.
 CONFIG_FILES = {
@@ -78,13 +80,13 @@ def _parsed(path: Path, loader: Callable[[Path], Message], problems: list[str]) 
 
 
 def _check(args: argparse.Namespace) -> int:
-    problems = check_serving_dir(args.serving_dir, models_dir=args.models_dir, variant=args.variant,
+    problems = check_serving_dir(args.serving_dir, models_dir=args.model_repo, variant=args.variant,
                                  base_path_prefix=args.base_path_prefix)
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     if problems:
         return 1
-    checked = "config files" + (f" and the {args.variant} models in {args.models_dir}" if args.models_dir else "")
+    checked = "config files" + (f" and the {args.variant} models in {args.model_repo}" if args.model_repo else "")
     print(f"OK {args.serving_dir}: {checked} match the exporter's published names")
     return 0
 
@@ -96,7 +98,7 @@ def _render(args: argparse.Namespace) -> int:
             config = remap_base_paths(config, {CONTAINER_MODELS_DIR: args.base_path_prefix})
     else:
         config = render_model_server_config(ZOO, base_path_prefix=args.base_path_prefix,
-                                            models_dir=args.models_dir)
+                                            models_dir=args.model_repo)
     if args.all:
         gpu_file, cpu_file = (args.serving_dir / CONFIG_FILES[v][0] for v in ("gpu", "cpu"))
         write_model_server_config(config, gpu_file)
@@ -113,19 +115,20 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving.config", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="parse and cross-check the config files")
     render = sub.add_parser("render", help="write models.config from the zoo or another config")
     for p in (check, render):
-        p.add_argument("--serving-dir", type=Path, default=Path("serving"),
-                       help="directory of the config files (default: serving)")
-        p.add_argument("--models-dir", type=Path, help="host directory mounted at /models")
+        p.add_argument("--serving-dir", type=Path, default=SERVING_DIR,
+                       help=f"directory of the config files (default: {SERVING_DIR})")
+        p.add_argument("--model-repo", type=Path, metavar="DIR",
+                       help="model repository (the host directory mounted at /models)")
         p.add_argument("--base-path-prefix", default=CONTAINER_MODELS_DIR,
                        help=f"directory the base paths live in (default: {CONTAINER_MODELS_DIR}, the container's)")
     check.add_argument("--variant", choices=sorted(CONFIG_FILES), default="gpu",
-                       help="whose models config --models-dir must satisfy (default: gpu)")
+                       help="whose models config --model-repo must satisfy (default: gpu)")
     render.add_argument("--from-config", type=Path,
                         help="start from this models config (keeps policies and labels) instead of the zoo")
     render.add_argument("--without-gpu-only", action="store_true", help="drop TensorRT models (CPU hosts)")
@@ -136,5 +139,5 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     return _check(args) if args.command == "check" else _render(args)

@@ -199,7 +199,7 @@ def check_model_dirs(config: ModelServerConfig, models_dir: Path, *,
         found = model_versions(base)
         if not found:
             problems.append(f"{entry.name}: no numeric version directory under {base} "
-                            f"(export it: python -m exporter ensure --out {models_dir} {entry.name})")
+                            f"(export it: python -m exporter ensure --model-repo {models_dir} {entry.name})")
             continue
         wanted = set(_policy_versions(entry) or [found[-1]]) | set(entry.version_labels.values())
         for version in sorted(wanted):

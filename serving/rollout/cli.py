@@ -4,6 +4,10 @@ Every command that moves labels reads the current state from ``--config-file``
 (the models config the server was started with), pushes each planned step
 with ``HandleReloadConfigRequest``, waits for the versions to be AVAILABLE
 (``GetModelStatus``) and writes the pushed config back to the file.
+
+Flags use the project's CLI vocabulary: ``--grpc HOST:PORT`` for the server,
+``--model-repo DIR`` for the model repository, ``--version N`` and ``--label
+NAME``. Default paths are anchored on the checkout, not the current directory.
 """
 from __future__ import annotations
 
@@ -23,14 +27,16 @@ from serving.rollout.runner import Rollout, connect, version_states
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _publish(args: argparse.Namespace) -> int:
     if args.from_dir:
-        path = publish_saved_model(args.from_dir, args.models_dir, args.model, args.version)
+        path = publish_saved_model(args.from_dir, args.model_repo, args.model, args.version)
     else:
-        path = export_version(args.model_name or args.model, args.models_dir,
+        path = export_version(args.model_name or args.model, args.model_repo,
                               variant=args.variant, version=args.version)
     print(f"published {path} (not served yet: `python -m serving.rollout canary "
           f"--model {args.model} --version {path.name}`)")
@@ -48,12 +54,12 @@ def _labels_for(args: argparse.Namespace, config: ModelServerConfig) -> dict[str
 
 
 def _check_versions_exist(args: argparse.Namespace, labels: dict[str, int]) -> None:
-    if args.models_dir is None:
+    if args.model_repo is None:
         return
-    found = model_versions(args.models_dir / args.model)
+    found = model_versions(args.model_repo / args.model)
     missing = sorted(set(labels.values()) - set(found))
     if missing:
-        raise RolloutError(f"{args.model}: version(s) {missing} not found in {args.models_dir / args.model} "
+        raise RolloutError(f"{args.model}: version(s) {missing} not found in {args.model_repo / args.model} "
                            f"(has {found}); publish first")
 
 
@@ -66,7 +72,7 @@ def _move(args: argparse.Namespace) -> int:
         for step in steps:
             print(f"would {step.description}")
         return 0
-    with connect(args.target) as client:
+    with connect(args.grpc) as client:
         Rollout(client, config_file=None if args.no_write_back else args.config_file,
                 wait_timeout=args.timeout).apply(args.model, steps)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}")
@@ -76,14 +82,14 @@ def _move(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     entry = find_model(load_model_server_config(args.config_file), args.model)
     print(f"{args.model}: config serves {served_versions(entry)}, labels {dict(sorted(entry.version_labels.items()))}")
-    with connect(args.target) as client:
+    with connect(args.grpc) as client:
         for version, state in sorted(version_states(client, args.model).items()):
             error = state.error_message
             print(f"  version {version}: {state.state}{' ' + error if error else ''}")
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving.rollout", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     publish = sub.add_parser("publish", help="put a new version into the model repository")
@@ -101,25 +107,27 @@ def _parser() -> argparse.ArgumentParser:
     for p in [publish, *movers, stat]:
         p.add_argument("--model", required=True, help="published model name, e.g. digits")
     for p in [*movers, stat]:
-        p.add_argument("--target", default="127.0.0.1:8500", help="gRPC address (default: 127.0.0.1:8500)")
-        p.add_argument("--config-file", type=Path, default=Path("serving/models.config"),
-                       help="models config the server runs (default: serving/models.config)")
+        p.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500",
+                       help="the server's gRPC address (default: 127.0.0.1:8500)")
+        p.add_argument("--config-file", type=Path, default=REPO_ROOT / "serving" / "models.config",
+                       help="models config the server runs (default: <checkout>/serving/models.config)")
     for p in [publish, *movers]:
-        p.add_argument("--models-dir", type=Path, default=None if p is not publish else Path("models"),
-                       help="host model repository (publish default: models; movers: checks versions exist)")
+        p.add_argument("--model-repo", type=Path, metavar="DIR",
+                       default=None if p is not publish else REPO_ROOT / "models",
+                       help="host model repository (publish default: <checkout>/models; movers: checks versions exist)")
     for p in movers:
         p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a version to load")
         p.add_argument("--no-write-back", action="store_true", help="do not rewrite --config-file")
         p.add_argument("--dry-run", action="store_true", help="print the steps only")
-    publish.add_argument("--version", type=int, help="version number (default: next free)")
+    publish.add_argument("--version", type=int, metavar="N", help="version number (default: next free)")
     for name in ("canary", "set-label"):
-        movers[list(moves).index(name)].add_argument("--version", type=int, required=True)
-    movers[list(moves).index("set-label")].add_argument("--label", required=True)
+        movers[list(moves).index(name)].add_argument("--version", type=int, metavar="N", required=True)
+    movers[list(moves).index("set-label")].add_argument("--label", metavar="NAME", required=True)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "publish":
             return _publish(args)

@@ -41,7 +41,7 @@ def export_command(model: str, models_dir: Path, *, variant: str = "fp32",
                    version: Optional[int] = None) -> list[str]:
     """The exporter's command line that exports ``model`` into ``models_dir`` (quietly)."""
     command = [sys.executable, "-m", "exporter", "export", "--model", model, "--variant", variant,
-               "--out", str(Path(models_dir).resolve()), "--quiet"]
+               "--model-repo", str(Path(models_dir).resolve()), "--quiet"]
     return command + (["--version", str(version)] if version is not None else [])
 
 

@@ -67,7 +67,7 @@ def test_check_with_models_dir_reports_models_not_exported_yet(serving_copy, mod
     repo = tmp_path / "models"
     for exported in ("digits", "text", "ranker"):  # real exports; xla and resnet50 are missing
         shutil.copytree(model_repo / exported, repo / exported)
-    proc = run_cli("check", "--serving-dir", str(serving_copy), "--models-dir", str(repo), "--variant", "cpu")
+    proc = run_cli("check", "--serving-dir", str(serving_copy), "--model-repo", str(repo), "--variant", "cpu")
     assert proc.returncode == 1
     assert "digits_xla: no numeric version directory" in proc.stderr
     assert "python -m exporter ensure" in proc.stderr

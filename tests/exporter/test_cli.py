@@ -10,14 +10,14 @@ from tests.exporter.helpers import run_cli
 
 def test_ensure_skips_models_that_already_have_a_version(model_repo_copy):
     before = sorted(p.relative_to(model_repo_copy) for p in model_repo_copy.rglob("*"))
-    result = run_cli(["ensure", "--out", str(model_repo_copy), "--quiet", "digits", "text"])
+    result = run_cli(["ensure", "--model-repo", str(model_repo_copy), "--quiet", "digits", "text"])
     assert result.returncode == 0, result.stderr
     assert "digits: already has a version" in result.stdout and "text: already has a version" in result.stdout
     assert sorted(p.relative_to(model_repo_copy) for p in model_repo_copy.rglob("*")) == before
 
 
 def test_export_refuses_an_existing_version_before_training(model_repo_copy):
-    result = run_cli(["export", "--model", "digits", "--version", "1", "--out", str(model_repo_copy)])
+    result = run_cli(["export", "--model", "digits", "--version", "1", "--model-repo", str(model_repo_copy)])
     assert result.returncode == 1
     assert "version 1 already exists" in result.stderr and "Epoch" not in result.stdout
 

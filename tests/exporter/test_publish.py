@@ -21,7 +21,7 @@ def _numeric(base):
 def test_export_killed_midway_leaves_no_numeric_version_and_is_cleaned_up_later(tmp_path):
     out = tmp_path / "models"
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "export", "--model", "text",
-                             "--out", str(out), "--quiet"], cwd=REPO_ROOT, env=cli_env(),
+                             "--model-repo", str(out), "--quiet"], cwd=REPO_ROOT, env=cli_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base, staging = out / "text", None
     try:

@@ -36,7 +36,7 @@ def test_trt_fp16_exits_nonzero_naming_what_is_missing_and_leaves_nothing(tmp_pa
     if unavailable_reason() is None:  # pragma: no cover - only on a GPU host with TensorRT
         pytest.skip("TensorRT and a GPU are available here; the refusal path does not apply")
     out = tmp_path / "models"
-    result = run_cli(["export", "--model", "digits", "--variant", "trt-fp16", "--out", str(out)])
+    result = run_cli(["export", "--model", "digits", "--variant", "trt-fp16", "--model-repo", str(out)])
     assert result.returncode == 3
     assert "TensorRT" in result.stderr and "no GPU is visible" in result.stderr
     assert "docker compose run --rm exporter export --model digits --variant trt-fp16" in result.stderr

@@ -18,8 +18,8 @@ def run_loadtest(*args: str, timeout: float = 150) -> subprocess.CompletedProces
                           text=True, timeout=timeout)
 
 
-def _address(server, protocol: str) -> str:
-    return server.grpc_target if protocol == "grpc" else server.rest_url
+def _server(server, protocol: str) -> list[str]:
+    return ["--grpc", server.grpc_target] if protocol == "grpc" else ["--rest", server.rest_url]
 
 
 @pytest.mark.parametrize("scenario, protocol, extra", [
@@ -30,7 +30,7 @@ def _address(server, protocol: str) -> str:
     ("soak", "grpc", ["--", "--user-rps", "10"]),
 ])
 def test_scenario_makes_requests_without_failures(digits_server, model_repo, tmp_path, scenario, protocol, extra):
-    out = run_loadtest(scenario, "--host", _address(digits_server, protocol), "--protocol", protocol,
+    out = run_loadtest(scenario, *_server(digits_server, protocol),
                        "--run-time", "5s", "-u", "4", "--model-repo", str(model_repo), "--out", str(tmp_path),
                        *extra)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -46,7 +46,7 @@ def test_scenario_makes_requests_without_failures(digits_server, model_repo, tmp
 
 
 def test_soak_paces_each_user(digits_server, model_repo, tmp_path):
-    out = run_loadtest("soak", "--host", digits_server.grpc_target, "--run-time", "6s", "-u", "2",
+    out = run_loadtest("soak", "--grpc", digits_server.grpc_target, "--run-time", "6s", "-u", "2",
                        "--model-repo", str(model_repo), "--out", str(tmp_path), "--", "--user-rps", "5")
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads(Path(tmp_path, "soak_grpc_summary.json").read_text())
@@ -58,7 +58,7 @@ def test_soak_paces_each_user(digits_server, model_repo, tmp_path):
 
 @pytest.mark.parametrize("protocol", ["grpc", "rest"])
 def test_impossible_p99_gate_exits_non_zero_naming_the_gate(digits_server, model_repo, tmp_path, protocol):
-    out = run_loadtest("steady", "--host", _address(digits_server, protocol), "--protocol", protocol,
+    out = run_loadtest("steady", *_server(digits_server, protocol),
                        "--run-time", "3s", "-u", "2", "--model-repo", str(model_repo), "--out", str(tmp_path),
                        "--p99-ms", "0.0001")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -70,14 +70,14 @@ def test_impossible_p99_gate_exits_non_zero_naming_the_gate(digits_server, model
 def test_min_throughput_gate_from_a_file_exits_non_zero(digits_server, model_repo, tmp_path):
     slo = tmp_path / "slo.json"
     slo.write_text(json.dumps({"min_rps": 1e9}))
-    out = run_loadtest("steady", "--host", digits_server.grpc_target, "--run-time", "3s", "-u", "2",
+    out = run_loadtest("steady", "--grpc", digits_server.grpc_target, "--run-time", "3s", "-u", "2",
                        "--model-repo", str(model_repo), "--out", str(tmp_path), "--slo-file", str(slo))
     assert out.returncode == 1
     assert "SLO gate min_rps" in out.stderr
 
 
 def test_unknown_model_fails_the_run_with_the_servers_not_found(digits_server, model_repo, tmp_path):
-    out = run_loadtest("steady", "--host", digits_server.grpc_target, "--run-time", "3s", "-u", "1",
+    out = run_loadtest("steady", "--grpc", digits_server.grpc_target, "--run-time", "3s", "-u", "1",
                        "--model-repo", str(model_repo), "--out", str(tmp_path), "--model", "text",
                        "--max-failure-ratio", "0")
     # text is exported but not served here: every request is NOT_FOUND, so the failure gate breaks

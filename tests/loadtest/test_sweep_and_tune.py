@@ -19,8 +19,8 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def test_sweep_over_grpc_and_rest_reports_levels_and_server_split(digits_server, model_repo, tmp_path):
-    out = run_cli("sweep", "--model-repo", str(model_repo), "--grpc-target", digits_server.grpc_target,
-                  "--rest-url", digits_server.rest_url,
+    out = run_cli("sweep", "--model-repo", str(model_repo), "--grpc", digits_server.grpc_target,
+                  "--rest", digits_server.rest_url,
                   "--metrics-url", f"{digits_server.rest_url}/monitoring/prometheus/metrics",
                   "--protocol", "grpc,rest", "--concurrency", "1,4", "--window", "0.7", "--stable-windows", "2",
                   "--max-level-time", "4", "--warmup", "0.5", "--out", str(tmp_path))
@@ -47,7 +47,7 @@ def test_sweep_over_grpc_and_rest_reports_levels_and_server_split(digits_server,
 
 
 def test_rate_sweep_holds_the_requested_rate(digits_server, model_repo, tmp_path):
-    out = run_cli("sweep", "--model-repo", str(model_repo), "--grpc-target", digits_server.grpc_target,
+    out = run_cli("sweep", "--model-repo", str(model_repo), "--grpc", digits_server.grpc_target,
                   "--request-rate", "20,40", "--window", "1", "--stable-windows", "2", "--max-level-time", "5",
                   "--warmup", "0.5", "--out", str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr

@@ -21,7 +21,7 @@ def test_monitoring_local_serves_prometheus_with_the_shipped_rules_and_loopback_
     port, tfserving_port = free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitoring.local", f"--listen=127.0.0.1:{port}", f"--storage={tmp_path}",
-         f"--tfserving=127.0.0.1:{tfserving_port}", "--scrape-interval=1s"],
+         f"--rest=http://127.0.0.1:{tfserving_port}", "--scrape-interval=1s"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -29,7 +29,7 @@ def test_a_directory_without_saved_model_is_refused(tmp_path):
 def test_a_zoo_model_is_exported_by_the_exporter_cli(tmp_path):
     command = export_command("text", tmp_path / "models", variant="xla", version=2)
     assert command[:4] == [sys.executable, "-m", "exporter", "export"]
-    assert command[4:] == ["--model", "text", "--variant", "xla", "--out", str((tmp_path / "models").resolve()),
+    assert command[4:] == ["--model", "text", "--variant", "xla", "--model-repo", str((tmp_path / "models").resolve()),
                            "--quiet", "--version", "2"]
 
 

@@ -81,7 +81,7 @@ class Load:
 
 def rollout(server: EmbeddedServer, config: Path, repo: Path, *args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "serving.rollout", *args, "--model", MODEL,
-                           "--target", server.grpc_target, "--config-file", str(config), "--models-dir", str(repo),
+                           "--grpc", server.grpc_target, "--config-file", str(config), "--model-repo", str(repo),
                            "--timeout", "180"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr + server.log_tail()
@@ -148,7 +148,7 @@ def test_canary_rollback_and_promotion_under_load_fail_no_request(digits_repo, t
         rollout(server, config, repo, "promote")
         assert state(config) == ([2], {"stable": 2, "canary": 2})
         assert set(wait_for_traffic(load)) == {("stable", 2), ("canary", 2)}
-        status = subprocess.run([sys.executable, "-m", "serving.rollout", "status", "--model", MODEL, "--target",
+        status = subprocess.run([sys.executable, "-m", "serving.rollout", "status", "--model", MODEL, "--grpc",
                                  server.grpc_target, "--config-file", str(config)],
                                 cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
         assert "config serves [2], labels {'canary': 2, 'stable': 2}" in status.stdout, status.stderr
@@ -165,7 +165,7 @@ def test_canary_to_a_version_that_was_never_published_is_refused_before_any_push
     config.write_text((REPO_ROOT / "serving/models.cpu.config").read_text())
     before = config.read_text()
     proc = subprocess.run([sys.executable, "-m", "serving.rollout", "canary", "--model", MODEL, "--version", "7",
-                           "--target", "127.0.0.1:1", "--config-file", str(config), "--models-dir", str(repo)],
+                           "--grpc", "127.0.0.1:1", "--config-file", str(config), "--model-repo", str(repo)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "version(s) [7] not found" in proc.stderr

@@ -1,1 +1,2 @@
-"""Shared test support: free ports, a subprocess launcher for the embedded server."""
+"""Shared test support: free ports and the embedded server, both from ``serving.server.launcher``."""
+__all__: list[str] = []

@@ -1,6 +1,6 @@
-"""Free TCP ports on loopback: the load tests' helper, one implementation for both."""
+"""Free TCP ports on loopback: the launcher's helper, the one implementation."""
 from __future__ import annotations
 
-from loadtest.servers import free_port
+from serving.server.launcher import free_port
 
 __all__ = ["free_port"]

@@ -39,8 +39,8 @@ def make_up(cpu_stack_repo, tmp_path_factory):
     log = work / "up.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "serving.up", "--backend", "embedded", "--models-dir", str(cpu_stack_repo),
-             "--work-dir", str(work), "--grpc-port", str(grpc_port), "--rest-port", str(rest_port),
+            [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(cpu_stack_repo),
+             "--work-dir", str(work), "--grpc", f"127.0.0.1:{grpc_port}", "--rest", f"http://127.0.0.1:{rest_port}",
              "--timeout", "600"],
             cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})

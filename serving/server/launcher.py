@@ -1,0 +1,300 @@
+"""Start ``python -m serving.server`` as a subprocess, wait until its models are AVAILABLE, stop it.
+
+The one launcher of the embedded server: ``make up`` (``serving.up``), the load
+tests (``loadtest.servers``), the benchmarks and the test suite
+(``tests/support/servers.py``) all start it through :class:`ServerProcess`.
+
+- It takes ``tensorflow_model_server``'s own flags, so a caller states exactly
+  the command line TF Serving would get; :func:`write_config_files` writes the
+  config files for a set of models (with optional ``BatchingParameters``) and
+  returns the flags that point at them (:meth:`ServerProcess.for_models`).
+- Ports are free loopback ports (:func:`free_port`) unless given.
+- Ready means: every listed model has an AVAILABLE version in REST model
+  status (:func:`wait_until_available`, the one readiness probe) and the REST
+  port accepts connections.
+- ``stop()`` sends SIGTERM (the server drains and exits 0), then kills after
+  a timeout. The server's output goes to a log file (``log_tail()``) unless
+  ``capture_output=False`` leaves it on the caller's terminal.
+
+Importing this module loads neither TensorFlow nor the server.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO, Callable, Mapping, Optional, Sequence, Union
+
+from google.protobuf import text_format
+from google.protobuf.message import Message
+from tensorflow_serving.config import model_server_config_pb2
+
+from serving.config.protos import batching_parameters_class, monitoring_config_class
+
+__all__ = [
+    "REPO_ROOT",
+    "MONITORING_PATH",
+    "BatchingSpec",
+    "LoopbackAddresses",
+    "ServerProcess",
+    "free_port",
+    "port_open",
+    "wait_for_port",
+    "model_available",
+    "wait_until_available",
+    "model_config_text",
+    "batching_config_text",
+    "monitoring_config_text",
+    "write_config_files",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MONITORING_PATH = "/monitoring/prometheus/metrics"
+
+# ``BatchingParameters`` as the proto itself or as ``{field: value}`` for its wrapper fields.
+BatchingSpec = Union[Message, Mapping[str, int]]
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (a connect, no request sent)."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_for_port(port: int, timeout: float = 30.0, *, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until ``127.0.0.1:port`` accepts connections; ``RuntimeError`` once ``alive()`` is false,
+    ``TimeoutError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not port_open(port):
+        if not alive():
+            raise RuntimeError(f"the process exited before port {port} accepted connections")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"nothing listens on port {port} after {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def model_available(rest_url: str, model: str, timeout: float = 2.0) -> bool:
+    """Whether REST model status at ``rest_url`` lists an AVAILABLE version of ``model``."""
+    try:
+        with urllib.request.urlopen(f"{rest_url}/v1/models/{model}", timeout=timeout) as response:
+            body = json.loads(response.read())
+    except (OSError, ValueError):
+        return False
+    return any(v.get("state") == "AVAILABLE" for v in body.get("model_version_status", []))
+
+
+def wait_until_available(rest_url: str, models: Sequence[str], timeout: float, *,
+                         alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until each of ``models`` has an AVAILABLE version (REST model status at ``rest_url``).
+
+    Raises ``RuntimeError`` as soon as ``alive()`` is false (the server exited)
+    and ``TimeoutError`` naming the models still pending after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    pending = list(models)
+    while pending:
+        if not alive():
+            raise RuntimeError(f"the server exited while loading {', '.join(pending)}")
+        pending = [m for m in pending if not model_available(rest_url, m, timeout=1.0)]
+        if pending and time.monotonic() >= deadline:
+            raise TimeoutError(f"models not AVAILABLE after {timeout:.0f}s: {', '.join(pending)}")
+        if pending:
+            time.sleep(0.25)
+
+
+def model_config_text(models: Mapping[str, Path]) -> str:
+    """A ``ModelServerConfig`` text proto serving each ``name → base_path``."""
+    config = model_server_config_pb2.ModelServerConfig()
+    for name, base_path in models.items():
+        entry = config.model_config_list.config.add()
+        entry.name, entry.base_path, entry.model_platform = name, str(base_path), "tensorflow"
+    return text_format.MessageToString(config)
+
+
+def batching_config_text(params: BatchingSpec) -> str:
+    """A ``BatchingParameters`` text proto from the proto itself or a ``{field: value}`` mapping."""
+    if isinstance(params, Message):
+        return text_format.MessageToString(params)
+    proto = batching_parameters_class()()
+    for name, value in params.items():
+        getattr(proto, name).value = value
+    return text_format.MessageToString(proto)
+
+
+def monitoring_config_text(path: str = MONITORING_PATH) -> str:
+    """A ``MonitoringConfig`` text proto with the Prometheus page on at ``path``."""
+    config = monitoring_config_class()()
+    config.prometheus_config.enable, config.prometheus_config.path = True, path
+    return text_format.MessageToString(config)
+
+
+def write_config_files(workdir: Path, models: Mapping[str, Path], *,
+                       batching: Optional[BatchingSpec] = None) -> list[str]:
+    """Write ``models.config``, ``monitoring.config`` (and ``batching.config``) into ``workdir``.
+
+    Returns TF Serving's flags that point at them; ``batching=None`` serves
+    without batching, a mapping or a proto turns on ``--enable_batching``.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "models.config").write_text(model_config_text(models))
+    (workdir / "monitoring.config").write_text(monitoring_config_text())
+    flags = [f"--model_config_file={workdir / 'models.config'}",
+             f"--monitoring_config_file={workdir / 'monitoring.config'}"]
+    if batching is not None:
+        (workdir / "batching.config").write_text(batching_config_text(batching))
+        flags += ["--enable_batching=true", f"--batching_parameters_file={workdir / 'batching.config'}"]
+    return flags
+
+
+class LoopbackAddresses:
+    """A server's addresses on 127.0.0.1 from its ``grpc_port`` and ``rest_port``."""
+
+    grpc_port: int
+    rest_port: int
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus page, where ``write_config_files``' monitoring config puts it."""
+        return self.rest_url + MONITORING_PATH
+
+
+class ServerProcess(LoopbackAddresses):
+    """A ``python -m serving.server`` process; a context manager (``start()`` / ``stop()``).
+
+    ``flags`` are TF Serving's flags (``--model_config_file=...``); ``--port``
+    and ``--rest_api_port`` come first, from ``grpc_port`` / ``rest_port``
+    (free ports by default). ``wait_for`` lists the models that must be
+    AVAILABLE before ``start()`` returns. Output goes to ``log_path`` (a temp
+    file by default), or to this process's own stdout/stderr with
+    ``capture_output=False``. ``env`` adds to the environment.
+    """
+
+    def __init__(self, flags: Sequence[str] = (), *, wait_for: Sequence[str] = (),
+                 grpc_port: Optional[int] = None, rest_port: Optional[int] = None,
+                 log_path: Optional[Path] = None, capture_output: bool = True, timeout: float = 180.0,
+                 env: Optional[Mapping[str, str]] = None) -> None:
+        self.grpc_port = grpc_port or free_port()
+        self.rest_port = rest_port or free_port()
+        self.args = [f"--port={self.grpc_port}", f"--rest_api_port={self.rest_port}", *flags]
+        self.wait_for = list(wait_for)
+        self.timeout = timeout
+        self.log_path = log_path
+        self.capture_output = capture_output
+        self.env = dict(env or {})
+        self.proc: Optional[subprocess.Popen] = None
+        self._log: Optional[IO[bytes]] = None
+
+    @classmethod
+    def for_models(cls, models: Mapping[str, Path], *, workdir: Path, batching: Optional[BatchingSpec] = None,
+                   extra_flags: Sequence[str] = (), timeout: float = 300.0) -> "ServerProcess":
+        """A server for ``name → base_path`` with its config files (``write_config_files``) and
+        log (``server.log``) in ``workdir``; ready when every model is AVAILABLE."""
+        models = {name: Path(path).resolve() for name, path in models.items()}
+        flags = write_config_files(workdir, models, batching=batching)
+        return cls([*flags, *extra_flags], wait_for=list(models), log_path=Path(workdir) / "server.log",
+                   timeout=timeout)
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "serving.server", *self.args]
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc is not None else None
+
+    def launch(self) -> None:
+        """Start the process (does not wait for anything)."""
+        output: Optional[IO[bytes]] = None
+        if self.capture_output:
+            if self.log_path is None:
+                handle, name = tempfile.mkstemp(prefix="embedded-server-", suffix=".log")
+                os.close(handle)
+                self.log_path = Path(name)
+            self._log = output = open(self.log_path, "wb")
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, env=env, stdout=output,
+                                     stderr=subprocess.STDOUT if output else None)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self) -> None:
+        """Block until every ``wait_for`` model is AVAILABLE and REST accepts connections.
+
+        ``RuntimeError`` if the process exits first, ``TimeoutError`` after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + self.timeout
+        wait_until_available(self.rest_url, self.wait_for, self.timeout, alive=self.running)
+        wait_for_port(self.rest_port, max(0.0, deadline - time.monotonic()), alive=self.running)
+
+    def start(self) -> "ServerProcess":
+        """``launch()`` and ``wait_ready()``; on failure the process is stopped and the error carries
+        the log's tail."""
+        self.launch()
+        try:
+            self.wait_ready()
+        except (RuntimeError, TimeoutError) as error:
+            code = self.stop()
+            tail = self.log_tail()
+            raise type(error)(f"embedded server not ready (exit status {code}): {error}"
+                              + (f"\n--- server log tail ---\n{tail}" if tail else "")) from None
+        return self
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for the process to exit on its own; its exit status."""
+        assert self.proc is not None, "launch() first"
+        return self.proc.wait(timeout)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> Optional[int]:
+        """Send ``sig`` (SIGTERM: drain and exit), kill after ``timeout`` seconds; the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of the server's log ("" when its output is not captured)."""
+        if self.log_path is None or not Path(self.log_path).exists():
+            return ""
+        return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
