@@ -41,7 +41,7 @@ def test_an_export_that_fails_raises_rollout_error_with_the_exporters_message(tm
 
 def test_the_rollout_cli_reports_a_failed_export_and_exits_1(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "serving.rollout", "publish", "--model", "mnist",
-                           "--models-dir", str(tmp_path / "models")],
+                           "--model-repo", str(tmp_path / "models")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "rollout failed: exporting mnist (fp32) failed (exit 2)" in proc.stderr
