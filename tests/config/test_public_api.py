@@ -15,7 +15,7 @@ API = {
     "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
                         "rollback_labels", "served_versions", "connect", "Rollout"],
     "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-                   "ensure_commands", "main"],
+                   "ensure_commands", "build_parser", "main"],
 }
 
 
