@@ -59,7 +59,7 @@ from benchmarks.loadgen import CannedServer
 from exporter.export import ensure_model
 from exporter.manifest import load_manifest
 from serving import codec, wire
-from serving.config.models import model_versions
+from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
@@ -113,13 +113,13 @@ def _loaded(model: str, version_dir: Path) -> Iterator[Callable[[int], Callable[
     manifest = load_manifest(version_dir)
     servable = SavedModelLoader(LoaderOptions(enable_model_warmup=False)).load(
         model, int(version_dir.name), str(version_dir))
-    outputs = list(servable.signatures["serving_default"].outputs)
+    outputs = list(servable.signatures[codec.DEFAULT_SIGNATURE].outputs)
 
     def call_at(batch: int) -> Callable[[], object]:
         inputs = manifest.sample_inputs(batch_size=batch)
 
         def call() -> object:
-            return servable.run_direct("serving_default", inputs, outputs)
+            return servable.run_direct(codec.DEFAULT_SIGNATURE, inputs, outputs)
 
         for _ in range(2):  # build the callable, touch the kernels
             call()
@@ -287,7 +287,7 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
         canned = _canned_target(stack) if floor and "digits" in models and "grpc" in protocols else None
         for model in models:
             inputs = load_manifest(_version_dir(repo, model)).sample_inputs(batch_size=1)
-            grpc_payload = codec.encode_predict_request(model, inputs, signature_name="serving_default")
+            grpc_payload = codec.encode_predict_request(model, inputs, signature_name=codec.DEFAULT_SIGNATURE)
             rest_body = codec.inputs_to_rest_request(inputs)
             for server in servers.values():
                 _check_answers(server, model, grpc_payload, rest_body)

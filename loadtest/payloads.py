@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from loadtest import DEFAULT_MODEL_REPO
+from serving.codec import DEFAULT_SIGNATURE
 from serving.model_repo import latest_version_dir, published_name
 
 __all__ = [
@@ -95,7 +96,7 @@ def build_payload(target: Target) -> Payload:
     from exporter.manifest import load_manifest
 
     manifest = load_manifest(target.version_dir())
-    signature = target.signature or "serving_default"
+    signature = target.signature or DEFAULT_SIGNATURE
     inputs = manifest.sample_inputs(signature, batch_size=target.batch_size)
     return Payload(
         model_name=target.name,

@@ -22,7 +22,7 @@ import numpy as np
 
 from loadtest import REPO_ROOT
 from loadtest.payloads import Target
-from loadtest.slo import Gates, GateResult, evaluate
+from loadtest.slo import GateResult, Gates, evaluate
 
 __all__ = [
     "SCENARIOS",

@@ -14,8 +14,14 @@ from typing import Mapping, Optional, Protocol, Sequence
 
 import docker
 
-from serving.server.launcher import (BatchingSpec, LoopbackAddresses, ServerProcess, free_port,
-                                     wait_until_available, write_config_files)
+from serving.server.launcher import (
+    BatchingSpec,
+    LoopbackAddresses,
+    ServerProcess,
+    free_port,
+    wait_until_available,
+    write_config_files,
+)
 
 __all__ = ["RunningServer", "DockerServer", "start_server"]
 

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+
 # locust monkey-patches the process with gevent on import, so it comes first, and only
 # locustfiles import this module (the rest of loadtest must never import locust).
 from locust import FastHttpUser, User, task
@@ -31,9 +34,6 @@ from locust.argument_parser import LocustArgumentParser
 from locust.contrib.fasthttp import ResponseContextManager
 from locust.env import Environment
 from locust.event import Events
-
-import grpc
-import grpc.experimental.gevent as grpc_gevent
 
 from loadtest import DEFAULT_MODEL_REPO
 from loadtest.payloads import Payload, Target, build_payload

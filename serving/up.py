@@ -29,9 +29,16 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from serving.config import load_model_server_config
-from serving.config.compose import (ComposeError, compose_command, load_compose_model, plan_embedded_server,
-                                    service_models_config, volume_map)
-from serving.config.models import CONTAINER_MODELS_DIR, ZOO, model_versions
+from serving.config.compose import (
+    ComposeError,
+    compose_command,
+    load_compose_model,
+    plan_embedded_server,
+    service_models_config,
+    volume_map,
+)
+from serving.config.models import CONTAINER_MODELS_DIR
+from serving.model_repo import ZOO, model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",

@@ -11,8 +11,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
-import pytest
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks")
 

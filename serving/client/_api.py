@@ -10,8 +10,17 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from serving.client._protocol import (ApiGen, Call, Examples, Inputs, ModelRef, ModelServerConfigLike, Protocol,
-                                      afinish, finish)
+from serving.client._protocol import (
+    ApiGen,
+    Call,
+    Examples,
+    Inputs,
+    ModelRef,
+    ModelServerConfigLike,
+    Protocol,
+    afinish,
+    finish,
+)
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry, call_with_retry
 

@@ -1,15 +1,24 @@
 """gRPC requests and answers (TF Serving's messages, as the SDK's wire schema declares them)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol as TypingProtocol, Sequence
+from typing import Any, Mapping, Optional, Sequence
+from typing import Protocol as TypingProtocol
 
 import grpc
 import numpy as np
 from google.protobuf import text_format
 
 from serving import codec, status
-from serving.client._protocol import (ApiGen, Call, Examples, Inputs, ModelRef, ModelServerConfigLike, Protocol,
-                                      examples_list)
+from serving.client._protocol import (
+    ApiGen,
+    Call,
+    Examples,
+    Inputs,
+    ModelRef,
+    ModelServerConfigLike,
+    Protocol,
+    examples_list,
+)
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.wire import methods
 from serving.wire import serving_apis_pb2 as apis

@@ -9,8 +9,16 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from serving import codec, status
-from serving.client._protocol import (ApiGen, Call, Examples, Inputs, ModelRef, ModelServerConfigLike, Protocol,
-                                      examples_list)
+from serving.client._protocol import (
+    ApiGen,
+    Call,
+    Examples,
+    Inputs,
+    ModelRef,
+    ModelServerConfigLike,
+    Protocol,
+    examples_list,
+)
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.codec import Signature
 from serving.wire import serving_apis_pb2 as apis

@@ -102,7 +102,7 @@ def _run(client: ClientApi, args: argparse.Namespace) -> Any:
     signature = None
     if args.input.suffix.lower() == ".json":
         meta = client.metadata(args.model, **where)
-        signature = meta.signatures.get(args.signature or "serving_default")
+        signature = meta.signatures.get(args.signature or codec.DEFAULT_SIGNATURE)
     inputs = load_inputs(args.input, signature)
     outputs = client.predict(args.model, inputs, signature=args.signature, **where)
     return {"outputs": {name: codec.array_to_json(value, as_b64=name.endswith(codec.BYTES_SUFFIX))

@@ -18,9 +18,17 @@ from google.protobuf.message import Message
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters, check_monitoring_config, check_warmup_fits
 from serving.config.models import (
-    CONTAINER_MODELS_DIR, HEADER, check_in_sync, check_model_dirs, check_model_server_config,
-    format_model_server_config, remap_base_paths, render_model_server_config, without_gpu_only,
-    write_model_server_config)
+    CONTAINER_MODELS_DIR,
+    HEADER,
+    check_in_sync,
+    check_model_dirs,
+    check_model_server_config,
+    format_model_server_config,
+    remap_base_paths,
+    render_model_server_config,
+    without_gpu_only,
+    write_model_server_config,
+)
 from serving.model_repo import ZOO
 
 __all__ = ["main", "build_parser", "check_serving_dir", "CONFIG_FILES"]

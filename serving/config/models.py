@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from google.protobuf import text_format
 
-from serving.model_repo import ZOO, PublishedModel, model_versions, published_name
+from serving.model_repo import ZOO, PublishedModel, model_versions
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is built
     from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
@@ -42,11 +42,6 @@ __all__ = [
     "check_model_server_config",
     "check_model_dirs",
     "check_in_sync",
-    # re-exported from serving.model_repo, where they are defined
-    "PublishedModel",
-    "ZOO",
-    "published_name",
-    "model_versions",
 ]
 
 CONTAINER_MODELS_DIR = "/models"

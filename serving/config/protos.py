@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import functools
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf import wrappers_pb2  # noqa: F401  (registers wrappers.proto in the pool)
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    message_factory,
+    wrappers_pb2,  # noqa: F401  (registers wrappers.proto in the pool)
+)
 from google.protobuf.message import Message
 
 __all__ = ["batching_parameters_class", "monitoring_config_class"]

@@ -19,8 +19,15 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from serving import status
 from serving.config import load_model_server_config
 from serving.model_repo import model_versions
-from serving.rollout.plan import (RolloutError, canary_labels, find_model, plan_label_move,
-                                  promote_labels, rollback_labels, served_versions)
+from serving.rollout.plan import (
+    RolloutError,
+    canary_labels,
+    find_model,
+    plan_label_move,
+    promote_labels,
+    rollback_labels,
+    served_versions,
+)
 from serving.rollout.publish import export_version, publish_saved_model
 from serving.rollout.runner import Rollout, connect, version_states
 

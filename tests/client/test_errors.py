@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from serving import status
-from serving.client import GrpcClient, NO_RETRY, RestClient, errors
+from serving.client import NO_RETRY, GrpcClient, RestClient, errors
 from serving.client._rest_protocol import error_from_http
 from tests.support.ports import free_port
 

@@ -12,8 +12,14 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from serving import codec
-from serving.codec import (CLASSIFY_METHOD_NAME, DEFAULT_SIGNATURE, PREDICT_METHOD_NAME, REGRESS_METHOD_NAME, Signature,
-                           TensorSpec)
+from serving.codec import (
+    CLASSIFY_METHOD_NAME,
+    DEFAULT_SIGNATURE,
+    PREDICT_METHOD_NAME,
+    REGRESS_METHOD_NAME,
+    Signature,
+    TensorSpec,
+)
 from serving.wire import apis
 from tests.support.servers import REPO_ROOT
 

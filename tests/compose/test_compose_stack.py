@@ -13,7 +13,7 @@ import pytest
 
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, compose_command, load_compose_model, volume_map
-from serving.config.models import published_name
+from serving.model_repo import published_name
 from tests.compose.conftest import CPU, GPU, PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT
 

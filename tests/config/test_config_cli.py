@@ -10,8 +10,13 @@ import pytest
 
 from serving.config import load_model_server_config
 from serving.config.cli import check_serving_dir
-from serving.config.models import (check_model_dirs, remap_base_paths, render_model_server_config,
-                                   write_model_server_config, ZOO)
+from serving.config.models import (
+    ZOO,
+    check_model_dirs,
+    remap_base_paths,
+    render_model_server_config,
+    write_model_server_config,
+)
 from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"

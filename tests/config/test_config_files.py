@@ -8,7 +8,8 @@ import yaml
 
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters
-from serving.config.models import ZOO, render_model_server_config, without_gpu_only
+from serving.config.models import render_model_server_config, without_gpu_only
+from serving.model_repo import ZOO
 from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"

@@ -177,6 +177,7 @@ def test_coordinate_descent_takes_a_known_start_score_without_measuring_it():
 
 def test_candidate_proto_keeps_allowed_batch_sizes_valid():
     from google.protobuf import text_format
+
     from serving.config.protos import batching_parameters_class
 
     base = text_format.Parse("max_batch_size { value: 64 } allowed_batch_sizes: [1, 8, 32, 64] "

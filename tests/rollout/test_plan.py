@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from serving.config.models import ZOO, render_model_server_config
-from serving.rollout import (RolloutError, canary_labels, plan_label_move, promote_labels, rollback_labels,
-                             served_versions)
+from serving.config.models import render_model_server_config
+from serving.model_repo import ZOO
+from serving.rollout import (
+    RolloutError,
+    canary_labels,
+    plan_label_move,
+    promote_labels,
+    rollback_labels,
+    served_versions,
+)
 from serving.rollout.plan import find_model
 
 

@@ -22,8 +22,8 @@ import pytest
 
 from serving import codec
 from serving.config import load_model_server_config
-from tests.compose.conftest import GPU, PASSWORD, compose_env
 from serving.config.compose import load_compose_model
+from tests.compose.conftest import GPU, PASSWORD, compose_env
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
 

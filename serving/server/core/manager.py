@@ -33,14 +33,14 @@ from typing import Any, Optional
 from serving import status
 from serving.server.core.harness import VersionHarness
 from serving.server.core.labels import LabelMap, build_label_map
-from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 from serving.server.core.model_config import validate_model_config_list
 from serving.server.core.policy import HarnessState, next_action
 from serving.server.core.retrier import retry
-from serving.server.tensorflow.servable import Servable
 from serving.server.core.source import AspiredVersion, FileSystemSource, ServableToMonitor
 from serving.server.core.state import ManagerState, VersionStatus
 from serving.server.core.state_monitor import ServableStateMonitor
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
+from serving.server.tensorflow.servable import Servable
 
 __all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"]
 

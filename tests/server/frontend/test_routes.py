@@ -4,8 +4,13 @@ from __future__ import annotations
 import pytest
 
 from serving import status
-from serving.server.frontends.rest import (DISPATCH_REGEX, MODEL_STATUS_API_REGEX, PREDICTION_API_REGEX,
-                                          RestRoute, parse_route)
+from serving.server.frontends.rest import (
+    DISPATCH_REGEX,
+    MODEL_STATUS_API_REGEX,
+    PREDICTION_API_REGEX,
+    RestRoute,
+    parse_route,
+)
 
 # The regexes exactly as TF Serving 2.17.1 spells them (kPredictionApiGegex, kModelStatusApiRegex).
 TF_PREDICTION = r"(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)"

@@ -1,7 +1,9 @@
 """The availability-preserving policy, decision by decision."""
 from __future__ import annotations
 
-from serving.server.core.policy import Action, HarnessState as S, VersionSnapshot as V, next_action
+from serving.server.core.policy import Action, next_action
+from serving.server.core.policy import HarnessState as S
+from serving.server.core.policy import VersionSnapshot as V
 
 
 def test_new_aspired_version_loads_while_the_old_one_keeps_serving():

@@ -76,8 +76,7 @@ def write_warmup(version_dir: Path, records: int, kind: str = "predict") -> Path
     """Write ``records`` PredictionLog records (predict, classify or regress) into the warmup file."""
     import numpy as np
     import tensorflow as tf
-    from tensorflow_serving.apis import (classification_pb2, predict_pb2, prediction_log_pb2,
-                                         regression_pb2)
+    from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_log_pb2, regression_pb2
 
     from serving.codec import ndarray_to_tensor_proto
 
