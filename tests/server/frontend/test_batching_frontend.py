@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 import httpx
 import numpy as np
@@ -14,6 +15,29 @@ from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
 from tests.support.servers import EmbeddedServer
 
 RUNNING_SECONDS = 6.0   # how long the request holding the only batch thread runs
+# TF Serving's batching metrics order the threads below: a task's input size is recorded as it is
+# submitted (just before it takes its queue slot), a batch's processed size as a batch thread starts it.
+SUBMITTED = ":tensorflow:serving:batching_session:input_batch_size_count"
+STARTED = ":tensorflow:serving:batching_session:processed_batch_size_count"
+
+
+def _metric(server: EmbeddedServer, name: str) -> float:
+    """``name`` summed over its label sets, read from the server's Prometheus page."""
+    page = httpx.get(server.rest_url + MONITORING_PATH, timeout=60).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+               if line.split("{", 1)[0].split(" ", 1)[0] == name)
+
+
+def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll the server-side ``condition`` until it holds, failing with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def _wait_for_metric(server: EmbeddedServer, name: str, at_least: float) -> None:
+    _wait_until(lambda: _metric(server, name) >= at_least, f"{name} >= {at_least}")
 
 
 def _batching_server(repo, name: str, parameters: str) -> EmbeddedServer:
@@ -38,12 +62,13 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
         answers[key] = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                                   json={"signature_name": "sleep", "instances": [seconds]})
 
+    submitted, started_batches = _metric(one_slot, SUBMITTED), _metric(one_slot, STARTED)
     running = threading.Thread(target=call, args=("running", RUNNING_SECONDS))
     running.start()
-    time.sleep(2.0)                     # "running" occupies the only batch thread
+    _wait_for_metric(one_slot, STARTED, started_batches + 1)   # "running" occupies the only batch thread
     queued = threading.Thread(target=call, args=("queued", 0.0))
     queued.start()
-    time.sleep(1.0)                     # "queued" fills the only queue slot
+    _wait_for_metric(one_slot, SUBMITTED, submitted + 2)       # "queued" fills the only queue slot
     started = time.monotonic()
     rejected = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                           json={"signature_name": "sleep", "instances": [0.0]})
@@ -62,11 +87,12 @@ def test_full_queue_over_grpc_is_unavailable(one_slot):
     running = threading.Thread(target=client.predict, args=("tiny", seconds(RUNNING_SECONDS)),
                                kwargs={"signature": "sleep"})
     queued = threading.Thread(target=client.predict, args=("tiny", seconds(0.0)), kwargs={"signature": "sleep"})
+    submitted, started_batches = _metric(one_slot, SUBMITTED), _metric(one_slot, STARTED)
     try:
         running.start()
-        time.sleep(2.0)
+        _wait_for_metric(one_slot, STARTED, started_batches + 1)
         queued.start()
-        time.sleep(1.0)
+        _wait_for_metric(one_slot, SUBMITTED, submitted + 2)
         with pytest.raises(status.Unavailable):
             client.predict("tiny", seconds(0.0), signature="sleep")
     finally:
@@ -91,19 +117,22 @@ def _request_count(server: EmbeddedServer, code: str) -> float:
 def test_grpc_deadline_bounds_the_wait_in_the_batch_queue(one_slot):
     """The server itself gives up at the deadline: the queued call ends DEADLINE_EXCEEDED, not OK later."""
     before = {code: _request_count(one_slot, code) for code in ("OK", "DEADLINE_EXCEEDED")}
+    started_batches = _metric(one_slot, STARTED)
     client = StubGrpcClient(one_slot.grpc_target)
     running = threading.Thread(target=client.predict,
                                args=("tiny", {"seconds": np.array([RUNNING_SECONDS], np.float32)}),
                                kwargs={"signature": "sleep"})
     try:
         running.start()
-        time.sleep(2.0)
+        _wait_for_metric(one_slot, STARTED, started_batches + 1)
         with pytest.raises(status.DeadlineExceeded):
             client.predict("tiny", {"x": np.ones((1, 3), np.float32)}, timeout=0.5)
     finally:
         running.join(60)
         client.close()
-    time.sleep(0.5)
+    # The client's own deadline may fire a moment before the server records its answer.
+    _wait_until(lambda: _request_count(one_slot, "DEADLINE_EXCEEDED") > before["DEADLINE_EXCEEDED"],
+                "the server records the DEADLINE_EXCEEDED request")
     assert _request_count(one_slot, "DEADLINE_EXCEEDED") - before["DEADLINE_EXCEEDED"] == 1
     assert _request_count(one_slot, "OK") - before["OK"] == 1   # only the running call
 
