@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
 
 import httpx
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 
 from serving import status
 from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
+from tests.server.frontend.conftest import MONITORING_PATH, metric_total, tiny_flags, wait_until
 from tests.support.servers import EmbeddedServer
 
 RUNNING_SECONDS = 6.0   # how long the request holding the only batch thread runs
@@ -21,23 +20,8 @@ SUBMITTED = ":tensorflow:serving:batching_session:input_batch_size_count"
 STARTED = ":tensorflow:serving:batching_session:processed_batch_size_count"
 
 
-def _metric(server: EmbeddedServer, name: str) -> float:
-    """``name`` summed over its label sets, read from the server's Prometheus page."""
-    page = httpx.get(server.rest_url + MONITORING_PATH, timeout=60).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-               if line.split("{", 1)[0].split(" ", 1)[0] == name)
-
-
-def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll the server-side ``condition`` until it holds, failing with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
-
-
 def _wait_for_metric(server: EmbeddedServer, name: str, at_least: float) -> None:
-    _wait_until(lambda: _metric(server, name) >= at_least, f"{name} >= {at_least}")
+    wait_until(lambda: metric_total(server, name) >= at_least, f"{name} >= {at_least}")
 
 
 def _batching_server(repo, name: str, parameters: str) -> EmbeddedServer:
@@ -62,7 +46,7 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
         answers[key] = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                                   json={"signature_name": "sleep", "instances": [seconds]})
 
-    submitted, started_batches = _metric(one_slot, SUBMITTED), _metric(one_slot, STARTED)
+    submitted, started_batches = metric_total(one_slot, SUBMITTED), metric_total(one_slot, STARTED)
     running = threading.Thread(target=call, args=("running", RUNNING_SECONDS))
     running.start()
     _wait_for_metric(one_slot, STARTED, started_batches + 1)   # "running" occupies the only batch thread
@@ -87,7 +71,7 @@ def test_full_queue_over_grpc_is_unavailable(one_slot):
     running = threading.Thread(target=client.predict, args=("tiny", seconds(RUNNING_SECONDS)),
                                kwargs={"signature": "sleep"})
     queued = threading.Thread(target=client.predict, args=("tiny", seconds(0.0)), kwargs={"signature": "sleep"})
-    submitted, started_batches = _metric(one_slot, SUBMITTED), _metric(one_slot, STARTED)
+    submitted, started_batches = metric_total(one_slot, SUBMITTED), metric_total(one_slot, STARTED)
     try:
         running.start()
         _wait_for_metric(one_slot, STARTED, started_batches + 1)
@@ -117,7 +101,7 @@ def _request_count(server: EmbeddedServer, code: str) -> float:
 def test_grpc_deadline_bounds_the_wait_in_the_batch_queue(one_slot):
     """The server itself gives up at the deadline: the queued call ends DEADLINE_EXCEEDED, not OK later."""
     before = {code: _request_count(one_slot, code) for code in ("OK", "DEADLINE_EXCEEDED")}
-    started_batches = _metric(one_slot, STARTED)
+    started_batches = metric_total(one_slot, STARTED)
     client = StubGrpcClient(one_slot.grpc_target)
     running = threading.Thread(target=client.predict,
                                args=("tiny", {"seconds": np.array([RUNNING_SECONDS], np.float32)}),
@@ -131,7 +115,7 @@ def test_grpc_deadline_bounds_the_wait_in_the_batch_queue(one_slot):
         running.join(60)
         client.close()
     # The client's own deadline may fire a moment before the server records its answer.
-    _wait_until(lambda: _request_count(one_slot, "DEADLINE_EXCEEDED") > before["DEADLINE_EXCEEDED"],
+    wait_until(lambda: _request_count(one_slot, "DEADLINE_EXCEEDED") > before["DEADLINE_EXCEEDED"],
                 "the server records the DEADLINE_EXCEEDED request")
     assert _request_count(one_slot, "DEADLINE_EXCEEDED") - before["DEADLINE_EXCEEDED"] == 1
     assert _request_count(one_slot, "OK") - before["OK"] == 1   # only the running call

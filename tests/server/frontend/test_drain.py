@@ -5,14 +5,13 @@ import signal
 import socket
 import threading
 import time
-from typing import Callable
 
 import grpc
 import httpx
 import numpy as np
 
 from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
+from tests.server.frontend.conftest import metric_total, tiny_flags, wait_until
 from tests.support.servers import EmbeddedServer
 
 SLEEP_SECONDS = 6.0
@@ -29,20 +28,6 @@ def _accepts_connections(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _batches_started(server: EmbeddedServer) -> float:
-    page = httpx.get(server.rest_url + MONITORING_PATH, timeout=60).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-               if line.split("{", 1)[0].split(" ", 1)[0] == STARTED)
-
-
-def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll ``condition`` (an observable state of the server) until it holds, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def _grpc_refuses_new_calls(target: str) -> bool:
@@ -85,15 +70,15 @@ def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(tiny_r
 
     callers = [threading.Thread(target=rest_call), threading.Thread(target=grpc_call)]
     try:
-        started = _batches_started(server)
+        started = metric_total(server, STARTED)
         for caller in callers:
             caller.start()
-        _wait_until(lambda: _batches_started(server) >= started + 2, "both requests run inside the model")
+        wait_until(lambda: metric_total(server, STARTED) >= started + 2, "both requests run inside the model")
         server.proc.send_signal(signal.SIGTERM)
-        _wait_until(lambda: not _accepts_connections(server.rest_port), "REST stops accepting")
+        wait_until(lambda: not _accepts_connections(server.rest_port), "REST stops accepting")
         assert server.proc.poll() is None, "the process must wait for the requests in flight"
         assert not results, f"REST must stop accepting at once, while requests are in flight: {results}"
-        _wait_until(lambda: _grpc_refuses_new_calls(server.grpc_target), "gRPC refuses new calls")
+        wait_until(lambda: _grpc_refuses_new_calls(server.grpc_target), "gRPC refuses new calls")
         assert server.proc.poll() is None and not results, f"gRPC must refuse new calls while draining: {results}"
         for caller in callers:
             caller.join(60)
