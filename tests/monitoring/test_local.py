@@ -13,7 +13,7 @@ from tests.monitoring import promql
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
 
-pytestmark = pytest.mark.usefixtures("prometheus")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prometheus")]   # runs a real Prometheus
 
 
 def test_monitoring_local_serves_prometheus_with_the_shipped_rules_and_loopback_targets(tmp_path):

@@ -65,6 +65,7 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
     assert answers["running"].status_code == 200 and answers["queued"].status_code == 200
 
 
+@pytest.mark.slow   # the REST twin above stays in the fast tier
 def test_full_queue_over_grpc_is_unavailable(one_slot):
     client = StubGrpcClient(one_slot.grpc_target)
     seconds = lambda s: {"seconds": np.array([s], np.float32)}  # noqa: E731
