@@ -1,9 +1,13 @@
-"""Shared fixtures: a model repository exported by the real exporter.
+"""Shared fixtures: a model repository exported by the real exporter, and the Debian tools.
 
 Exports are cached under ``.cache/test-models/<hash of the exporter's code>``,
 so editing the exporter re-exports and a clean clone exports once. A file lock
 lets concurrent test runs share the cache. Tests that change a repository
 take ``model_repo_copy`` instead of writing into the cache.
+
+``promtool`` and ``prometheus`` are the paths of the tools that ``make test``
+installs (``make debs``); a test that takes one fails, not skips, where it is
+missing.
 """
 from __future__ import annotations
 
@@ -72,3 +76,21 @@ def model_repo_copy(model_repo: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "models"
     shutil.copytree(model_repo, dest, ignore=shutil.ignore_patterns(".lock"))
     return dest
+
+
+def _debian_tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is not on PATH: `make debs` installs it (Debian's prometheus package; make test runs it)"
+    return path
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """The path of ``promtool``."""
+    return _debian_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> str:
+    """The path of the ``prometheus`` server binary."""
+    return _debian_tool("prometheus")

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from serving import client as sdk
 from serving import status
 
 __all__ = ["CLIENT_KINDS", "ModelMetadata", "VersionState", "make_client"]
@@ -40,19 +41,14 @@ class ModelMetadata:
 
 
 def make_client(kind: str, grpc_target: str, rest_url: str) -> Any:
-    """The client named ``kind`` (one of ``CLIENT_KINDS``); pytest-skips if the SDK is missing."""
+    """The client named ``kind`` (one of ``CLIENT_KINDS``)."""
     if kind == "stub-grpc":
         return StubGrpcClient(grpc_target)
     if kind == "json-rest":
         return JsonRestClient(rest_url)
-    import pytest
-
-    try:
-        from serving import client as sdk
-        sdk_class = getattr(sdk, "GrpcClient" if kind == "sdk-grpc" else "RestClient")
-    except (ImportError, AttributeError) as exc:
-        pytest.skip(f"serving.client SDK not available yet: {exc}")
-    return SdkClient(sdk_class(grpc_target if kind == "sdk-grpc" else rest_url), kind)
+    if kind == "sdk-grpc":
+        return SdkClient(sdk.GrpcClient(grpc_target), kind)
+    return SdkClient(sdk.RestClient(rest_url), kind)
 
 
 def _examples_to_protos(examples: Sequence[Mapping[str, Any]]) -> list:

@@ -118,10 +118,9 @@ def test_wrong_shape_is_invalid_argument(client, endpoint):
         client.predict("digits", {"images": np.zeros((1, 8, 7, 1), np.float32)})
 
 
+@pytest.mark.parametrize("client", ["stub-grpc", "sdk-grpc"], indirect=True)  # REST has no output_filter
 def test_unknown_output_filter_is_invalid_argument(client, endpoint):
     man = manifest(endpoint.repo, "digits")
-    if client.transport == "rest":
-        pytest.skip("REST has no output_filter")
     with pytest.raises(status.InvalidArgument) as caught:
         client.predict("digits", man.sample_inputs(), output_filter=["nope"])
     assert "nope" in caught.value.details

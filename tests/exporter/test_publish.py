@@ -18,6 +18,7 @@ def _numeric(base):
     return sorted(p.name for p in base.iterdir() if p.name.isdigit()) if base.is_dir() else []
 
 
+@pytest.mark.slow   # runs a real export in a subprocess
 def test_export_killed_midway_leaves_no_numeric_version_and_is_cleaned_up_later(tmp_path):
     out = tmp_path / "models"
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "export", "--model", "text",

@@ -53,6 +53,7 @@ def _xla_must_compile_functions(version_dir) -> list[str]:
             if f.attr.get("_XlaMustCompile") is not None and f.attr["_XlaMustCompile"].b]
 
 
+@pytest.mark.slow   # exports and XLA-compiles a model
 def test_xla_variant_exports_validates_and_agrees_with_fp32(model_repo, tmp_path, capsys):
     import tensorflow as tf
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import posixpath
 
-import pytest
 import yaml
 
 from tests.monitoring import promql
 from tests.support.servers import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
-pytestmark = pytest.mark.skipif(not COMPOSE.is_file(), reason="docker-compose.yml not present")
 
 
 def services() -> dict:

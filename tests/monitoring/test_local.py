@@ -2,7 +2,6 @@
 against loopback targets (what ``make monitor`` runs)."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from tests.monitoring import promql
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (make debs)")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prometheus")]   # runs a real Prometheus
 
 
 def test_monitoring_local_serves_prometheus_with_the_shipped_rules_and_loopback_targets(tmp_path):

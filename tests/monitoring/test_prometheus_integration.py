@@ -43,10 +43,7 @@ from tests.monitoring.prometheus_process import PrometheusProcess, shorten_alert
 from tests.support.ports import free_port
 from tests.support.servers import EmbeddedServer
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (make debs)"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prometheus")]
 
 MODELS = ("digits", "text", "ranker")
 NOT_SERVED = "retired_model"

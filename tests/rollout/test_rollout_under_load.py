@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +32,11 @@ MODEL = "digits"
 
 
 class Load:
-    """Threads calling Predict on each label until stopped; records (label, version) or the error."""
+    """Threads calling Predict on each label until stopped; records (label, version) or the error.
+
+    ``served[i]`` answered a request sent at ``sent[i]`` (``time.monotonic()``); ``answered`` is
+    notified on every answer.
+    """
 
     def __init__(self, target: str, inputs: dict, threads_per_label: int = 2) -> None:
         from serving.wire import PREDICT, apis  # TF Serving's wire format, without importing TensorFlow
@@ -48,24 +53,29 @@ class Load:
                 codec.ndarray_to_tensor_proto(array, request.inputs[key])
             self.requests[label] = request
         self.served: list[tuple[str, int]] = []
+        self.sent: list[float] = []
         self.errors: list[str] = []
-        self.mark = 0
+        self.answered = threading.Condition()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(label,), daemon=True)
                         for label in self.requests for _ in range(threads_per_label)]
 
     def _run(self, label: str) -> None:
         while not self.stop.is_set():
+            sent = time.monotonic()
             try:
                 response = self.predict(self.requests[label], timeout=60)
-                self.served.append((label, response.model_spec.version.value))
             except grpc.RpcError as exc:
                 self.errors.append(f"{label}: {exc.code().name}: {exc.details()}")
+                continue
+            with self.answered:
+                self.served.append((label, response.model_spec.version.value))
+                self.sent.append(sent)
+                self.answered.notify_all()
 
-    def since_mark(self) -> Counter:
-        """(label, version) counts since the last call."""
-        served, self.mark = self.served[self.mark:], len(self.served)
-        return Counter(served)
+    def sent_since(self, since: float, start: int) -> Counter:
+        """(label, version) counts of answers to requests sent at ``since`` or later (from index ``start``)."""
+        return Counter(answer for answer, sent in zip(self.served[start:], self.sent[start:]) if sent >= since)
 
     def __enter__(self) -> "Load":
         for thread in self.threads:
@@ -94,20 +104,20 @@ def state(config: Path) -> tuple[list[int], dict[str, int]]:
 
 
 def wait_for_traffic(load: Load, minimum: int = 20) -> Counter:
-    """Requests served after this point, at least ``minimum`` per label."""
-    import time
-
-    load.since_mark()
-    time.sleep(1.0)  # requests in flight when the step returned may still carry the previous version
-    load.since_mark()
-    deadline = time.monotonic() + 60
+    """Answers to requests sent from now on (not those in flight), at least ``minimum`` per label."""
     counts: Counter = Counter()
-    while time.monotonic() < deadline:
-        counts += load.since_mark()
-        per_label = Counter(label for (label, _), n in counts.items() for _ in range(n))
-        if min(per_label.get("stable", 0), per_label.get("canary", 0)) >= minimum:
+
+    def enough() -> bool:
+        counts.clear()
+        counts.update(load.sent_since(since, start))
+        per_label = Counter(label for label, _ in counts.elements())
+        return min(per_label["stable"], per_label["canary"]) >= minimum
+
+    with load.answered:
+        start = len(load.served)  # the answers so far were to requests sent before ``since``
+        since = time.monotonic()
+        if load.answered.wait_for(enough, timeout=60):
             return counts
-        time.sleep(0.05)
     raise AssertionError(f"too little traffic: {counts}; errors: {load.errors[:5]}")
 
 

@@ -4,25 +4,31 @@ In process: ``tiny_manager`` is a real ``ServableManager`` serving ``tiny``
 version 1; ``dataplane`` is a ``DataPlane`` over it with fresh ``metrics``;
 ``grpc_frontend`` / ``rest_frontend`` run each front-end on a free port with
 that data plane.
+
+``metric_total`` and ``wait_until`` wait for what a server shows (a metric, a listener
+closing) instead of sleeping.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from tensorflow_serving.apis import input_pb2
 
-from loadtest.servers import free_port
 from serving import codec
 from serving.server.core.manager import ServableManager
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.grpc import GrpcFrontend
 from serving.server.frontends.rest import RestFrontend
+from serving.server.launcher import free_port
 from serving.server.metrics import ServerMetrics
 from serving.server.server import single_model_config
 from tests.server.frontend.tiny import export_tiny
+from tests.support.servers import EmbeddedServer
 
 MONITORING_PATH = "/monitoring/prometheus/metrics"
 
@@ -94,3 +100,18 @@ def examples_input(rows: Sequence[Mapping[str, Any]], context: Optional[Mapping[
     for row in rows:
         codec.example_from_dict(row, target.examples.add())
     return request_input
+
+
+def metric_total(server: EmbeddedServer, name: str) -> float:
+    """``name`` summed over its label sets, read from the server's Prometheus page."""
+    page = httpx.get(server.rest_url + MONITORING_PATH, timeout=60).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+               if line.split("{", 1)[0].split(" ", 1)[0] == name)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition`` (something the server shows) until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)

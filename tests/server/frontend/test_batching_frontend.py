@@ -10,10 +10,18 @@ import pytest
 
 from serving import status
 from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
+from tests.server.frontend.conftest import MONITORING_PATH, metric_total, tiny_flags, wait_until
 from tests.support.servers import EmbeddedServer
 
 RUNNING_SECONDS = 6.0   # how long the request holding the only batch thread runs
+# TF Serving's batching metrics order the threads below: a task's input size is recorded as it is
+# submitted (just before it takes its queue slot), a batch's processed size as a batch thread starts it.
+SUBMITTED = ":tensorflow:serving:batching_session:input_batch_size_count"
+STARTED = ":tensorflow:serving:batching_session:processed_batch_size_count"
+
+
+def _wait_for_metric(server: EmbeddedServer, name: str, at_least: float) -> None:
+    wait_until(lambda: metric_total(server, name) >= at_least, f"{name} >= {at_least}")
 
 
 def _batching_server(repo, name: str, parameters: str) -> EmbeddedServer:
@@ -38,12 +46,13 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
         answers[key] = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                                   json={"signature_name": "sleep", "instances": [seconds]})
 
+    submitted, started_batches = metric_total(one_slot, SUBMITTED), metric_total(one_slot, STARTED)
     running = threading.Thread(target=call, args=("running", RUNNING_SECONDS))
     running.start()
-    time.sleep(2.0)                     # "running" occupies the only batch thread
+    _wait_for_metric(one_slot, STARTED, started_batches + 1)   # "running" occupies the only batch thread
     queued = threading.Thread(target=call, args=("queued", 0.0))
     queued.start()
-    time.sleep(1.0)                     # "queued" fills the only queue slot
+    _wait_for_metric(one_slot, SUBMITTED, submitted + 2)       # "queued" fills the only queue slot
     started = time.monotonic()
     rejected = httpx.post(f"{one_slot.rest_url}/v1/models/tiny:predict", timeout=60,
                           json={"signature_name": "sleep", "instances": [0.0]})
@@ -56,17 +65,19 @@ def test_full_queue_is_503_unavailable_at_once_and_queued_work_completes(one_slo
     assert answers["running"].status_code == 200 and answers["queued"].status_code == 200
 
 
+@pytest.mark.slow   # the REST twin above stays in the fast tier
 def test_full_queue_over_grpc_is_unavailable(one_slot):
     client = StubGrpcClient(one_slot.grpc_target)
     seconds = lambda s: {"seconds": np.array([s], np.float32)}  # noqa: E731
     running = threading.Thread(target=client.predict, args=("tiny", seconds(RUNNING_SECONDS)),
                                kwargs={"signature": "sleep"})
     queued = threading.Thread(target=client.predict, args=("tiny", seconds(0.0)), kwargs={"signature": "sleep"})
+    submitted, started_batches = metric_total(one_slot, SUBMITTED), metric_total(one_slot, STARTED)
     try:
         running.start()
-        time.sleep(2.0)
+        _wait_for_metric(one_slot, STARTED, started_batches + 1)
         queued.start()
-        time.sleep(1.0)
+        _wait_for_metric(one_slot, SUBMITTED, submitted + 2)
         with pytest.raises(status.Unavailable):
             client.predict("tiny", seconds(0.0), signature="sleep")
     finally:
@@ -91,19 +102,22 @@ def _request_count(server: EmbeddedServer, code: str) -> float:
 def test_grpc_deadline_bounds_the_wait_in_the_batch_queue(one_slot):
     """The server itself gives up at the deadline: the queued call ends DEADLINE_EXCEEDED, not OK later."""
     before = {code: _request_count(one_slot, code) for code in ("OK", "DEADLINE_EXCEEDED")}
+    started_batches = metric_total(one_slot, STARTED)
     client = StubGrpcClient(one_slot.grpc_target)
     running = threading.Thread(target=client.predict,
                                args=("tiny", {"seconds": np.array([RUNNING_SECONDS], np.float32)}),
                                kwargs={"signature": "sleep"})
     try:
         running.start()
-        time.sleep(2.0)
+        _wait_for_metric(one_slot, STARTED, started_batches + 1)
         with pytest.raises(status.DeadlineExceeded):
             client.predict("tiny", {"x": np.ones((1, 3), np.float32)}, timeout=0.5)
     finally:
         running.join(60)
         client.close()
-    time.sleep(0.5)
+    # The client's own deadline may fire a moment before the server records its answer.
+    wait_until(lambda: _request_count(one_slot, "DEADLINE_EXCEEDED") > before["DEADLINE_EXCEEDED"],
+                "the server records the DEADLINE_EXCEEDED request")
     assert _request_count(one_slot, "DEADLINE_EXCEEDED") - before["DEADLINE_EXCEEDED"] == 1
     assert _request_count(one_slot, "OK") - before["OK"] == 1   # only the running call
 

@@ -11,10 +11,15 @@ import httpx
 import numpy as np
 
 from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import tiny_flags
+from tests.server.frontend.conftest import metric_total, tiny_flags, wait_until
 from tests.support.servers import EmbeddedServer
 
-SLEEP_SECONDS = 4.0
+SLEEP_SECONDS = 6.0
+# Batches of one on two batch threads: each request runs alone, and the server's own
+# processed_batch_size count says when both are running inside the model.
+BATCHING = ("max_batch_size { value: 1 }\nbatch_timeout_micros { value: 0 }\n"
+            "num_batch_threads { value: 2 }\n")
+STARTED = ":tensorflow:serving:batching_session:processed_batch_size_count"
 
 
 def _accepts_connections(port: int) -> bool:
@@ -25,8 +30,25 @@ def _accepts_connections(port: int) -> bool:
         return False
 
 
+def _grpc_refuses_new_calls(target: str) -> bool:
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc  # TensorFlow: at call time
+
+    request = get_model_status_pb2.GetModelStatusRequest()
+    request.model_spec.name = "tiny"
+    with grpc.insecure_channel(target) as channel:
+        try:
+            model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request, timeout=2)
+            return False
+        except grpc.RpcError as exc:
+            assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), exc
+            return True
+
+
 def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(tiny_repo):
-    server = EmbeddedServer(tiny_flags(tiny_repo), wait_for=["tiny"]).start()
+    batching = tiny_repo / "drain.batching.config"
+    batching.write_text(BATCHING)
+    server = EmbeddedServer(tiny_flags(tiny_repo, "--enable_batching", f"--batching_parameters_file={batching}"),
+                            wait_for=["tiny"]).start()
     results: dict[str, object] = {}
 
     def rest_call() -> None:
@@ -48,23 +70,16 @@ def test_sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_0(tiny_r
 
     callers = [threading.Thread(target=rest_call), threading.Thread(target=grpc_call)]
     try:
+        started = metric_total(server, STARTED)
         for caller in callers:
             caller.start()
-        time.sleep(1.5)            # both requests are running inside the model now
+        wait_until(lambda: metric_total(server, STARTED) >= started + 2, "both requests run inside the model")
         server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        wait_until(lambda: not _accepts_connections(server.rest_port), "REST stops accepting")
         assert server.proc.poll() is None, "the process must wait for the requests in flight"
-        assert not _accepts_connections(server.rest_port), "REST must stop accepting at once"
-        with grpc.insecure_channel(server.grpc_target) as channel:
-            from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
-
-            request = get_model_status_pb2.GetModelStatusRequest()
-            request.model_spec.name = "tiny"
-            try:
-                model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request, timeout=2)
-                raise AssertionError("gRPC must refuse new calls while draining")
-            except grpc.RpcError as exc:
-                assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        assert not results, f"REST must stop accepting at once, while requests are in flight: {results}"
+        wait_until(lambda: _grpc_refuses_new_calls(server.grpc_target), "gRPC refuses new calls")
+        assert server.proc.poll() is None and not results, f"gRPC must refuse new calls while draining: {results}"
         for caller in callers:
             caller.join(60)
         exit_code = server.proc.wait(60)
