@@ -17,9 +17,11 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from exporter.manifest import load_manifest
 from loadtest import DEFAULT_MODEL_REPO
-from serving.codec import DEFAULT_SIGNATURE
+from serving.codec import DEFAULT_SIGNATURE, encode_predict_request, inputs_to_rest_request
 from serving.model_repo import latest_version_dir, published_name
+from serving.wire import PREDICT
 
 __all__ = [
     "Target",
@@ -93,8 +95,6 @@ class Payload:
 
 def build_payload(target: Target) -> Payload:
     """Read the manifest of ``target`` and encode one request (gRPC bytes now, the REST body on first use)."""
-    from exporter.manifest import load_manifest
-
     manifest = load_manifest(target.version_dir())
     signature = target.signature or DEFAULT_SIGNATURE
     inputs = manifest.sample_inputs(signature, batch_size=target.batch_size)
@@ -118,19 +118,13 @@ def _rest_path(target: Target) -> str:
 
 
 def _rest_body(signature: str, inputs: Mapping[str, np.ndarray]) -> bytes:
-    from serving.codec import inputs_to_rest_request
-
     return inputs_to_rest_request(dict(inputs), signature_name=signature, row_format=True)
 
 
 def _predict_request_bytes(target: Target, signature: str, inputs: Mapping[str, np.ndarray]) -> bytes:
-    from serving.codec import encode_predict_request
-
     return encode_predict_request(target.name, dict(inputs), version=target.version,
                                   version_label=target.version_label, signature_name=signature)
 
 
 def _predict_method() -> str:
-    from serving.wire import PREDICT
-
     return PREDICT

@@ -17,6 +17,8 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
+import grpc
+
 __all__ = [
     "Code",
     "ServingError",
@@ -167,20 +169,17 @@ def from_http_status(status: int) -> Code:
     return _FROM_HTTP.get(status, Code.UNKNOWN)
 
 
-def to_grpc_status(code: Code | int):
+_GRPC_BY_VALUE: dict[int, grpc.StatusCode] = {sc.value[0]: sc for sc in grpc.StatusCode}
+
+
+def to_grpc_status(code: Code | int) -> grpc.StatusCode:
     """The ``grpc.StatusCode`` with the same number (TF Serving ``ToGRPCStatus``)."""
-    import grpc  # local: REST-only users of this module need not load grpc
-
-    return _grpc_by_value(grpc)[int(code)]
+    return _GRPC_BY_VALUE[int(code)]
 
 
-def from_grpc_status(status) -> Code:
+def from_grpc_status(status: grpc.StatusCode) -> Code:
     """Canonical code for a ``grpc.StatusCode``."""
     return Code(status.value[0])
-
-
-def _grpc_by_value(grpc) -> dict:
-    return {sc.value[0]: sc for sc in grpc.StatusCode}
 
 
 _GRPC_MESSAGE_LIMIT = 1024

@@ -12,25 +12,17 @@ missing.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from exporter.export import export_model, source_hash
+from serving.model_repo import published_name
 from tests.support.servers import REPO_ROOT
 
 SMALL_MODELS = ("digits", "text", "ranker")
-
-
-def _exporter_hash() -> str:
-    digest = hashlib.sha256()
-    sources = sorted((REPO_ROOT / "exporter").rglob("*.py")) + sorted((REPO_ROOT / "serving" / "codec").rglob("*.py"))
-    for path in sources:
-        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _prune_stale(cache: Path, max_age_s: float = 3600.0) -> None:
@@ -43,17 +35,14 @@ def _prune_stale(cache: Path, max_age_s: float = 3600.0) -> None:
 
 
 def _cached_export(names: tuple[str, ...], variant: str = "fp32") -> Path:
-    from exporter.export import export_model
-
-    root = REPO_ROOT / ".cache" / "test-models" / _exporter_hash()
+    root = REPO_ROOT / ".cache" / "test-models" / source_hash()[:16]
     if not root.exists():
         _prune_stale(root.parent)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for name in names:
-            published = name if variant == "fp32" else f"{name}_{variant.replace('-', '_')}"
-            if not (root / published / "1").is_dir():
+            if not (root / published_name(name, variant) / "1").is_dir():
                 export_model(name, variant=variant, version=1, out=root, progress=False)
     return root
 

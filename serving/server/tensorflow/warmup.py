@@ -14,6 +14,8 @@ import os
 import time
 from typing import Any, Optional
 
+from google.protobuf.message import DecodeError
+
 from serving import status
 from serving.codec import tensor_proto_to_ndarray
 from serving.model_repo import WARMUP_REQUESTS_FILE, warmup_path
@@ -81,7 +83,6 @@ def _read_records(path: str):
 
 
 def _parse_record(record: bytes, path: str) -> Any:
-    from google.protobuf.message import DecodeError
     from tensorflow_serving.apis import prediction_log_pb2
 
     log_proto = prediction_log_pb2.PredictionLog()
