@@ -28,6 +28,10 @@ This package is the one public codec; the implementation lives in
   (``"serving_default"``) and the method names ``PREDICT_METHOD_NAME``,
   ``CLASSIFY_METHOD_NAME``, ``REGRESS_METHOD_NAME``.
 
+- samples without a manifest: ``synthesize_inputs(signature, batch_size, shapes=)``
+  (by dtype, seeded), ``load_inputs(path, signature)`` (``.npz`` or a REST Predict
+  body), ``parse_shape("NAME:d1,d2")``, ``example_shape(spec, shapes)``.
+
 Nothing here imports TensorFlow.
 """
 from __future__ import annotations
@@ -52,6 +56,7 @@ from serving.codec._rest_examples import (
     rest_request_to_input,
     rest_response_to_results,
 )
+from serving.codec._samples import example_shape, load_inputs, parse_shape, synthesize_inputs
 from serving.codec._signature import (
     CLASSIFY_METHOD_NAME,
     DEFAULT_SIGNATURE,
@@ -104,4 +109,8 @@ __all__ = [
     "REGRESS_METHOD_NAME",
     "TensorSpec",
     "Signature",
+    "synthesize_inputs",
+    "load_inputs",
+    "parse_shape",
+    "example_shape",
 ]
