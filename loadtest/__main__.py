@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from loadtest import REPO_ROOT, sweep, tune
-from loadtest.options import add_target_arguments, targets_from_args
+from loadtest.options import UsageError, add_target_arguments, targets_from_args
+from loadtest.payloads import PayloadError
 from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
 from loadtest.slo import Gates, load_gates
 
@@ -19,8 +20,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                        epilog="Arguments after -- go to locust, e.g. -- --stages 5:2,10:8 or -- --user-rps 20.")
     p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} or a locustfile path")
     server = p.add_mutually_exclusive_group(required=True)
-    server.add_argument("--grpc", metavar="HOST:PORT", help="load the server's gRPC API at HOST:PORT")
-    server.add_argument("--rest", metavar="URL", help="load the server's REST API at URL (http://HOST:PORT)")
+    server.add_argument("--grpc", metavar="HOST:PORT",
+                        help="load the server's gRPC API at HOST:PORT (or grpc://HOST:PORT)")
+    server.add_argument("--rest", metavar="URL",
+                        help="load the server's REST API at URL (http:// or https://)")
     p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (default 30s)")
     p.add_argument("-u", "--users", type=int, default=8, help="users (peak users for ramp/spike)")
     p.add_argument("-r", "--spawn-rate", type=float, default=None, help="users started per second (default: all at once)")
@@ -49,6 +52,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                    out_dir=args.out, processes=args.processes, extra_args=tuple(args.locust_args))
     outcome = run_scenario(spec, gates)
     s = outcome.summary
+    print(f"payload: {s['payload']['source']}")
     print(f"{s['scenario']} over {s['protocol']}: {s['requests']} requests, {s['failures']} failures, "
           f"{s['rps']:.1f} req/s, p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms")
     if s.get("generator_cpu_warning"):
@@ -72,12 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run a subcommand; for ``run``, arguments after ``--`` go to locust unchanged (``-- --stages 5:2,10:8``)."""
+    """Run a subcommand; for ``run``, arguments after ``--`` go to locust unchanged (``-- --stages 5:2,10:8``).
+
+    Contradicting flags and a payload no source can give exit 2 with the reason.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     locust_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = build_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.locust_args = locust_args
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, PayloadError) as error:
+        print(f"python -m loadtest {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

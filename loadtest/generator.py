@@ -52,12 +52,16 @@ def grpc_transport(target: str, payload: Payload, timeout: float = 30.0) -> Tran
 
 
 def rest_transport(base_url: str, payload: Payload, timeout: float = 30.0) -> Transport:
-    """One keep-alive HTTP/1.1 connection per worker; non-200 raises ``RuntimeError("HTTP nnn")``."""
+    """One keep-alive HTTP/1.1 connection per worker (TLS for ``https://``).
+
+    A non-200 answer raises ``RuntimeError("HTTP nnn")``.
+    """
     parsed = urllib.parse.urlsplit(base_url if "//" in base_url else f"http://{base_url}")
     headers = {"Content-Type": "application/json"}
+    connection = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
 
     def connect():
-        conn = http.client.HTTPConnection(parsed.hostname, parsed.port or 80, timeout=timeout)
+        conn = connection(parsed.hostname, parsed.port, timeout=timeout)
 
         def send() -> None:
             try:

@@ -1,22 +1,56 @@
-"""The target-model options every ``python -m loadtest`` subcommand shares, and the ``Target`` they give.
+"""The options every ``python -m loadtest`` subcommand shares: the target model, its payload, server addresses.
 
 The spellings are the project's CLI vocabulary: ``--version N`` / ``--label
 NAME`` for a version, ``--model-repo DIR`` for the model repository (default
-``<checkout>/models``).
+``<checkout>/models``), ``--grpc HOST:PORT`` and ``--rest URL`` for a server.
+
+A server address says its protocol: ``--rest`` takes an ``http://`` or
+``https://`` URL (a bare ``HOST:PORT`` means ``http://``), ``--grpc`` takes
+``HOST:PORT`` or ``grpc://HOST:PORT`` (or a gRPC target such as
+``unix:///path``). An address whose scheme belongs to the other protocol, or a
+``--protocol`` with no address of its kind, is a ``UsageError`` naming both.
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Optional
 
 from loadtest import DEFAULT_MODEL_REPO
 from loadtest.payloads import Target
+from serving.codec import parse_shape
 
-__all__ = ["add_target_arguments", "targets_from_args"]
+__all__ = [
+    "PROTOCOLS",
+    "UsageError",
+    "add_target_arguments",
+    "targets_from_args",
+    "grpc_address",
+    "rest_address",
+    "server_address",
+    "parse_protocols",
+    "protocols_for",
+]
+
+PROTOCOLS = ("grpc", "rest")
+_SCHEMES = {"grpc": ("grpc://",), "rest": ("http://", "https://")}
+_API = {"grpc": "gRPC", "rest": "REST"}
+_FORM = {"grpc": "HOST:PORT or grpc://HOST:PORT", "rest": "an http:// or https:// URL"}
+
+
+class UsageError(ValueError):
+    """Flags that contradict each other; the CLI prints the message and exits 2."""
+
+
+def _shape_argument(text: str) -> tuple[str, tuple[int, ...]]:
+    try:
+        return parse_shape(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--model``, ``--variant``, ``--signature``, ``--version``/``--label``, ``--batch-size``, ``--model-repo``."""
+    """The target model (``--model``, ``--variant``, ``--signature``, ``--version``/``--label``) and its payload."""
     group = parser.add_argument_group("target model")
     group.add_argument("--model", default="digits", help="model name (default digits)")
     group.add_argument("--variant", default="fp32", help="fp32 | xla | trt-fp16 (sweep: comma list)")
@@ -24,13 +58,82 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     which = group.add_mutually_exclusive_group()
     which.add_argument("--version", type=int, default=None, metavar="N", help="a specific version (default: latest)")
     which.add_argument("--label", default=None, metavar="NAME", help="a version label, e.g. stable")
-    group.add_argument("--batch-size", type=int, default=1, help="rows per request")
     group.add_argument("--model-repo", type=Path, default=DEFAULT_MODEL_REPO, metavar="DIR",
-                       help=f"model repository with <name>/<version>/manifest.json (default {DEFAULT_MODEL_REPO})")
+                       help=f"model repository with <name>/<version>/manifest.json (default {DEFAULT_MODEL_REPO}); "
+                            "a model without a manifest there is loaded from --input-data or the server's metadata")
+    payload = parser.add_argument_group(
+        "request payload (first source that applies: --input-data, the model's manifest, the server's metadata)")
+    payload.add_argument("--input-data", type=Path, default=None, metavar="FILE",
+                         help="the request inputs: an .npz (one array per input) or a TF Serving REST Predict "
+                              "body (.json, typed by the server's metadata)")
+    payload.add_argument("--batch-size", type=int, default=None, metavar="N",
+                         help="rows per request (default: 1, or the --input-data file's rows as they are)")
+    payload.add_argument("--shape", type=_shape_argument, action="append", default=[], metavar="NAME:d1,d2",
+                         help="dimensions after the batch of an input the metadata leaves unknown (repeatable)")
 
 
 def targets_from_args(args: argparse.Namespace) -> list[Target]:
     """One ``Target`` per variant of ``--variant`` (a comma list)."""
     return [Target(model=args.model, variant=variant, signature=args.signature, version=args.version,
-                   version_label=args.label, batch_size=args.batch_size, model_repo=args.model_repo)
+                   version_label=args.label, batch_size=args.batch_size, model_repo=args.model_repo,
+                   input_data=args.input_data, shapes=tuple(args.shape))
             for variant in args.variant.split(",")]
+
+
+def server_address(protocol: str, address: str, flag: str = "") -> str:
+    """``address`` checked against ``protocol`` and normalized; ``flag`` (default ``--PROTOCOL``) names it in errors.
+
+    gRPC: ``HOST:PORT`` (a ``grpc://`` scheme is dropped; gRPC's own target
+    schemes such as ``dns:///`` or ``unix://`` pass). REST: the URL without a
+    trailing slash (a bare ``HOST:PORT`` gets ``http://``; other schemes are
+    refused). A scheme of the other protocol is a ``UsageError``.
+    """
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"protocol must be grpc or rest, got {protocol!r}")
+    flag = flag or f"--{protocol}"
+    scheme = address[:address.index("://") + 3] if "://" in address else ""
+    other = "rest" if protocol == "grpc" else "grpc"
+    if scheme in _SCHEMES[other]:
+        raise UsageError(f"{flag} {address}: a {scheme} address is {_API[other]}, not {_API[protocol]}; "
+                         f"load it with --{other} {address}, or give {flag} {_FORM[protocol]}")
+    if protocol == "rest" and scheme and scheme not in _SCHEMES[protocol]:
+        raise UsageError(f"{flag} {address}: {_API[protocol]} takes {_FORM[protocol]}")
+    if protocol == "grpc":
+        return address[len(scheme):]
+    return (address if scheme else f"http://{address}").rstrip("/")
+
+
+def grpc_address(address: str, flag: str = "--grpc") -> str:
+    """``server_address("grpc", address, flag)``: ``HOST:PORT``."""
+    return server_address("grpc", address, flag)
+
+
+def rest_address(address: str, flag: str = "--rest") -> str:
+    """``server_address("rest", address, flag)``: an ``http(s)://`` URL."""
+    return server_address("rest", address, flag)
+
+
+def parse_protocols(text: str) -> list[str]:
+    """``--protocol``'s value: ``grpc``, ``rest`` or ``grpc,rest``."""
+    protocols = [p.strip() for p in text.split(",") if p.strip()]
+    if not protocols or any(p not in PROTOCOLS for p in protocols):
+        raise UsageError(f"--protocol takes grpc, rest or grpc,rest, got {text!r}")
+    return protocols
+
+
+def protocols_for(requested: Optional[str], grpc: Optional[str], rest: Optional[str]) -> list[str]:
+    """The protocols a run against a running server loads: ``--protocol``'s, each backed by its address.
+
+    Without ``--protocol``: every protocol that has an address (gRPC first).
+    """
+    given = {"grpc": grpc, "rest": rest}
+    if requested is None:
+        return [p for p in PROTOCOLS if given[p]]
+    protocols = parse_protocols(requested)
+    for protocol in protocols:
+        if not given[protocol]:
+            other = "rest" if protocol == "grpc" else "grpc"
+            flag = "--grpc HOST:PORT" if protocol == "grpc" else "--rest URL"
+            raise UsageError(f"--protocol {protocol} contradicts the server given: only --{other} {given[other]} "
+                             f"was given; add {flag}, or use --protocol {other}")
+    return protocols

@@ -1,8 +1,11 @@
 """Headless scenario runner: locust as a bounded subprocess, CSV/HTML/JSON out, SLO gates checked.
 
 Locust never runs in this process (it monkey-patches with gevent); the
-runner builds the command line, waits at most ``run_time + grace``, then
-reads locust's CSV files into a JSON summary and checks the gates.
+runner builds the request payload once (``loadtest.payloads``: a user file, the
+manifest, or the server's metadata), hands it to locust as a file with the
+server as locust's ``--host`` (``HOST:PORT`` for gRPC, a URL for REST), waits
+at most ``run_time + grace``, then reads locust's CSV files into a JSON
+summary (which names the payload's source) and checks the gates.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from loadtest import REPO_ROOT
-from loadtest.payloads import Target
+from loadtest.options import server_address
+from loadtest.payloads import Payload, Target, build_payload, write_payload
 from loadtest.slo import GateResult, Gates, evaluate
 
 __all__ = [
@@ -30,6 +34,7 @@ __all__ = [
     "RunOutcome",
     "locustfile_path",
     "locust_command",
+    "build_run_payload",
     "parse_duration",
     "run_scenario",
     "summarize_csv",
@@ -66,7 +71,10 @@ def locustfile_path(scenario: str) -> Path:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One headless locust run. ``host`` is ``HOST:PORT`` for gRPC or a URL for REST."""
+    """One headless locust run. ``host`` is ``HOST:PORT`` (or ``grpc://HOST:PORT``) for gRPC, a URL for REST.
+
+    A host whose scheme belongs to the other protocol is a ``UsageError``.
+    """
 
     scenario: str
     host: str
@@ -83,6 +91,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.protocol not in _USER_CLASS:
             raise ValueError(f"protocol must be grpc or rest, got {self.protocol!r}")
+        server_address(self.protocol, self.host)
 
     @property
     def prefix(self) -> Path:
@@ -104,13 +113,20 @@ class RunOutcome:
 
 
 def _host_for(spec: RunSpec) -> str:
-    if spec.protocol == "rest" and not spec.host.startswith(("http://", "https://")):
-        return f"http://{spec.host}"
-    return spec.host
+    """Locust's ``--host``: ``HOST:PORT`` for the gRPC user, an ``http(s)://`` URL for the REST user."""
+    return server_address(spec.protocol, spec.host)
 
 
-def locust_command(spec: RunSpec) -> list[str]:
-    """The ``python -m locust`` command line for ``spec``."""
+def build_run_payload(spec: RunSpec) -> Payload:
+    """The payload of ``spec``'s target; the metadata, when needed, is read over ``spec``'s protocol."""
+    host = _host_for(spec)
+    if spec.protocol == "grpc":
+        return build_payload(spec.target, grpc=host)
+    return build_payload(spec.target, rest=host)
+
+
+def locust_command(spec: RunSpec, payload_file: Optional[Path] = None) -> list[str]:
+    """The ``python -m locust`` command line for ``spec``; ``payload_file`` is a ``write_payload`` file."""
     target = spec.target
     cmd = [
         sys.executable, "-m", "locust", "-f", str(locustfile_path(spec.scenario)),
@@ -118,9 +134,13 @@ def locust_command(spec: RunSpec) -> list[str]:
         "-u", str(spec.users), "-r", str(spec.spawn_rate), "--run-time", f"{int(round(spec.run_time))}s",
         "--stop-timeout", f"{int(round(spec.stop_timeout))}s", "--exit-code-on-error", "0",
         "--csv", str(spec.prefix), "--html", f"{spec.prefix}.html",
-        "--model", target.model, "--variant", target.variant, "--batch-size", str(target.batch_size),
+        "--model", target.model, "--variant", target.variant,
         "--model-repo", str(Path(target.model_repo).resolve()),
     ]
+    if payload_file is not None:
+        cmd += ["--payload-file", str(Path(payload_file).resolve())]
+    if target.batch_size is not None:
+        cmd += ["--batch-size", str(target.batch_size)]
     if target.signature:
         cmd += ["--signature", target.signature]
     if target.version is not None:  # locust's own --version prints its version: see users.add_target_arguments
@@ -135,16 +155,21 @@ def locust_command(spec: RunSpec) -> list[str]:
 def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutcome:
     """Run ``spec`` as a subprocess bounded by ``run_time + stop_timeout + grace`` seconds; check ``gates``.
 
+    The payload is built first (``build_run_payload``; ``PayloadError`` when it
+    cannot be) and handed to locust in ``PREFIX_payload.json``.
     Exit codes: ``EXIT_OK`` (all gates met), ``EXIT_GATE_BROKEN``, ``EXIT_RUN_FAILED``
     (locust failed, was killed at the bound, or made no requests).
     """
+    payload = build_run_payload(spec)
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     for stale in [*Path(spec.out_dir).glob(f"{spec.prefix.name}_exact_*.bin"), Path(f"{spec.prefix}_final.json")]:
         stale.unlink(missing_ok=True)
+    payload_file = write_payload(payload, f"{spec.prefix}_payload.json")
     log_path = Path(f"{spec.prefix}.log")
-    returncode, timed_out = _run_bounded(locust_command(spec), log_path,
+    returncode, timed_out = _run_bounded(locust_command(spec, payload_file), log_path,
                                          spec.run_time + spec.stop_timeout + grace)
     summary = _summary(spec, returncode, timed_out, log_path)
+    summary["payload"] = payload.describe()
     results = evaluate(gates, summary) if summary["requests"] > 0 else []
     summary["gates"] = [asdict(g) for g in results]
     summary["passed"] = summary["run_ok"] and all(g.passed for g in results)

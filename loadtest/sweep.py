@@ -9,7 +9,10 @@ and the generator's own CPU use (to show it was not the bottleneck).
 
 One run can compare batching on/off, gRPC/REST and fp32/xla: the sweep
 starts the embedded server once per batching mode (or targets a running
-one) and sweeps every (variant, protocol) pair against it.
+one, ``--grpc``/``--rest``, with no local model repository needed) and sweeps
+every (variant, protocol) pair against it. Each variant's payload is built
+once against that server (``loadtest.payloads``: a user file, the manifest,
+or the server's metadata) and its source is recorded with the series.
 """
 from __future__ import annotations
 
@@ -28,7 +31,14 @@ import psutil
 from loadtest import REPO_ROOT
 from loadtest.generator import Load, Transport, transport_for
 from loadtest.metrics import Scrape, scrape, split_between
-from loadtest.options import add_target_arguments, targets_from_args
+from loadtest.options import (
+    add_target_arguments,
+    grpc_address,
+    parse_protocols,
+    protocols_for,
+    rest_address,
+    targets_from_args,
+)
 from loadtest.payloads import Target, build_payload
 from loadtest.plots import plot_throughput_latency
 from loadtest.servers import RunningServer, start_server
@@ -104,6 +114,7 @@ class Series:
     protocol: str
     batching: str
     levels: list[LevelResult] = field(default_factory=list)
+    payload: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -281,7 +292,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load = parser.add_argument_group("load")
     load.add_argument("--concurrency", default=None, help="closed-loop levels, e.g. 1,2,4,8,16 (default)")
     load.add_argument("--request-rate", default=None, help="open-loop levels in requests/s, e.g. 50,100,200")
-    load.add_argument("--protocol", default="grpc", help="grpc, rest or grpc,rest (compared in one run)")
+    load.add_argument("--protocol", default=None,
+                      help="grpc, rest or grpc,rest (compared in one run); default: each of --grpc/--rest given, "
+                           "else grpc")
     load.add_argument("--window", type=float, default=2.0, help="measurement window, s (default 2)")
     load.add_argument("--stable-windows", type=int, default=3, help="windows that must agree (default 3)")
     load.add_argument("--stability-pct", type=float, default=10.0, help="agreement, percent (default 10)")
@@ -296,8 +309,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BatchingParameters text proto for 'on' (default: the server's defaults)")
     server.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
     server.add_argument("--docker", action="store_true", help="start TF Serving in Docker instead (needs an engine)")
-    server.add_argument("--grpc", metavar="HOST:PORT", default=None, help="a running server's gRPC address")
-    server.add_argument("--rest", metavar="URL", default=None, help="a running server's REST URL")
+    server.add_argument("--grpc", metavar="HOST:PORT", default=None,
+                        help="a running server's gRPC address (or grpc://HOST:PORT)")
+    server.add_argument("--rest", metavar="URL", default=None, help="a running server's REST URL (http:// or https://)")
     server.add_argument("--metrics-url", default=None, help="a running server's Prometheus page")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "sweep",
                         help="output directory for reports (default <checkout>/out/sweep)")
@@ -330,16 +344,20 @@ def run_sweep(args: argparse.Namespace) -> int:
                              stability_pct=args.stability_pct, max_level_s=args.max_level_time,
                              warmup_s=args.warmup, latency_threshold_ms=args.latency_threshold_ms,
                              max_in_flight=args.max_in_flight)
-    targets, protocols = targets_from_args(args), args.protocol.split(",")
-    all_series: list[Series] = []
     running = bool(args.grpc or args.rest)
+    targets = targets_from_args(args)
+    protocols = (protocols_for(args.protocol, args.grpc, args.rest) if running
+                 else parse_protocols(args.protocol or "grpc"))
+    all_series: list[Series] = []
     for batching in (["running"] if running else args.batching.split(",")):
         with _server_for(args, batching, targets) as server:
             for target in targets:
-                payload = build_payload(target)
+                payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url)
+                print(f"payload {payload.label}: {payload.source}", flush=True)
                 for protocol in protocols:
                     address = server.grpc_target if protocol == "grpc" else server.rest_url
-                    series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching)
+                    series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching,
+                                    payload=payload.describe())
                     series.levels = sweep_levels(
                         transport_for(protocol, address, payload, settings.timeout_s), settings,
                         metrics_url=server.metrics_url, model_name=target.name, server_pid=server.pid,
@@ -362,7 +380,9 @@ class _Running:
     pid = None
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.grpc_target, self.rest_url, self.metrics_url = args.grpc, args.rest, args.metrics_url
+        self.grpc_target = grpc_address(args.grpc) if args.grpc else None
+        self.rest_url = rest_address(args.rest) if args.rest else None
+        self.metrics_url = args.metrics_url
 
     def __enter__(self) -> "_Running":
         return self

@@ -23,6 +23,10 @@ At the end the winner is restarted and compared with the baseline again in
 baseline by more than ``min_gain``. The result is written as
 ``batching.config`` (the measured table as comments) with ``tune.json`` and
 ``tune.csv`` beside it.
+
+The model needs no manifest: the payload comes from ``--input-data``, the
+manifest, or the metadata of the baseline server the tuner starts
+(``loadtest.payloads``), and is built once for every sweep.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ from exporter.manifest import load_manifest
 from loadtest import REPO_ROOT
 from loadtest.generator import transport_for
 from loadtest.options import add_target_arguments, targets_from_args
-from loadtest.payloads import Target, build_payload
+from loadtest.payloads import Payload, Target, build_payload
 from loadtest.servers import RunningServer, start_server
 from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from serving.config import load_batching_parameters
@@ -220,7 +224,7 @@ class _Bench:
 
     def __init__(self, args: argparse.Namespace, target: Target, baseline: Message, start: dict[str, int]) -> None:
         self.args, self.target, self.baseline, self.start = args, target, baseline, start
-        self.payload = build_payload(target)
+        self.payload: Optional[Payload] = None  # built against the baseline server on entry
         self.settings = SweepSettings(levels=tuple(int(x) for x in args.concurrency.split(",")),
                                       window_s=args.window, stable_windows=3, stability_pct=10.0,
                                       max_level_s=args.max_level_time, warmup_s=0.5,
@@ -230,6 +234,12 @@ class _Bench:
 
     def __enter__(self) -> "_Bench":
         self._baseline_server = self._server(self.start, "baseline").start()
+        try:
+            self.payload = build_payload(self.target, grpc=self._baseline_server.grpc_target)
+        except Exception:
+            self.__exit__()
+            raise
+        print(f"payload {self.payload.label}: {self.payload.source}", flush=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -245,6 +255,7 @@ class _Bench:
                             extra_flags=self.args.server_flag, docker_engine=self.args.docker)
 
     def _sweep(self, server: RunningServer) -> tuple[float, Optional[LevelResult], list[LevelResult]]:
+        assert self.payload is not None, "sweeps run inside the bench's with block"
         address = server.grpc_target if self.args.protocol == "grpc" else server.rest_url
         levels = sweep_levels(transport_for(self.args.protocol, address, self.payload), self.settings,
                               metrics_url=server.metrics_url, model_name=self.target.name, server_pid=server.pid)
@@ -288,12 +299,15 @@ class _Bench:
 
 
 def warmup_batch_floor(target: Target) -> int:
-    """The largest batch the model's warmup requests send (from its manifest), 0 if unknown.
+    """The largest batch the model's warmup requests send (from its manifest), 0 if unknown (no manifest).
 
     A ``max_batch_size`` below it fails the load ("Task size N is larger than
     maximum input batch size M"), so the search never goes there.
     """
-    sizes = load_manifest(target.version_dir()).warmup.get("batch_sizes") or []
+    manifest_dir = target.manifest_dir()
+    if manifest_dir is None:
+        return 0
+    sizes = load_manifest(manifest_dir).warmup.get("batch_sizes") or []
     return max(int(s) for s in sizes) if sizes else 0
 
 
@@ -342,16 +356,18 @@ def run_tune(args: argparse.Namespace) -> int:
             finals["off"] = bench.compare(None, args.final_rounds, "final")
         if not finals:  # nothing beat the baseline: the baseline against itself shows the noise floor
             finals["tuned"] = bench.compare(start, args.final_rounds, "final")
-    return _report(args, target, baseline, start, best, bench.trials, finals)
+    assert bench.payload is not None
+    return _report(args, target, bench.payload, baseline, start, best, bench.trials, finals)
 
 
-def _report(args: argparse.Namespace, target: Target, baseline: Message, start: dict[str, int], best: dict[str, int],
-            trials: Sequence[Trial], finals: dict[str, Trial]) -> int:
+def _report(args: argparse.Namespace, target: Target, payload: Payload, baseline: Message, start: dict[str, int],
+            best: dict[str, int], trials: Sequence[Trial], finals: dict[str, Trial]) -> int:
     tuned, off = finals.get("tuned"), finals.get("off")
     holds = tuned is not None and best != start and tuned.ratio > 1 + args.min_gain
     chosen = best if holds else start  # the search's winner must hold up in fresh rounds
     without_batching = off is not None and off.ratio > (tuned.ratio if holds else 1.0) * (1 + args.min_gain)
     summary = {"model": target.name, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
+               "payload": payload.describe(),
                "baseline_config": str(args.baseline_config), "baseline": start, "best": best,
                "final": {name: _final_summary(trial) for name, trial in finals.items()},
                "chosen": chosen, "kept_baseline": chosen == start, "enable_batching": not without_batching,

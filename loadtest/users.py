@@ -3,11 +3,15 @@
 Importing this module imports locust, which monkey-patches the process with
 gevent; only locustfiles import it (the rest of ``loadtest`` never does).
 
-Both users send one request prebuilt from the exporter's manifest
-(``loadtest.payloads``), chosen by the custom arguments that
-``add_target_arguments`` registers (``--model``, ``--variant``,
-``--signature``, ``--model-version``, ``--label``, ``--batch-size``,
-``--model-repo``; each also read from ``LOCUST_<NAME>``). The version is
+Both users send one prebuilt request. ``python -m loadtest run`` builds it
+once and hands it over as ``--payload-file`` (``loadtest.payloads.
+write_payload``). Run by hand, the payload is built here from the custom
+arguments that ``add_target_arguments`` registers (``--model``,
+``--variant``, ``--signature``, ``--model-version``, ``--label``,
+``--batch-size``, ``--model-repo``, ``--input-data``, ``--shape``; each also
+read from ``LOCUST_<NAME>``), the same sources in the same order as the CLI:
+the metadata, when needed, is read from locust's ``--host`` (``HOST:PORT`` or
+``grpc://HOST:PORT`` is gRPC, an ``http(s)://`` URL is REST). The version is
 ``--model-version`` here, not the project's ``--version``: locust's own
 ``--version`` prints locust's version.
 """
@@ -36,7 +40,9 @@ from locust.env import Environment
 from locust.event import Events
 
 from loadtest import DEFAULT_MODEL_REPO
-from loadtest.payloads import Payload, Target, build_payload
+from loadtest.options import grpc_address, rest_address
+from loadtest.payloads import Payload, Target, build_payload, read_payload
+from serving.codec import parse_shape
 from serving.status import ServingError, error_for, from_grpc_status
 
 __all__ = [
@@ -61,9 +67,17 @@ def add_target_arguments(parser: LocustArgumentParser) -> None:
     group.add_argument("--model-version", type=int, default=0, env_var="LOCUST_MODEL_VERSION",
                        help="specific version (0 = latest)")
     group.add_argument("--label", default="", env_var="LOCUST_LABEL", help="version label, e.g. stable")
-    group.add_argument("--batch-size", type=int, default=1, env_var="LOCUST_BATCH_SIZE", help="rows per request")
+    group.add_argument("--batch-size", type=int, default=0, env_var="LOCUST_BATCH_SIZE",
+                       help="rows per request (0 = one row, or the --input-data file's rows)")
     group.add_argument("--model-repo", default=str(DEFAULT_MODEL_REPO), env_var="LOCUST_MODEL_REPO",
                        help="model repository holding <name>/<version>/manifest.json")
+    group.add_argument("--input-data", default="", env_var="LOCUST_INPUT_DATA",
+                       help="request inputs: an .npz or a TF Serving REST Predict body (.json)")
+    group.add_argument("--shape", action="append", default=[], help="NAME:d1,d2 for an input whose dimensions "
+                       "after the batch the server's metadata leaves unknown (repeatable)")
+    group.add_argument("--payload-file", default="", env_var="LOCUST_PAYLOAD_FILE",
+                       help="a prebuilt payload (python -m loadtest run writes one); "
+                            "the options above are then unused")
     group.add_argument("--request-timeout", type=float, default=30.0, env_var="LOCUST_REQUEST_TIMEOUT",
                        help="per-request deadline, seconds")
     group.add_argument("--think-time", type=float, default=0.0, env_var="LOCUST_THINK_TIME",
@@ -120,10 +134,11 @@ def _check_payload(environment: Environment, **_: object) -> None:
         return
     try:
         payload = payload_for(environment)
-    except Exception as error:  # the manifest is missing or unreadable: no point starting users
+    except Exception as error:  # no source gives inputs: no point starting users
         logging.getLogger("loadtest").error("cannot build the request payload: %s: %s", type(error).__name__, error)
         sys.exit(2)
-    logging.getLogger("loadtest").info("payload %s: %d gRPC request bytes", payload.label, len(payload.grpc_request))
+    logging.getLogger("loadtest").info("payload %s: %d gRPC request bytes, from %s", payload.label,
+                                       len(payload.grpc_request), payload.source)
 
 
 def target_from_options(options: argparse.Namespace) -> Target:
@@ -134,19 +149,31 @@ def target_from_options(options: argparse.Namespace) -> Target:
         signature=options.signature or None,
         version=options.model_version or None,
         version_label=options.label or None,
-        batch_size=options.batch_size,
+        batch_size=options.batch_size or None,
         model_repo=Path(options.model_repo),
+        input_data=Path(options.input_data) if options.input_data else None,
+        shapes=tuple(parse_shape(text) for text in options.shape),
     )
 
 
 @functools.lru_cache(maxsize=None)
-def _payload(target: Target) -> Payload:
-    return build_payload(target)
+def _payload(target: Target, host: str) -> Payload:
+    if host.startswith(("http://", "https://")):
+        return build_payload(target, rest=rest_address(host))
+    return build_payload(target, grpc=grpc_address(host) if host else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_payload(path: str) -> Payload:
+    return read_payload(path)
 
 
 def payload_for(environment: Environment) -> Payload:
-    """The payload for this locust environment, built once per process."""
-    return _payload(target_from_options(environment.parsed_options))
+    """The payload for this locust environment, read or built once per process."""
+    options = environment.parsed_options
+    if options.payload_file:
+        return _read_payload(options.payload_file)
+    return _payload(target_from_options(options), environment.host or "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -163,7 +190,7 @@ class _ThinkTime:
 class GrpcPredictUser(_ThinkTime, User):
     """Sends the prebuilt ``PredictRequest`` bytes over one channel per user.
 
-    ``host`` is ``HOST:PORT`` (no scheme). Each call fires ``events.request``
+    ``host`` is ``HOST:PORT`` or ``grpc://HOST:PORT``. Each call fires ``events.request``
     with its response time (ms), response length (bytes) and, on failure,
     the ``serving.status`` error carrying TF Serving's code and message.
     """
@@ -221,12 +248,10 @@ class RestPredictUser(_ThinkTime, FastHttpUser):
 
 
 def _grpc_target(host: Optional[str]) -> str:
+    """``HOST:PORT`` of the gRPC user's ``--host``; an http(s) URL is REST's and refused (options.grpc_address)."""
     if not host:
         raise ValueError("the gRPC user needs --host HOST:PORT")
-    for scheme in ("grpc://", "http://"):
-        if host.startswith(scheme):
-            return host[len(scheme):]
-    return host
+    return grpc_address(host, flag="--host")
 
 
 def _status_error(error: grpc.RpcError) -> ServingError:

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from loadtest import generator, metrics, options, payloads, plots, runner, servers, slo, sweep, tune
@@ -215,3 +216,91 @@ def test_importing_the_library_does_not_import_locust_or_gevent():
 def test_locustfiles_are_not_a_package():
     assert not (REPO_ROOT / "loadtest" / "locustfiles" / "__init__.py").exists()
     assert sorted(p.stem for p in (REPO_ROOT / "loadtest" / "locustfiles").glob("*.py")) == sorted(runner.SCENARIOS)
+
+
+# ---------------------------------------------------------------- any model, any server: flags and payloads
+
+@pytest.mark.parametrize("argv, names", [
+    (["run", "steady", "--grpc", "http://127.0.0.1:8501"], ["--grpc http://127.0.0.1:8501", "--rest"]),
+    (["run", "steady", "--grpc", "https://tfs.example:443"], ["--grpc https://tfs.example:443", "--rest"]),
+    (["run", "steady", "--rest", "grpc://127.0.0.1:8500"], ["--rest grpc://127.0.0.1:8500", "--grpc"]),
+    (["sweep", "--protocol", "grpc", "--rest", "http://127.0.0.1:8501"],
+     ["--protocol grpc", "--rest http://127.0.0.1:8501"]),
+    (["sweep", "--protocol", "grpc,rest", "--grpc", "127.0.0.1:8500"], ["--protocol rest", "--grpc 127.0.0.1:8500"]),
+    (["sweep", "--grpc", "http://127.0.0.1:8501"], ["--grpc http://127.0.0.1:8501", "--rest"]),
+    (["sweep", "--protocol", "http", "--grpc", "127.0.0.1:8500"], ["--protocol", "grpc, rest or grpc,rest"]),
+])
+def test_a_scheme_or_protocol_that_contradicts_the_flag_is_refused_naming_both(argv, names, capsys):
+    from loadtest.__main__ import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m loadtest {argv[0]}: error: ")
+    for name in names:
+        assert name in err
+
+
+@pytest.mark.parametrize("protocol, address, expected", [
+    ("grpc", "127.0.0.1:8500", "127.0.0.1:8500"),
+    ("grpc", "grpc://127.0.0.1:8500", "127.0.0.1:8500"),
+    ("rest", "http://127.0.0.1:8501/", "http://127.0.0.1:8501"),
+    ("rest", "https://tfs.example", "https://tfs.example"),
+    ("rest", "127.0.0.1:8501", "http://127.0.0.1:8501"),
+])
+def test_the_scheme_decides_the_protocol_and_the_address_is_normalized(protocol, address, expected):
+    assert options.server_address(protocol, address) == expected
+
+
+def test_sweep_protocols_default_to_the_addresses_given():
+    assert options.protocols_for(None, "h:1", None) == ["grpc"]
+    assert options.protocols_for(None, None, "http://h:2") == ["rest"]
+    assert options.protocols_for(None, "h:1", "http://h:2") == ["grpc", "rest"]
+    assert options.protocols_for("rest", "h:1", "http://h:2") == ["rest"]
+
+
+def test_locust_gets_the_prebuilt_payload_and_the_host_of_its_protocol(tmp_path):
+    spec = runner.RunSpec(scenario="steady", host="grpc://127.0.0.1:8500", protocol="grpc",
+                          target=payloads.Target(model="user_mlp", batch_size=4), out_dir=tmp_path)
+    cmd = runner.locust_command(spec, tmp_path / "payload.json")
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1:8500"
+    assert cmd[cmd.index("--payload-file") + 1] == str(tmp_path / "payload.json")
+    assert cmd[cmd.index("--batch-size") + 1] == "4" and cmd[-1] == "GrpcUser"
+    with pytest.raises(options.UsageError, match="a http:// address is REST, not gRPC"):
+        runner.RunSpec(scenario="steady", host="http://127.0.0.1:8501", protocol="grpc")
+
+
+def _npz(path, **arrays):
+    np.savez(path, **arrays)
+    return path
+
+
+def test_input_data_npz_needs_no_manifest_and_no_server(tmp_path):
+    data = _npz(tmp_path / "x.npz", x=np.arange(6, dtype=np.float32).reshape(3, 2), k=np.array([7, 8, 9]))
+    target = payloads.Target(model="anything", model_repo=tmp_path / "none", input_data=data)
+    payload = payloads.build_payload(target)
+    assert payload.source == f"input file {data}"
+    np.testing.assert_array_equal(payload.inputs["x"], np.arange(6, dtype=np.float32).reshape(3, 2))
+    # --batch-size cycles the file's rows
+    cycled = payloads.build_payload(target.replace(batch_size=5)).inputs
+    np.testing.assert_array_equal(cycled["k"], [7, 8, 9, 7, 8])
+
+
+def test_input_data_with_inputs_of_different_batch_sizes_is_refused(tmp_path):
+    data = _npz(tmp_path / "x.npz", x=np.zeros((3, 2), np.float32), k=np.zeros(2))
+    with pytest.raises(payloads.PayloadError, match="same batch dimension"):
+        payloads.build_payload(payloads.Target(model="anything", input_data=data))
+
+
+def test_a_model_without_manifest_and_without_a_server_is_refused_saying_what_to_give(tmp_path):
+    with pytest.raises(payloads.PayloadError, match="no manifest under .* give --grpc or --rest, or --input-data"):
+        payloads.build_payload(payloads.Target(model="anything", model_repo=tmp_path))
+
+
+def test_a_written_payload_reads_back_with_the_same_request_and_rest_body(tmp_path):
+    data = _npz(tmp_path / "s.npz", text=np.array([b"a", b"bc"]), n=np.array([1.5, 2.0], np.float32))
+    payload = payloads.build_payload(payloads.Target(model="m", version_label="canary", input_data=data))
+    back = payloads.read_payload(payloads.write_payload(payload, tmp_path / "payload.json"))
+    assert back.grpc_request == payload.grpc_request
+    assert back.rest_path == "/v1/models/m/labels/canary:predict"
+    assert (back.source, back.label) == (payload.source, "m:serving_default")
+    assert json.loads(back.rest_body) == json.loads(payload.rest_body)
