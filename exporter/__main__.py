@@ -128,7 +128,7 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise ValueError("--from needs --name NAME: the name the model is served under")
-    model, _ = load_from(args.source)
+    model = load_from(args.source)
     tolerance = {k: v for k, v in (("atol", args.atol), ("rtol", args.rtol), ("min_top1", args.min_top1))
                  if v is not None}
     try:

@@ -256,7 +256,7 @@ def _publish_variants(model: Exportable, specs: Sequence[Variant], *, out: PathL
     """Trace once, compute the reference outputs, then publish each variant in order."""
     with steps("trace"):
         functions = model.make_signatures(False)
-        reference = _run_all(model.name, functions, model.golden_inputs)
+        reference = _run_all(model, functions)
     published: dict[str, Path] = {}
     for spec in specs:
         try:
@@ -270,18 +270,19 @@ def _publish_variants(model: Exportable, specs: Sequence[Variant], *, out: PathL
     return published
 
 
-def _run_all(name: str, functions: Mapping[str, Any],
-             inputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
+def _run_all(model: Exportable, functions: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     """The model's own outputs for the golden inputs (the reference every export must reproduce)."""
     import tensorflow as tf  # TensorFlow: only when exporting
 
     outputs = {}
-    for sig in inputs:
+    for sig, inputs in model.golden_inputs.items():
         try:
-            result = functions[sig](**{k: tf.constant(v) for k, v in inputs[sig].items()})
+            result = functions[sig](**{k: tf.constant(v) for k, v in inputs.items()})
         except (TypeError, ValueError, tf.errors.OpError) as exc:
-            raise ExportError(f"{name}: signature {sig!r} fails on its golden inputs: {type(exc).__name__}: "
-                              f"{str(exc).strip().splitlines()[0]}") from exc
+            hint = ("; its golden inputs are synthetic: give real rows with --samples (sample_inputs=), or "
+                    "leave the signature out with --signature (signatures=)") if model.golden_source == "synthetic" else ""
+            raise ExportError(f"{model.name}: signature {sig!r} fails on its golden inputs: {type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0]}{hint}") from exc
         outputs[sig] = {k: v.numpy() for k, v in result.items()}
     return outputs
 

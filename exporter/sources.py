@@ -131,24 +131,23 @@ class UserModel:
     source: str
     digest: str
     saved_model_dir: Optional[Path] = None
-    notes: tuple[str, ...] = ()
 
     def exportable(self, name: str, golden_inputs: Mapping[str, Mapping[str, np.ndarray]],
                    golden_source: str, notes: Sequence[str] = ()) -> Exportable:
         """The :class:`~exporter.exportable.Exportable` the pipeline publishes."""
         return Exportable(name=name, make_signatures=self.make_signatures, golden_inputs=golden_inputs,
                           golden_source=golden_source, source=self.source, model_digest=self.digest,
-                          root=self.root, notes=self.notes + tuple(notes))
+                          root=self.root, notes=tuple(notes))
 
 
-def load_from(text: str) -> tuple[Any, str]:
-    """The model ``--from`` names: a path (returned as a Path), or ``module:factory`` (called).
+def load_from(text: str) -> Any:
+    """The model ``--from`` names: a path (returned as a Path), or ``module:factory`` (imported and called).
 
-    Returns ``(model, description)``. ExportError when it is neither.
+    ExportError when it is neither.
     """
     path = Path(text)
     if path.exists():
-        return path, str(path)
+        return path
     if not _FACTORY.match(text):
         raise ExportError(f"{text}: no such file or directory, and not a module:factory name")
     module_name, factory_name = text.split(":")
@@ -159,7 +158,7 @@ def load_from(text: str) -> tuple[Any, str]:
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise ExportError(f"{text}: module {module_name!r} has no callable {factory_name!r}")
-    return factory(), text
+    return factory()
 
 
 def prepare(model: Any, *, signatures: Optional[Union[Mapping[str, Any], Sequence[str]]] = None,
@@ -487,16 +486,20 @@ def _files_digest(path: Path) -> str:
 
 
 def _functions_digest(functions: Mapping[str, Any]) -> str:
-    """sha256 of traced signatures: their specs, the op types of their graphs, and every weight they read."""
-    digest, seen = hashlib.sha256(), set()
+    """sha256 of traced signatures: their specs, the op types of their graphs, and every weight they read.
+
+    Names and orders that vary between runs (layer-name counters, capture
+    order) are left out, so the same model with the same weights hashes the same.
+    """
+    digest, weights = hashlib.sha256(), {}
     for key in sorted(functions):
         concrete = functions[key].get_concrete_function()
         graph_def = concrete.graph.as_graph_def()
         ops = [n.op for n in graph_def.node] + [n.op for f in graph_def.library.function for n in f.node_def]
         digest.update(f"{key}|{functions[key].input_signature}|{','.join(sorted(ops))}".encode())
         for variable in concrete.variables:
-            if id(variable) not in seen:
-                seen.add(id(variable))
-                digest.update(f"{variable.dtype.name}{variable.shape}".encode())
-                digest.update(variable.numpy().tobytes())
+            weight = hashlib.sha256(f"{variable.dtype.name}{variable.shape}".encode())
+            weight.update(variable.numpy().tobytes())
+            weights[id(variable)] = weight.hexdigest()
+    digest.update(",".join(sorted(weights.values())).encode())
     return digest.hexdigest()

@@ -109,7 +109,7 @@ def run_in_session(saved_model_dir: Union[str, Path], inputs: Mapping[str, Mappi
     replay = SessionReplay()
     with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
         try:
-            meta_graph = tf.compat.v1.saved_model.loader.load(session, list(tags), str(saved_model_dir))
+            meta_graph = _load_quietly(tf, session, tags, saved_model_dir)
         except Exception as exc:  # any load failure is the answer, not a crash
             replay.load_error = f"{type(exc).__name__}: {_tf_message(exc)}"
             return replay
@@ -125,6 +125,17 @@ def run_in_session(saved_model_dir: Union[str, Path], inputs: Mapping[str, Mappi
             except (KeyError, TypeError, ValueError, tf.errors.OpError) as exc:
                 replay.errors[key] = f"{type(exc).__name__}: {_tf_message(exc)}"
     return replay
+
+
+def _load_quietly(tf: Any, session: Any, tags: Sequence[str], saved_model_dir: Union[str, Path]) -> Any:
+    """TF Serving's loader call, without TensorFlow's "deprecated, use tf.saved_model.load" warning."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        return tf.compat.v1.saved_model.loader.load(session, list(tags), str(saved_model_dir))
+    finally:
+        logger.setLevel(level)
 
 
 def _tf_message(exc: BaseException) -> str:
