@@ -1,9 +1,20 @@
-"""Export a zoo model as a TF Serving version directory.
+"""Export a model as TF Serving version directories: a user's model or a zoo model, one pipeline.
 
-``export_model`` trains (or seeds) the model, saves it with fixed input
-signatures (batch dimension ``None``), writes the warmup file and the
-manifest, replays the golden inputs through the *saved* model, and only then
-publishes the version with one atomic rename (``serving.model_repo.Staging``).
+- :func:`export` takes a user's model (a Keras model, a ``tf.Module`` with
+  ``tf.function``\\ s, a SavedModel directory or a ``.keras`` file;
+  ``exporter.sources`` fixes its signatures) and returns ``{variant: version dir}``.
+- :func:`export_model` builds a zoo model (``exporter.zoo``) and returns its version dir.
+
+Both check first that every variant can be built here and that the
+requested version is free, then, per variant (fp32 first): save the
+signatures through a ``tf.Module`` that tracks exactly the variables and
+resources they read (so TF Serving's TF1 Session loader restores them, see
+:func:`_serving_module`), replay the golden inputs through a TF1 Session the
+way TF Serving runs them (``exporter.validate.run_in_session``) and compare
+with the model's own outputs, write the warmup file and the manifest, and
+only then publish the version with one atomic rename
+(``serving.model_repo.Staging``). A refused export publishes nothing for
+that variant: no numeric directory, no staging directory left behind.
 """
 from __future__ import annotations
 
@@ -11,6 +22,8 @@ import contextlib
 import datetime as _dt
 import hashlib
 import logging
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -19,114 +32,69 @@ import numpy as np
 from google.protobuf.message import Message
 from tqdm.auto import tqdm
 
-from exporter import warmup, zoo
+from exporter import samples, sources, warmup, zoo
 from exporter.compare import compare_outputs
+from exporter.exportable import Exportable, ExportError
 from exporter.manifest import Golden, Manifest, write_manifest
 from exporter.signatures import describe_signatures
+from exporter.sources import InputSpec
+from exporter.validate import run_in_session, session_problem
 from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
 from serving.codec import DEFAULT_SIGNATURE
 from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
 
-__all__ = ["ExportError", "export_model", "ensure_model", "source_hash"]
+__all__ = [
+    "DEFAULT_MODEL_REPO",
+    "ExportError",
+    "VariantFailed",
+    "export",
+    "export_model",
+    "ensure_model",
+    "source_hash",
+]
 
 log = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
+Tolerance = Union[Mapping[str, float], Mapping[str, Mapping[str, float]]]
 _ROOT = Path(__file__).resolve().parents[1]
-_STEPS = ("build", "trace", "save", "warmup", "golden", "manifest", "publish")
+DEFAULT_MODEL_REPO = _ROOT / "models"
+_VARIANT_STEPS = ("save", "session", "warmup", "manifest", "publish")
+_TOLERANCE_KEYS = ("atol", "rtol", "min_top1")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_USER_GPU_COMMAND = "docker compose run --rm exporter export --from {source} --name {name} --variant trt-fp16"
 
 
-class ExportError(RuntimeError):
-    """The exported model does not behave like the model that was built."""
+class VariantFailed(ExportError):
+    """A variant failed after earlier ones were published; ``published`` maps those to their directories."""
+
+    def __init__(self, variant: str, published: Mapping[str, Path], message: str) -> None:
+        self.variant = variant
+        self.published = dict(published)
+        done = ", ".join(f"{v} at {p}" for v, p in self.published.items())
+        super().__init__(f"{message}\n(published before it failed: {done})")
 
 
-def source_hash() -> str:
-    """sha256 of the code that builds every model: the exporter and the codec package it uses."""
+def source_hash(model_digest: Optional[str] = None) -> str:
+    """sha256 of the code that exports every model (the exporter and the codec package it uses).
+
+    With ``model_digest`` (a user's model: the files it was read from, or
+    its graphs and weights), the hash covers both the code and that model.
+    """
     digest = hashlib.sha256()
     for path in sorted((_ROOT / "exporter").rglob("*.py")) + sorted((_ROOT / "serving" / "codec").rglob("*.py")):
         digest.update(path.relative_to(_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _as_numpy(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in outputs.items()}
-
-
-def _run_all(functions: Mapping[str, Any], inputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
-    import tensorflow as tf  # TensorFlow: only when exporting
-
-    return {sig: _as_numpy(functions[sig](**{k: tf.constant(v) for k, v in inputs[sig].items()}))
-            for sig in inputs}
-
-
-def _check_available(variant: Variant, name: str) -> None:
-    if variant.name != "trt-fp16":
-        return
-    reason = trt.unavailable_reason()
-    if reason:
-        raise VariantUnavailable(
-            f"cannot export {name} as trt-fp16 here: {reason}. TF-TRT needs an NVIDIA GPU and TensorRT; "
-            f"run it in the compose stack's GPU exporter image: {trt.GPU_COMMAND.format(model=name)}")
-
-
-def _variables_module(functions: Mapping[str, Any]) -> Any:
-    """A ``tf.Module`` that tracks exactly the ``tf.Variable`` objects the signatures read.
-
-    Saving the Keras 3 model itself would checkpoint Keras' variable wrappers
-    (and the optimizer's state) while the signatures read the underlying
-    ``tf.Variable`` objects: ``tf.saved_model.load`` copes, but a TF1
-    Session loader — TF Serving's — fails with "Could not find variable ..."
-    (tensorflow/serving#2250). Tracking the captured variables themselves
-    makes both loaders restore them, and stores each weight once.
-    """
-    import tensorflow as tf  # TensorFlow: only when exporting
-
-    captured: dict[int, Any] = {}
-    for function in functions.values():
-        for variable in function.get_concrete_function().variables:
-            captured.setdefault(id(variable), variable)
-    module = tf.Module()
-    module.serving_variables = list(captured.values())
-    return module
-
-
-def _save(variant: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any], dest: Path,
-          batch_sizes: Sequence[int]) -> None:
-    import tensorflow as tf  # TensorFlow: only when exporting
-
-    if variant.name == "xla":
-        functions = xla.xla_signatures(built)
-    if variant.name in ("fp32", "xla"):
-        tf.saved_model.save(_variables_module(functions), str(dest), signatures=dict(functions))
-    else:
-        with tempfile.TemporaryDirectory(prefix="tfs-stack-fp32-") as fp32:
-            tf.saved_model.save(_variables_module(functions), fp32, signatures=dict(functions))
-            trt.convert(Path(fp32), dest, built.golden_inputs[DEFAULT_SIGNATURE], batch_sizes)
-
-
-def _notes(variant: Variant, built: zoo.BuiltModel, allowed: Sequence[int],
-           covered: Sequence[int]) -> tuple[str, ...]:
-    notes = list(built.notes)
-    if variant.name == "xla":
-        notes.append(xla.SERVING_NOTE)
-    if variant.reduced_precision:
-        notes.append("golden outputs are the FP32 model's; this variant is checked against them with "
-                     "the loose tolerance and top-1 agreement recorded here.")
-    notes.append(f"warmup covers batch sizes {list(covered)} for every signature.")
-    left_out = sorted(set(allowed) - set(covered))
-    if left_out:
-        notes.append(f"warmup leaves out allowed batch sizes {left_out} to stay under "
-                     f"{warmup.MAX_WARMUP_BYTES >> 20} MiB / {warmup.MAX_RECORDS} records; the first "
-                     "request of those sizes pays for its kernels.")
-    return tuple(notes)
+    if model_digest is None:
+        return digest.hexdigest()
+    return hashlib.sha256(f"{digest.hexdigest()}:{model_digest}".encode()).hexdigest()
 
 
 class _Steps:
     """A tqdm bar over the export steps; ``with steps("save"): ...`` advances it."""
 
-    def __init__(self, label: str, enabled: bool) -> None:
-        self.bar = tqdm(total=len(_STEPS), desc=f"export {label}", unit="step", disable=not enabled)
+    def __init__(self, label: str, enabled: bool, total: int) -> None:
+        self.bar = tqdm(total=total, desc=f"export {label}", unit="step", disable=not enabled)
 
     @contextlib.contextmanager
     def __call__(self, step: str) -> Iterator[None]:
@@ -136,6 +104,55 @@ class _Steps:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
+           sample_inputs: Optional[samples.Samples] = None,
+           signatures: Optional[Union[Mapping[str, Any], Sequence[str]]] = None,
+           inputs: Sequence[Union[str, InputSpec]] = (), variants: Sequence[str] = ("fp32",),
+           version: Optional[int] = None, tolerance: Optional[Tolerance] = None,
+           batching_config: Optional[PathLike] = None, progress: bool = True) -> dict[str, Path]:
+    """Export a user's model as version ``version`` of ``name`` in the model repository ``out``.
+
+    ``model``: a Keras model, a ``tf.Module`` with ``tf.function``\\ s (with an
+    ``input_signature``), a SavedModel directory or a ``.keras`` file (a path).
+    ``signatures``: ``{key: tf.function}`` to serve instead, or the keys of
+    the model's own to keep. ``inputs``: ``"NAME:DTYPE:d1,d2"`` strings (or
+    ``InputSpec``) setting an input's dtype and dimensions after the batch,
+    e.g. an unknown one. ``sample_inputs``: an ``.npz`` or REST JSON file,
+    ``{input: array}`` or ``{signature: {input: array}}``; they become the
+    goldens and the warmup rows, else rows are synthesized and the manifest
+    says ``golden_source: "synthetic"``. ``variants`` are exported in order,
+    fp32 first; published names are ``name``, ``name_xla``, ``name_trt_fp16``.
+    ``tolerance``: ``{"atol", "rtol", "min_top1"}`` for every variant, or
+    ``{variant: {...}}``; unset keys keep the variant's defaults.
+    ``version=None`` takes the next integer. Warmup covers the allowed batch
+    sizes of ``batching_config`` (default ``serving/batching.config``).
+
+    Returns ``{variant: published version directory}``. Raises
+    :class:`~exporter.exportable.ExportError` (nothing published) when the
+    model cannot be served as it is, :class:`VariantFailed` when a variant
+    fails after earlier ones were published (e.g. XLA cannot compile an op;
+    fp32 stays published), :class:`~exporter.variants.VariantUnavailable`
+    before any work, :class:`~serving.model_repo.VersionExists`, ValueError
+    for a bad argument.
+    """
+    specs = _ordered(variants)
+    tolerances = _tolerances(specs, tolerance)
+    described = str(model) if isinstance(model, (str, Path)) else "module:factory"
+    _preflight(name, specs, out, version, _USER_GPU_COMMAND.format(source=described, name=name))
+    batch_sizes = warmup.allowed_batch_sizes(batching_config)
+    steps = _Steps(name, progress, 2 + len(_VARIANT_STEPS) * len(specs))
+    try:
+        with steps("load"):
+            user = sources.prepare(model, signatures=signatures, inputs=inputs)
+            golden, golden_source, notes = samples.golden_inputs(user.signatures, sample_inputs)
+            if user.saved_model_dir is not None:
+                _check_source(user.saved_model_dir, golden)
+        return _publish_variants(user.exportable(name, golden, golden_source, notes), specs, out=out,
+                                 version=version, batch_sizes=batch_sizes, tolerances=tolerances, steps=steps)
+    finally:
+        steps.close()
 
 
 def export_model(name: str, *, variant: str = "fp32", version: Optional[int] = None,
@@ -156,54 +173,261 @@ def export_model(name: str, *, variant: str = "fp32", version: Optional[int] = N
     spec = get_variant(variant)
     if name not in zoo.MODELS:
         raise ValueError(f"unknown model {name!r}; the zoo has: {', '.join(zoo.MODELS)}")
-    _check_available(spec, name)
-    staging = Staging(Path(out) / spec.published_name(name), version)
-    staging.check_version_free()
+    _preflight(name, [spec], out, version, trt.GPU_COMMAND.format(model=name))
     batch_sizes = warmup.allowed_batch_sizes(batching_config)
-    steps = _Steps(spec.published_name(name), progress)
+    steps = _Steps(spec.published_name(name), progress, 2 + len(_VARIANT_STEPS))
     try:
         with steps("build"):
             built = zoo.build(name, progress=progress)
-        with steps("trace"):
-            functions = built.make_signatures(built.core)
-            reference = _run_all(functions, built.golden_inputs)
-        with staging:
-            _write_version(staging.path, spec, built, functions, reference, batch_sizes, steps)
-            with steps("publish"):
-                path = staging.publish()
+        paths = _publish_variants(Exportable.from_built(built), [spec], out=out, version=version,
+                                  batch_sizes=batch_sizes, tolerances={spec.name: dict(spec.tolerance)},
+                                  steps=steps)
     finally:
         steps.close()
-    log.info("published %s", path)
-    return path
+    return paths[spec.name]
 
 
-def _write_version(dest: Path, spec: Variant, built: zoo.BuiltModel, functions: Mapping[str, Any],
+def ensure_model(name: str, *, variant: str = "fp32", out: PathLike = "models",
+                 progress: bool = True, batching_config: Optional[PathLike] = None) -> Optional[Path]:
+    """Export version 1 of zoo model ``name`` unless it already has a version; return the new dir or None."""
+    base = Path(out) / get_variant(variant).published_name(name)
+    if model_versions(base):
+        return None
+    return export_model(name, variant=variant, version=1, out=out, progress=progress,
+                        batching_config=batching_config)
+
+
+def _ordered(variants: Sequence[str]) -> list[Variant]:
+    """The variants, each once, fp32 first: a variant that fails leaves the fp32 version published."""
+    if isinstance(variants, str):
+        variants = [variants]
+    specs = [get_variant(v) for v in dict.fromkeys(variants)]
+    if not specs:
+        raise ValueError("no variant to export: give at least one of fp32, xla, trt-fp16")
+    return sorted(specs, key=lambda s: s.name != "fp32")
+
+
+def _tolerances(specs: Sequence[Variant], tolerance: Optional[Tolerance]) -> dict[str, dict[str, float]]:
+    """Each variant's tolerance: its defaults, updated by ``tolerance`` (flat, or by variant name)."""
+    tolerance = dict(tolerance or {})
+    per_variant = bool(tolerance) and all(isinstance(v, Mapping) for v in tolerance.values())
+    result = {}
+    for spec in specs:
+        given = dict(tolerance.get(spec.name, {})) if per_variant else tolerance
+        unknown = sorted(set(given) - set(_TOLERANCE_KEYS))
+        if unknown:
+            raise ValueError(f"unknown tolerance {', '.join(unknown)}; use {', '.join(_TOLERANCE_KEYS)}")
+        result[spec.name] = {**spec.tolerance, **{k: float(v) for k, v in given.items()}}
+    return result
+
+
+def _preflight(name: str, specs: Sequence[Variant], out: PathLike, version: Optional[int], gpu_command: str) -> None:
+    """Checks that need no model: a servable name, every variant buildable here, every version free."""
+    if not _NAME.match(name):
+        raise ValueError(f"bad model name {name!r}: use letters, digits, '_', '-' and '.', starting with a "
+                         "letter or digit (it is a directory of the model repository)")
+    for spec in specs:
+        _check_available(spec, spec.published_name(name), gpu_command)
+    for spec in specs:
+        Staging(Path(out) / spec.published_name(name), version).check_version_free()
+
+
+def _check_available(variant: Variant, name: str, gpu_command: str) -> None:
+    if variant.name != "trt-fp16":
+        return
+    reason = trt.unavailable_reason()
+    if reason:
+        raise VariantUnavailable(
+            f"cannot export {name} as trt-fp16 here: {reason}. TF-TRT needs an NVIDIA GPU and TensorRT; "
+            f"run it in the compose stack's GPU exporter image: {gpu_command}")
+
+
+def _check_source(saved_model_dir: Path, golden: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """Refuse a SavedModel that TF Serving would load but not run (the Keras 3 tf.saved_model.save case)."""
+    replay = run_in_session(saved_model_dir, golden)
+    failure = replay.load_error or next((f"signature {k!r}: {e}" for k, e in sorted(replay.errors.items())), None)
+    if failure:
+        raise ExportError(session_problem(f"the SavedModel {saved_model_dir}", failure))
+
+
+def _publish_variants(model: Exportable, specs: Sequence[Variant], *, out: PathLike, version: Optional[int],
+                      batch_sizes: Sequence[int], tolerances: Mapping[str, Mapping[str, float]],
+                      steps: _Steps) -> dict[str, Path]:
+    """Trace once, compute the reference outputs, then publish each variant in order."""
+    with steps("trace"):
+        functions = model.make_signatures(False)
+        reference = _run_all(model, functions)
+    published: dict[str, Path] = {}
+    for spec in specs:
+        try:
+            published[spec.name] = _publish(model, spec, functions, reference, out=out, version=version,
+                                            batch_sizes=batch_sizes, tolerance=tolerances[spec.name], steps=steps)
+        except ExportError as exc:
+            if published:
+                raise VariantFailed(spec.name, published, str(exc)) from exc
+            raise
+        log.info("published %s", published[spec.name])
+    return published
+
+
+def _run_all(model: Exportable, functions: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """The model's own outputs for the golden inputs (the reference every export must reproduce)."""
+    import tensorflow as tf  # TensorFlow: only when exporting
+
+    outputs = {}
+    for sig, inputs in model.golden_inputs.items():
+        try:
+            result = functions[sig](**{k: tf.constant(v) for k, v in inputs.items()})
+        except (TypeError, ValueError, tf.errors.OpError) as exc:
+            hint = ("; its golden inputs are synthetic: give real rows with --samples (sample_inputs=), or "
+                    "leave the signature out with --signature (signatures=)") if model.golden_source == "synthetic" else ""
+            raise ExportError(f"{model.name}: signature {sig!r} fails on its golden inputs: {type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0]}{hint}") from exc
+        outputs[sig] = {k: v.numpy() for k, v in result.items()}
+    return outputs
+
+
+def _publish(model: Exportable, spec: Variant, functions: Mapping[str, Any],
+             reference: Mapping[str, Mapping[str, np.ndarray]], *, out: PathLike, version: Optional[int],
+             batch_sizes: Sequence[int], tolerance: Mapping[str, float], steps: _Steps) -> Path:
+    base = Path(out) / spec.published_name(model.name)
+    created = not base.exists()
+    staging = Staging(base, version)
+    try:
+        with staging:
+            _write_version(staging.path, spec, model, functions, reference, batch_sizes, tolerance, steps)
+            with steps(f"{spec.name}: publish"):
+                return staging.publish()
+    finally:
+        if created and staging.published is None and base.is_dir() and not any(base.iterdir()):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapping[str, Any],
                    reference: Mapping[str, Mapping[str, np.ndarray]], batch_sizes: Sequence[int],
-                   steps: _Steps) -> None:
-    """Save the model, its warmup file and its manifest into ``dest``."""
-    published = spec.published_name(built.name)
-    with steps("save"):
-        _save(spec, built, functions, dest, batch_sizes)
+                   tolerance: Mapping[str, float], steps: _Steps) -> None:
+    """Save the model, check it in a TF1 Session, write its warmup file and its manifest into ``dest``."""
+    published = spec.published_name(model.name)
+    with steps(f"{spec.name}: save"):
+        _save(spec, model, functions, dest, batch_sizes)
         signatures = describe_signatures(dest)
-    with steps("warmup"):
-        golden_inputs = {s: built.golden_inputs[s] for s in signatures}
+    golden_inputs = {s: model.golden_inputs[s] for s in signatures}
+    with steps(f"{spec.name}: session"):
+        golden, agreement = _golden(spec, published, dest, golden_inputs, reference, model, tolerance)
+    with steps(f"{spec.name}: warmup"):
         records = warmup.build_requests(published, golden_inputs, batch_sizes)
         warmup.write_warmup(dest, records)
         covered = sorted({_batch(r) for r in records})
-    with steps("golden"):
-        golden, agreement = _golden(spec, dest, golden_inputs, reference, built)
-    with steps("manifest"):
+    with steps(f"{spec.name}: manifest"):
         write_manifest(dest, Manifest(
-            model=built.name, published_name=published, variant=spec.name,
-            tensorflow_version=_tf_version(), source_hash=source_hash(),
+            model=model.name, published_name=published, variant=spec.name,
+            tensorflow_version=_tf_version(), source_hash=source_hash(model.model_digest),
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            signatures=signatures, golden=golden, accuracy=built.accuracy,
-            metrics=dict(built.metrics), tolerance=dict(spec.tolerance),
+            signatures=signatures, golden=golden, accuracy=model.accuracy,
+            metrics=dict(model.metrics), tolerance=dict(tolerance),
             warmup={"file": f"{WARMUP_DIR}/{WARMUP_REQUESTS_FILE}", "records": len(records),
                     "batch_sizes": covered, "allowed_batch_sizes": list(batch_sizes)},
             agreement=agreement,
-            top1_outputs={s: k for s, k in built.top1_outputs.items() if s in golden},
-            notes=_notes(spec, built, batch_sizes, covered)))
+            top1_outputs={s: k for s, k in model.top1_outputs.items() if s in golden},
+            notes=_notes(spec, model, batch_sizes, covered),
+            golden_source=model.golden_source, source=model.source))
+
+
+def _save(spec: Variant, model: Exportable, functions: Mapping[str, Any], dest: Path,
+          batch_sizes: Sequence[int]) -> None:
+    import tensorflow as tf  # TensorFlow: only when exporting
+
+    if spec.name == "xla":
+        functions = model.make_signatures(True)
+    try:
+        if spec.name in ("fp32", "xla"):
+            tf.saved_model.save(_serving_module(functions, model.root), str(dest), signatures=dict(functions))
+            return
+        with tempfile.TemporaryDirectory(prefix="tfs-stack-fp32-") as fp32:
+            tf.saved_model.save(_serving_module(functions, model.root), fp32, signatures=dict(functions))
+            inputs = model.golden_inputs.get(DEFAULT_SIGNATURE) or next(iter(model.golden_inputs.values()))
+            trt.convert(Path(fp32), dest, inputs, batch_sizes)
+    except AssertionError as exc:  # tf.saved_model.save's words for a captured, untracked resource
+        raise ExportError(f"{model.name}: the signatures use a resource (a lookup table?) that the model does "
+                          f"not track; assign it to an attribute of the model or tf.Module. TensorFlow says: "
+                          f"{str(exc).strip().splitlines()[0]}") from exc
+
+
+def _serving_module(functions: Mapping[str, Any], root: Any) -> Any:
+    """A ``tf.Module`` that tracks exactly the variables (and resources) the signatures read.
+
+    Saving the Keras 3 model itself would checkpoint Keras' variable wrappers
+    (and the optimizer's state) while the signatures read the underlying
+    ``tf.Variable`` objects: ``tf.saved_model.load`` copes, but a TF1
+    Session loader — TF Serving's — fails with "Could not find variable ..."
+    (tensorflow/serving#2250). Tracking the captured variables themselves
+    makes both loaders restore them, and stores each weight once. Lookup
+    tables and other resources the signatures capture are found among the
+    objects ``root`` tracks and tracked too (with their assets).
+    """
+    import tensorflow as tf  # TensorFlow: only when exporting
+
+    captured: dict[int, Any] = {}
+    handles: set[int] = set()
+    for function in functions.values():
+        concrete = function.get_concrete_function()
+        for variable in concrete.variables:
+            captured.setdefault(id(variable), variable)
+        handles.update(id(external) for external, _ in concrete.graph.captures)
+    module = tf.Module()
+    module.serving_variables = list(captured.values())
+    if root is not None:
+        resources = [obj for obj in tf.train.TrackableView(root).descendants()
+                     if isinstance(obj, tf.saved_model.experimental.TrackableResource)
+                     and id(obj.resource_handle) in handles]
+        if resources:
+            module.serving_resources = resources
+    return module
+
+
+def _golden(spec: Variant, published: str, saved: Path, inputs: Mapping[str, Mapping[str, np.ndarray]],
+            reference: Mapping[str, Mapping[str, np.ndarray]], model: Exportable,
+            tolerance: Mapping[str, float]) -> tuple[dict[str, Golden], dict[str, Any]]:
+    """Replay golden inputs through a TF1 Session like TF Serving's; check them against the model's outputs."""
+    replay = run_in_session(saved, inputs)
+    where = f"{published} ({spec.name})"
+    if replay.load_error:
+        raise ExportError(f"{where}: " + session_problem("the export", replay.load_error))
+    golden, agreement = {}, {}
+    for sig in inputs:
+        if sig in replay.errors:
+            error = replay.errors[sig]
+            compile_error = xla.compile_error(error) if spec.name == "xla" else None
+            raise ExportError(f"{where} signature {sig!r}: "
+                              + (compile_error or session_problem("the golden inputs", error)))
+        comparison = compare_outputs(reference[sig], replay.outputs[sig], tolerance,
+                                     top1_key=model.top1_outputs.get(sig),
+                                     reduced_precision=spec.reduced_precision)
+        if comparison.problems:
+            raise ExportError(f"{where} signature {sig!r} disagrees with the model's own outputs "
+                              f"({'FP32' if spec.name != 'fp32' else 'before saving'}): "
+                              + "; ".join(comparison.problems))
+        agreement[sig] = {"against": "fp32", **comparison.as_dict()}
+        expected = replay.outputs[sig] if spec.name == "fp32" else reference[sig]
+        golden[sig] = Golden(sig, dict(inputs[sig]), expected, model.labels.get(sig))
+    return golden, agreement
+
+
+def _notes(variant: Variant, model: Exportable, allowed: Sequence[int],
+           covered: Sequence[int]) -> tuple[str, ...]:
+    notes = list(model.notes)
+    if variant.name == "xla":
+        notes.append(xla.SERVING_NOTE)
+    if variant.reduced_precision:
+        notes.append("golden outputs are the FP32 model's; this variant is checked against them with "
+                     "the loose tolerance and top-1 agreement recorded here.")
+    notes.append(f"warmup covers batch sizes {list(covered)} for every signature.")
+    left_out = sorted(set(allowed) - set(covered))
+    if left_out:
+        notes.append(f"warmup leaves out allowed batch sizes {left_out} to stay under "
+                     f"{warmup.MAX_WARMUP_BYTES >> 20} MiB / {warmup.MAX_RECORDS} records; the first "
+                     "request of those sizes pays for its kernels.")
+    return tuple(notes)
 
 
 def _tf_version() -> str:
@@ -215,34 +439,3 @@ def _tf_version() -> str:
 def _batch(record: Message) -> int:
     tensor = next(iter(record.predict_log.request.inputs.values()))
     return int(tensor.tensor_shape.dim[0].size)
-
-
-def _golden(spec: Variant, saved: Path, inputs: Mapping[str, Mapping[str, np.ndarray]],
-            reference: Mapping[str, Mapping[str, np.ndarray]], built: zoo.BuiltModel):
-    """Replay golden inputs through the saved model; check them against the FP32 reference."""
-    import tensorflow as tf  # TensorFlow: only when exporting
-
-    loaded = tf.saved_model.load(str(saved))
-    actual = _run_all(loaded.signatures, inputs)
-    golden, agreement = {}, {}
-    for sig in inputs:
-        comparison = compare_outputs(reference[sig], actual[sig], spec.tolerance,
-                                     top1_key=built.top1_outputs.get(sig),
-                                     reduced_precision=spec.reduced_precision)
-        if comparison.problems:
-            raise ExportError(f"{built.name} ({spec.name}) signature {sig!r} disagrees with FP32: "
-                              + "; ".join(comparison.problems))
-        agreement[sig] = {"against": "fp32", **comparison.as_dict()}
-        expected = actual[sig] if spec.name == "fp32" else reference[sig]
-        golden[sig] = Golden(sig, dict(inputs[sig]), expected, built.labels.get(sig))
-    return golden, agreement
-
-
-def ensure_model(name: str, *, variant: str = "fp32", out: PathLike = "models",
-                 progress: bool = True, batching_config: Optional[PathLike] = None) -> Optional[Path]:
-    """Export version 1 of ``name`` unless it already has a version; return the new dir or None."""
-    base = Path(out) / get_variant(variant).published_name(name)
-    if model_versions(base):
-        return None
-    return export_model(name, variant=variant, version=1, out=out, progress=progress,
-                        batching_config=batching_config)

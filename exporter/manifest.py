@@ -25,6 +25,7 @@ from serving.codec import DEFAULT_SIGNATURE, Signature
 __all__ = [
     "MANIFEST_FILE",
     "ARRAYS_FILE",
+    "GOLDEN_SOURCES",
     "Golden",
     "Manifest",
     "load_manifest",
@@ -34,6 +35,8 @@ __all__ = [
 MANIFEST_FILE = "manifest.json"
 ARRAYS_FILE = "manifest.npz"
 FORMAT_VERSION = 1
+# Manifest.golden_source: held-out data of a zoo model, a user's samples, or synthesized from the signature.
+GOLDEN_SOURCES = ("zoo", "user", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,11 @@ class Golden:
 class Manifest:
     """Everything :func:`load_manifest` reads back; see docs/architecture.md."""
 
-    model: str                        # zoo name, e.g. "digits"
+    model: str                        # the model's name, e.g. "digits" or a user's "my_mlp"
     published_name: str               # model name served, e.g. "digits_xla"
     variant: str                      # "fp32" | "xla" | "trt-fp16"
     tensorflow_version: str
-    source_hash: str                  # sha256 of the exporter code that built it
+    source_hash: str                  # sha256 of the exporter code, and of the user's model if not the zoo's
     created: str                      # ISO 8601 UTC
     signatures: Mapping[str, Signature]
     golden: Mapping[str, Golden]
@@ -69,6 +72,11 @@ class Manifest:
     agreement: Mapping[str, Any] = field(default_factory=dict)
     top1_outputs: Mapping[str, str] = field(default_factory=dict)  # per signature: the class-score output
     notes: tuple[str, ...] = ()
+    # Where the golden inputs came from: "zoo" (held-out data), "user" (the user's samples) or
+    # "synthetic" (made from the signature: outputs are checked, not meaningful). Manifests
+    # without the field were written before any model but the zoo's could be exported.
+    golden_source: str = "zoo"
+    source: str = "zoo"               # what was exported: "zoo", "keras.Model", "SavedModel <path>", ...
     path: Optional[Path] = None
 
     @property
@@ -167,6 +175,8 @@ def write_manifest(version_dir: PathLike, manifest: Manifest) -> Path:
         "agreement": dict(manifest.agreement),
         "top1_outputs": dict(manifest.top1_outputs),
         "notes": list(manifest.notes),
+        "golden_source": manifest.golden_source,
+        "source": manifest.source,
         "signatures": {name: sig.to_json() for name, sig in manifest.signatures.items()},
         "golden": golden_json,
         "arrays_file": ARRAYS_FILE,
@@ -200,4 +210,6 @@ def load_manifest(version_dir: PathLike) -> Manifest:
         signatures={n: Signature.from_json(n, s) for n, s in doc["signatures"].items()},
         golden=golden, accuracy=doc.get("accuracy"), metrics=doc.get("metrics", {}),
         tolerance=doc.get("tolerance", {}), warmup=doc.get("warmup", {}),
-        agreement=doc.get("agreement", {}), top1_outputs=doc.get("top1_outputs", {}), notes=tuple(doc.get("notes", ())), path=version_dir)
+        agreement=doc.get("agreement", {}), top1_outputs=doc.get("top1_outputs", {}),
+        notes=tuple(doc.get("notes", ())), golden_source=doc.get("golden_source", "zoo"),
+        source=doc.get("source", "zoo"), path=version_dir)

@@ -1,7 +1,11 @@
-"""The ``xla`` variant: the model's numeric core compiled with ``jit_compile=True``.
+"""The ``xla`` variant: the model's numeric part compiled with ``jit_compile=True``.
 
-String parsing and tokenization stay outside the compiled function (XLA has
-no string ops); everything numeric runs as one XLA cluster per input shape.
+A zoo model compiles its numeric core (string parsing and tokenization stay
+outside: XLA has no string ops); a user's model compiles each signature's
+whole computation. Either way the signatures come from
+``Exportable.make_signatures(jit_compile=True)``; everything numeric runs as
+one XLA cluster per input shape. A model XLA cannot compile fails with
+:func:`compile_error`'s message, which names the ops TensorFlow reported.
 
 Serving note: real TF Serving disables XLA JIT unless started with
 ``--xla_cpu_compilation_enabled=true`` (or ``--xla_gpu_compilation_enabled=true``);
@@ -10,20 +14,38 @@ without the flag it calls ``DisableXlaCompilation()`` and these
 """
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Optional
 
-from exporter.zoo.base import BuiltModel
-
-__all__ = ["SERVING_NOTE", "xla_signatures"]
+__all__ = ["SERVING_NOTE", "compile_error"]
 
 SERVING_NOTE = (
     "xla variant: the numeric core is a tf.function(jit_compile=True). Real TF Serving disables XLA JIT "
     "unless tensorflow_model_server runs with --xla_cpu_compilation_enabled=true (CPU) or "
     "--xla_gpu_compilation_enabled=true (GPU); without it the jit_compile functions cannot be compiled.")
 
+# tf2xla's words for an op without an XLA kernel, e.g.
+# "StringLength (No registered 'StringLength' OpKernel for XLA_CPU_JIT devices compatible with node {{node len}}"
+_UNSUPPORTED = re.compile(r"No registered '([^']+)' OpKernel for (\S+) devices compatible with node "
+                          r"\{\{node ([^}]+)\}\}(?:\s*\(OpKernel was found, but attributes didn't match\) "
+                          r"Requested Attributes: ([^{\n]*))?")
+_DTYPE = re.compile(r"\bT=(DT_\w+)")
 
-def xla_signatures(built: BuiltModel) -> dict[str, Any]:
-    """The model's signatures with its core wrapped in ``tf.function(jit_compile=True)``."""
-    import tensorflow as tf  # TensorFlow: only when exporting
 
-    return built.make_signatures(tf.function(built.core, jit_compile=True))
+def compile_error(message: str) -> Optional[str]:
+    """A readable account of a failed XLA compilation, naming each op; None if ``message`` is not one."""
+    found: dict[str, str] = {}
+    for op, device, node, attributes in _UNSUPPORTED.findall(message):
+        dtype = _DTYPE.search(attributes or "")
+        if op == "_Arg" and dtype:
+            what = f"a {dtype.group(1)} argument (op _Arg, node {node}): XLA cannot take {dtype.group(1)} tensors"
+        else:
+            what = f"op {op} (node {node}" + (f", {dtype.group(1)}" if dtype else "") + ")"
+        found.setdefault(what, device)
+    if not found:
+        if "tf2xla conversion failed" in message or "XLA compilation" in message:
+            return "XLA cannot compile the model: " + message.strip().splitlines()[0]
+        return None
+    devices = "/".join(sorted(set(found.values())))
+    return (f"XLA cannot compile the model: no {devices} kernel for {'; '.join(found)}. Keep string and other "
+            "non-XLA ops out of the compiled signatures, or serve this model in fp32 only")

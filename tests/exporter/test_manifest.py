@@ -63,3 +63,23 @@ def test_manifest_exposes_version_from_its_directory_and_numpy_dtypes(model_repo
     manifest = load_manifest(model_repo / "text" / "1")
     assert manifest.version == 1
     assert manifest.signatures["serving_default"].inputs["text"].dtype == np.dtype(object)
+
+
+def test_golden_source_and_source_round_trip_and_default_to_the_zoo_for_older_manifests(tmp_path):
+    golden = Golden("serving_default", {"x": np.array([b"a"], dtype=object)}, {"y": np.zeros((1, 2), np.float32)})
+    manifest = _manifest(golden)
+    write_manifest(tmp_path, Manifest(**{**manifest.__dict__, "golden_source": "synthetic",
+                                         "source": "SavedModel /tmp/m"}))
+    loaded = load_manifest(tmp_path)
+    assert (loaded.golden_source, loaded.source) == ("synthetic", "SavedModel /tmp/m")
+
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    del doc["golden_source"], doc["source"]   # as written before user models could be exported
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    older = load_manifest(tmp_path)
+    assert (older.golden_source, older.source) == ("zoo", "zoo")
+
+
+def test_zoo_manifests_say_their_goldens_are_the_zoos(model_repo):
+    manifest = load_manifest(model_repo / "digits" / "1")
+    assert (manifest.golden_source, manifest.source) == ("zoo", "zoo")
