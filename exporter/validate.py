@@ -32,8 +32,15 @@ from exporter.compare import compare_outputs
 from exporter.manifest import MANIFEST_FILE, Manifest, load_manifest
 from exporter.signatures import describe_signatures
 from exporter.variants import get_variant
-from serving.codec import (DEFAULT_SIGNATURE, PREDICT_METHOD_NAME, Signature, TensorSpec, dtype_from_enum,
-                           synthesize_inputs, tensor_proto_to_ndarray)
+from serving.codec import (
+    DEFAULT_SIGNATURE,
+    PREDICT_METHOD_NAME,
+    Signature,
+    TensorSpec,
+    dtype_from_enum,
+    synthesize_inputs,
+    tensor_proto_to_ndarray,
+)
 
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
     from tensorflow_serving.apis import predict_pb2

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-import exporter
 from exporter.manifest import load_manifest
 from serving.codec import DEFAULT_SIGNATURE
 from serving.model_repo import latest_version_dir
@@ -103,12 +102,8 @@ def test_a_killed_run_resumes_after_its_last_checkpointed_epoch_and_finishes(tmp
     assert _checkpointed_epoch(work_dir / "checkpoints") == EPOCHS
 
 
-# `callable`, not `hasattr`: today `exporter.export` is the module exporter/export.py.
 @pytest.mark.slow
-@pytest.mark.skipif(not callable(getattr(exporter, "export", None)),
-                    reason="exporter.export lands with helper A")
 def test_the_trained_model_is_published_with_a_manifest_and_held_out_goldens(tmp_path):
-    # This skip goes away after the merge of issue 12's exporter.export (the lead removes the skipif).
     repo = tmp_path / "models"
     result = _run(["--work-dir", str(tmp_path / "work"), "--model-repo", str(repo), "--name", "digits_mlp",
                    "--epochs", "3"])
