@@ -35,8 +35,10 @@ debs:
 test: $(STAMP) debs
 	$(PY) -m pytest
 
+# MODELS=resnet50,digits_xla (or all) also exports those zoo models when missing (default: digits,
+# text and ranker, only into an empty model repository).
 up: $(STAMP)
-	$(PY) -m serving.up
+	$(PY) -m serving.up $(if $(MODELS),--models $(MODELS))
 
 # Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
 bench: $(STAMP)

@@ -6,13 +6,33 @@
   (``docker-compose.yml`` + ``docker-compose.cpu.yml``).
 - No engine → the embedded server (``python -m serving.server``) with the
   CPU variant's ``tfserving`` command read from the compose files, paths
-  remapped to this checkout (``serving.config.compose.plan_embedded_server``),
-  after exporting the models that are missing.
+  remapped to this checkout (``serving.config.compose.plan_embedded_server``).
 
-It says which it chose and why, and how to call the server. Flags use the
-project's CLI vocabulary: ``--grpc HOST:PORT`` / ``--rest URL`` (where the
-embedded server listens; their ports are used), ``--model-repo DIR``.
-Default paths are anchored on the checkout, not the current directory.
+The embedded stack serves what is in the model repository, from a
+persistent models config (``<work dir>/models.config``):
+
+- The first start creates it from the repository: every model directory
+  with a numeric version serves its newest version, ``stable`` and
+  ``canary`` on it. Later starts keep it as it is (models added with
+  ``python -m serving.config add`` and the rollout's versions and labels
+  survive), except that a model new in the repository is added, unless
+  ``serving.config remove`` took it out (``stack.json`` remembers), and a
+  model whose directory has no version left is dropped.
+- Zoo models are exported only when the repository is empty, and then only
+  the small ones (:data:`DEFAULT_EXPORTS`); ``--models`` names the zoo models
+  to export when missing (``all``: every one the CPU can serve).
+- The server starts at once with the models already there; each export
+  (smallest first) is added through ``HandleReloadConfigRequest`` when it is
+  published, so the first model answers while the others export. Progress
+  goes to stdout: each export, and each model as it becomes AVAILABLE.
+
+Every backend records what it started in ``<work dir>/stack.json``
+(``serving.config.stack``), which ``serving.config add|remove`` and
+``serving.rollout`` default to. It says which backend it chose and why, and
+how to call the server. Flags use the project's CLI vocabulary: ``--grpc
+HOST:PORT`` / ``--rest URL`` (where the embedded server listens; their ports
+are used), ``--model-repo DIR``. Default paths are anchored on the checkout,
+not the current directory.
 """
 from __future__ import annotations
 
@@ -23,10 +43,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from serving.config import load_model_server_config
 from serving.config.compose import (
@@ -37,13 +59,44 @@ from serving.config.compose import (
     service_models_config,
     volume_map,
 )
-from serving.config.models import CONTAINER_MODELS_DIR
+from serving.config.edit import add_steps, without_model
+from serving.config.models import (
+    CONTAINER_MODELS_DIR,
+    new_model_server_config,
+    repository_models,
+    served_entry,
+    write_model_server_config,
+)
+from serving.config.reload import ReloadError
+from serving.config.stack import (
+    DEFAULT_WORK_DIR,
+    STATE_FILE,
+    ServedConfig,
+    StackState,
+    apply_steps,
+    read_state,
+    write_state,
+)
 from serving.model_repo import ZOO, model_versions
-from serving.server.launcher import REPO_ROOT, ServerProcess
+from serving.server.launcher import REPO_ROOT, ServerProcess, model_available, port_open
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
+    from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-           "ensure_commands", "build_parser", "main"]
+           "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection", "export_order", "prepare_served_config",
+           "build_parser", "main"]
 
+# The zoo models a fresh (empty) model repository gets, smallest first; the others are opt-in (--models).
+DEFAULT_EXPORTS = ("digits", "text", "ranker")
+# The persistent models config of the embedded stack, in the work directory.
+MODELS_CONFIG = "models.config"
+EMBEDDED_HEADER = """\
+# The models the embedded stack serves (make up; TF Serving's ModelServerConfig text format).
+# Created from the model repository on the first start and kept across restarts: change it with
+# `python -m serving.config add|remove` and `python -m serving.rollout`, which also push it to the
+# running server. make up adds models new in the repository (not those `remove` took out).
+"""
 GPU_FILES = ("docker-compose.yml",)
 CPU_FILES = ("docker-compose.yml", "docker-compose.cpu.yml")
 
@@ -114,7 +167,7 @@ def ensure_commands(model_repo: Path, names: Sequence[str],
              "--variant", variant, *models] for variant, models in variants.items()]
 
 
-def _run_compose(choice: Choice, root: Path) -> int:
+def _run_compose(args: argparse.Namespace, choice: Choice, root: Path) -> int:
     if not os.environ.get("GRAFANA_ADMIN_PASSWORD"):
         print("GRAFANA_ADMIN_PASSWORD is not set; the stack has no default Grafana password.\n"
               "  export GRAFANA_ADMIN_PASSWORD='<a password>' && make up", file=sys.stderr)
@@ -129,9 +182,14 @@ def _run_compose(choice: Choice, root: Path) -> int:
         services = load_compose_model(compose_files(choice.backend, root), project_dir=root)["services"]
         tfserving = services["tfserving"]
         config = service_models_config(tfserving)
+        model_repo = volume_map(tfserving)[CONTAINER_MODELS_DIR]
+        grpc, rest = f"127.0.0.1:{_published(tfserving, 8500)}", f"http://127.0.0.1:{_published(tfserving, 8501)}"
+        state_file = args.work_dir.resolve() / STATE_FILE
+        old = read_state(state_file)
+        write_state(StackState(choice.backend, config, grpc, rest, model_repo, {CONTAINER_MODELS_DIR: model_repo},
+                               removed=old.removed if old else ()), state_file)
         first = load_model_server_config(config).model_config_list.config[0]
-        _print_usage(f"127.0.0.1:{_published(tfserving, 8500)}", f"http://127.0.0.1:{_published(tfserving, 8501)}",
-                     first.name, model_repo=volume_map(tfserving)[CONTAINER_MODELS_DIR], config=config,
+        _print_usage(grpc, rest, first.name, model_repo=model_repo, work_dir=args.work_dir.resolve(),
                      extra=f"Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} "
                            f"(admin / $GRAFANA_ADMIN_PASSWORD), "
                            f"Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}")
@@ -151,51 +209,276 @@ def _port(address: str) -> int:
     return port
 
 
+def zoo_selection(spec: Optional[str]) -> list[str]:
+    """The published zoo names ``--models`` asks for: ``all`` (every one the CPU serves) or a comma list."""
+    servable = [m.name for m in ZOO if not m.gpu_only]
+    if spec is None:
+        return []
+    if spec.strip() == "all":
+        return servable
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in servable]
+    if unknown:
+        raise ValueError(f"--models: not zoo models the embedded server can serve: {', '.join(unknown)} "
+                         f"(choose from: {', '.join(servable)}, or all)")
+    return names
+
+
+def export_order(names: Sequence[str]) -> list[str]:
+    """``names`` smallest first: the default exports, then fp32 models, then the variants (zoo order)."""
+    index = {m.name: i for i, m in enumerate(ZOO)}
+    variant = {m.name: m.variant for m in ZOO}
+    return sorted(dict.fromkeys(names), key=lambda n: (n not in DEFAULT_EXPORTS, variant.get(n) != "fp32",
+                                                       DEFAULT_EXPORTS.index(n) if n in DEFAULT_EXPORTS
+                                                       else index.get(n, len(index))))
+
+
+def prepare_served_config(path: Path, model_repo: Path, *, removed: Sequence[str] = (),
+                          log: Callable[[str], None] = print) -> Optional[ModelServerConfig]:
+    """The persistent served config at ``path``, brought up to date with ``model_repo`` (module doc).
+
+    Written only when it changes. None, after logging why, when a model
+    names a version that is not on disk (the server would wait for it).
+    """
+    served = ServedConfig(path, "", {})
+    if path.is_file():
+        config = load_model_server_config(path)
+        config.model_config_list.SetInParent()
+        changed = False
+    else:
+        config, changed = new_model_server_config(), True
+        config.model_config_list.SetInParent()
+        log(f"make up: creating {path} from the model repository {model_repo}")
+    for entry in list(config.model_config_list.config):
+        if not served.versions_on_disk(entry):
+            log(f"make up: {entry.name}: no version under {entry.base_path} any more; no longer served")
+            config, changed = without_model(config, entry.name), True
+    configured = {e.name for e in config.model_config_list.config}
+    for name in repository_models(model_repo):
+        if name not in configured and name not in removed:
+            newest = model_versions(model_repo / name)[-1]
+            log(f"make up: {name}: found in the model repository; serving version {newest} (stable, canary)")
+            served_entry(config, name, str(model_repo / name), newest)
+            changed = True
+    problems = served.problems(config)
+    if problems:
+        for problem in problems:
+            log(f"make up: {path}: {problem}")
+        log("make up: fix it with `python -m serving.config remove NAME` or by publishing the version")
+        return None
+    if changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_model_server_config(config, path, header=EMBEDDED_HEADER)
+    return config
+
+
+class Exports:
+    """Zoo exports run one at a time in a subprocess each (``python -m exporter ensure``), in order.
+
+    ``poll()`` returns the names whose export finished (and starts the next);
+    a failed export is reported with its log tail and skipped.
+    """
+
+    def __init__(self, names: Sequence[str], model_repo: Path, batching: Optional[str], log_dir: Path,
+                 root: Path, started: float) -> None:
+        self.queue = list(names)
+        self.total = len(names)
+        self.model_repo, self.batching, self.log_dir, self.root = model_repo, batching, log_dir, root
+        self.started = started
+        self.current: Optional[tuple[str, subprocess.Popen, float]] = None
+        self.failed: list[str] = []
+
+    def _start_next(self) -> None:
+        if self.current is not None or not self.queue:
+            return
+        name = self.queue.pop(0)
+        (cmd,) = ensure_commands(self.model_repo, [name], self.batching)
+        number = self.total - len(self.queue)
+        _say(self.started, f"[{number}/{self.total}] exporting {name} into {self.model_repo}")
+        with open(self.log_dir / f"export-{name}.log", "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
+        self.current = (name, proc, time.monotonic())
+
+    def poll(self) -> list[str]:
+        self._start_next()
+        if self.current is None or self.current[1].poll() is None:
+            return []
+        name, proc, began = self.current
+        self.current = None
+        number = self.total - len(self.queue)
+        if proc.returncode == 0:
+            _say(self.started, f"[{number}/{self.total}] {name} exported in {time.monotonic() - began:.0f} s")
+            self._start_next()
+            return [name]
+        self.failed.append(name)
+        tail = (self.log_dir / f"export-{name}.log").read_text(errors="replace").strip().splitlines()[-5:]
+        _say(self.started, f"[{number}/{self.total}] exporting {name} failed (exit {proc.returncode}):\n    "
+             + "\n    ".join(tail))
+        self._start_next()
+        return []
+
+    def busy(self) -> bool:
+        return self.current is not None or bool(self.queue)
+
+    def terminate(self) -> None:
+        """Stop exporting: no next export, SIGTERM to the running one (does not wait)."""
+        self.queue.clear()
+        if self.current is not None:
+            self.current[1].terminate()
+
+    def stop(self) -> None:
+        """``terminate()`` and wait for the running export to exit."""
+        self.terminate()
+        if self.current is not None:
+            self.current[1].wait()
+            self.current = None
+
+
+def _say(started: float, message: str) -> None:
+    print(f"make up [{time.monotonic() - started:5.0f} s] {message}", flush=True)
+
+
+def _to_export(args: argparse.Namespace, model_repo: Path, old: Optional[StackState]) -> list[str]:
+    """The zoo models this start exports: ``--models`` (or the defaults in an empty repository),
+    plus what an interrupted start left, minus what is there already."""
+    wanted = zoo_selection(args.models)
+    if args.models is None and not repository_models(model_repo):
+        wanted = list(DEFAULT_EXPORTS)
+    wanted += list(old.exporting) if old is not None else []
+    return export_order([n for n in wanted if not model_versions(model_repo / n)])
+
+
 def _run_embedded(args: argparse.Namespace, root: Path) -> int:
+    started = time.monotonic()
     # Compose interpolates every service of merged files, Grafana's required password too;
     # only tfserving's command is read here, so a placeholder stands in when it is unset.
     env = {"GRAFANA_ADMIN_PASSWORD": "unused-by-tfserving", **os.environ}
     service = load_compose_model(compose_files("embedded", root), services=["tfserving"],
                                  env=env, project_dir=root)["services"]["tfserving"]
-    model_repo = args.model_repo.resolve()
+    model_repo, work_dir = args.model_repo.resolve(), args.work_dir.resolve()
+    model_repo.mkdir(parents=True, exist_ok=True)
+    state_file = work_dir / STATE_FILE
+    old = read_state(state_file)
+    try:
+        requested, to_export = zoo_selection(args.models), _to_export(args, model_repo, old)
+    except ValueError as exc:
+        print(f"make up: {exc}", file=sys.stderr)
+        return 2
+    # Asking for a model again (--models, or exporting it) takes back its removal.
+    removed = tuple(n for n in (old.removed if old else ()) if n not in requested and n not in to_export)
+    config = prepare_served_config(work_dir / MODELS_CONFIG, model_repo, removed=removed)
+    if config is None:
+        return 1
     # The launcher sets --port/--rest_api_port from --grpc/--rest; the compose values are dropped.
-    plan = plan_embedded_server(service, work_dir=args.work_dir.resolve(), models_dir=model_repo,
-                                models=args.models.split(",") if args.models else None,
+    plan = plan_embedded_server(service, work_dir=work_dir, models_dir=model_repo,
+                                models_config=work_dir / MODELS_CONFIG,
                                 overrides={"port": None, "rest_api_port": None})
-    missing = missing_models(plan.models_config, model_repo)
-    if missing:
-        print(f"exporting the missing models: {', '.join(missing)} (once; they are cached in {model_repo})")
-        batching = next((a.split("=", 1)[1] for a in plan.args if a.startswith("--batching_parameters_file=")), None)
-        for cmd in ensure_commands(model_repo, missing, batching):
-            print("+", " ".join(cmd), flush=True)
-            if subprocess.run(cmd, cwd=root).returncode != 0:
-                print("the exporter failed; see above", file=sys.stderr)
-                return 1
-    names = [e.name for e in load_model_server_config(plan.models_config).model_config_list.config]
-    server = ServerProcess(plan.args, wait_for=names, grpc_port=_port(args.grpc), rest_port=_port(args.rest),
+    state = StackState("embedded", plan.models_config, args.grpc, args.rest, model_repo, {}, removed,
+                       tuple(to_export), os.getpid())
+    write_state(state, state_file)
+    names = [e.name for e in config.model_config_list.config]
+    _say(started, f"serving {', '.join(names) or 'no model yet'} from {plan.models_config}"
+         + (f"; exporting {', '.join(to_export)} (smallest first; each is served once exported)"
+            if to_export else ""))
+    server = ServerProcess(plan.args, grpc_port=_port(args.grpc), rest_port=_port(args.rest),
                            capture_output=False, timeout=args.timeout)
     print("+", " ".join(server.command), flush=True)
     server.launch()
+    batching = next((a.split("=", 1)[1] for a in plan.args if a.startswith("--batching_parameters_file=")), None)
+    exports = Exports(to_export, model_repo, batching, work_dir, root, started)
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        """Stop the export under way and the server (it drains and exits); a reload being waited for ends."""
+        if not stopping.is_set():
+            stopping.set()
+            exports.terminate()
+            server.proc.send_signal(signal.SIGTERM)
+
     # `kill` of make up stops the server too (Ctrl-C reaches both through the terminal).
-    signal.signal(signal.SIGTERM, lambda *_: server.proc.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGTERM, stop)
     try:
-        try:
-            server.wait_ready()
-        except TimeoutError as error:
-            print(error, file=sys.stderr)
-        except RuntimeError:
-            pass  # the server exited; its output above says why
-        else:
-            _print_usage(args.grpc, args.rest, names[0] if names else "MODEL", model_repo=model_repo,
-                         config=plan.models_config)
-        return server.wait()
+        code = _serve(args, server, exports, ServedConfig(plan.models_config, args.grpc, {}, state_file),
+                      names, stopping, started)
     except KeyboardInterrupt:
-        server.proc.send_signal(signal.SIGTERM)
-        return server.wait()
+        stop()
+        code = None
+    exports.stop()
+    return server.wait() if code is None else code
 
 
-def _print_usage(grpc_target: str, rest: str, model: str, *, model_repo: Path, config: Path,
-                 extra: str = "") -> None:
+def _serve(args: argparse.Namespace, server: ServerProcess, exports: Exports, served: ServedConfig,
+           names: Sequence[str], stopping: threading.Event, started: float) -> Optional[int]:
+    """Report the startup models as they become AVAILABLE, then add each export once it is published;
+    then wait. The server's exit status, or None when stopped (SIGTERM) first."""
+    deadline = started + args.timeout
+    loading, exported, announced = list(names), [], False
+    while not stopping.is_set():
+        if not server.running():
+            return server.wait()
+        exported += exports.poll()
+        if loading:
+            loading = _report_available(args.rest, loading, started)
+            if loading and time.monotonic() > deadline:
+                print(f"make up: models not AVAILABLE after {args.timeout:.0f} s: {', '.join(loading)}",
+                      file=sys.stderr)
+                loading = []
+        elif exported and port_open(_port(args.grpc)):
+            _add_exported(served, exported.pop(0), started, args.timeout)
+        elif not exported:
+            served_names = [e.name for e in served.load().model_config_list.config]
+            if not announced and served_names:
+                _print_usage(args.grpc, args.rest, served_names[0], model_repo=args.model_repo.resolve(),
+                             work_dir=args.work_dir.resolve())
+                announced = True
+            if not exports.busy():
+                _say(started, "every model is loaded" + (f"; exports failed: {', '.join(exports.failed)}"
+                                                         if exports.failed else ""))
+                break
+        stopping.wait(0.25)
+    while not stopping.wait(0.5):
+        if not server.running():
+            return server.wait()
+    return None
+
+
+def _report_available(rest: str, loading: Sequence[str], started: float) -> list[str]:
+    """``loading`` without the models that are AVAILABLE now, each reported once."""
+    pending = []
+    for name in loading:
+        if model_available(rest, name, timeout=1.0):
+            _say(started, f"{name} AVAILABLE")
+        else:
+            pending.append(name)
+    return pending
+
+
+def _add_exported(served: ServedConfig, name: str, started: float, timeout: float) -> None:
+    """Serve a model the exporter just published (its newest version, stable and canary on it), the way
+    ``serving.config add`` does, and drop it from the state's pending exports."""
+    state = read_state(served.state_file)
+    config = served.load()
+    model_dir = state.model_repo / name
+    if not any(e.name == name for e in config.model_config_list.config):
+        on_disk = model_versions(model_dir)
+        entry = served_entry(new_model_server_config(), name, str(model_dir), on_disk[-1])
+        try:
+            apply_steps(served, name, add_steps(config, entry, on_disk), timeout=timeout, log=lambda _: None)
+        except ReloadError as exc:
+            _say(started, f"{name} not served: {exc}")
+            return
+        _say(started, f"{name} AVAILABLE")
+    write_state(state.replace(exporting=tuple(n for n in state.exporting if n != name)), served.state_file)
+
+
+def _print_usage(grpc_target: str, rest: str, model: str, *, model_repo: Path,
+                 work_dir: Path = DEFAULT_WORK_DIR, extra: str = "") -> None:
+    work = "" if work_dir == DEFAULT_WORK_DIR else f" --work-dir {work_dir}"
+    versions = model_versions(model_repo / model)
+    manifest = model_repo / model / str(versions[-1]) / "manifest.json" if versions else None
+    predict = (f"""  python -c 'from serving.client import GrpcClient; from exporter.manifest import load_manifest
+print(GrpcClient("{grpc_target}").predict("{model}", load_manifest("{manifest.parent}").sample_inputs(), label="stable"))'
+""" if manifest is not None and manifest.is_file() else "")
     print(f"""
 Serving: gRPC {grpc_target}, REST {rest}{chr(10) + extra if extra else ''}
   curl {rest}/v1/models/{model}
@@ -203,9 +486,8 @@ Serving: gRPC {grpc_target}, REST {rest}{chr(10) + extra if extra else ''}
   curl {rest}/monitoring/prometheus/metrics
   python -m serving.client --grpc {grpc_target} --model {model} --label stable status
   python -m serving.client --grpc {grpc_target} --model {model} --label stable metadata
-  python -c 'from serving.client import GrpcClient; from exporter.manifest import load_manifest
-print(GrpcClient("{grpc_target}").predict("{model}", load_manifest("{model_repo}/{model}/1").sample_inputs(), label="stable"))'
-  python -m serving.rollout status --model {model} --grpc {grpc_target} --config-file {config}
+{predict}  python -m serving.rollout status --model {model}{work}
+  python -m serving.config add NAME --base-path {model_repo}/NAME{work}
 """, flush=True)
 
 
@@ -216,10 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--docker", default="docker", help="docker CLI to ask (default: docker)")
     parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
                         help="model repository (default: <checkout>/models)")
-    parser.add_argument("--models", help="embedded server: serve only these comma-separated models")
-    parser.add_argument("--work-dir", type=Path, default=REPO_ROOT / ".cache" / "serving",
-                        help="embedded server: where the local models config is rendered "
-                             "(default: <checkout>/.cache/serving)")
+    parser.add_argument("--models", metavar="NAMES",
+                        help="embedded server: zoo models to export when missing, comma-separated published "
+                             "names (digits,resnet50,digits_xla,...) or `all` (default: "
+                             f"{','.join(DEFAULT_EXPORTS)} when there is no model yet, else none)")
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
+                        help="where the stack's state (stack.json) and the embedded server's persistent "
+                             f"models config live (default: {DEFAULT_WORK_DIR})")
     parser.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500",
                         help="embedded server: its gRPC address; it listens on this port (default: 127.0.0.1:8500)")
     parser.add_argument("--rest", metavar="URL", default="http://127.0.0.1:8501",
@@ -239,7 +524,7 @@ def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
     if args.dry_run:
         return 0
     try:
-        return _run_embedded(args, root) if choice.backend == "embedded" else _run_compose(choice, root)
+        return _run_embedded(args, root) if choice.backend == "embedded" else _run_compose(args, choice, root)
     except ComposeError as exc:
         print(f"make up: {exc}", file=sys.stderr)
         return 1

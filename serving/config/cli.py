@@ -1,10 +1,20 @@
-"""``python -m serving.config``: check and render the TF Serving config files.
+"""``python -m serving.config``: check, render and edit the TF Serving models config.
 
-``check`` parses every file in ``serving/`` with the real TF Serving protos and
-verifies that model names and base paths match what the exporter publishes
-(and, with ``--model-repo``, that the exported versions are there).
-``render`` writes ``models.config`` from the zoo's published names, or from an
-existing config with its base paths remapped (e.g. for the embedded server).
+- ``check`` parses every file in ``serving/`` with the real TF Serving protos
+  and holds each model to TF Serving's rules; zoo names must live where the
+  exporter publishes them, any other model must have a version under its base
+  path (with ``--model-repo``, the zoo's exports are checked too;
+  ``--config-file`` checks one models config against this host's directories).
+- ``add NAME --base-path DIR [--policy latest:N|all|versions:1,2] [--label
+  stable=1 ...]`` and ``remove NAME`` change the config the stack serves
+  (``serving.config.stack``: the file ``make up`` recorded, else the compose
+  file ``serving/models.config``), for any model. Paths and labels are checked
+  first; where a server answers, the change is pushed with
+  ``HandleReloadConfigRequest`` (and waits until the versions are AVAILABLE),
+  then written atomically.
+- ``render`` prints the config the stack serves, or writes ``models.config``
+  from the zoo (``--zoo``, ``--all``) or from another config with its base
+  paths remapped (``--from-config``).
 """
 from __future__ import annotations
 
@@ -17,9 +27,11 @@ from google.protobuf.message import Message
 
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters, check_monitoring_config, check_warmup_fits
+from serving.config.edit import VersionPolicy, add_steps, find_entry, model_entry, parse_labels, remove_steps
 from serving.config.models import (
     CONTAINER_MODELS_DIR,
     HEADER,
+    LABELS,
     check_in_sync,
     check_model_dirs,
     check_model_server_config,
@@ -29,16 +41,26 @@ from serving.config.models import (
     without_gpu_only,
     write_model_server_config,
 )
-from serving.model_repo import ZOO
+from serving.config.reload import ReloadError
+from serving.config.stack import (
+    COMPOSE_PAIR,
+    DEFAULT_MODEL_REPO,
+    DEFAULT_WORK_DIR,
+    SERVING_DIR,
+    ServedConfig,
+    apply_steps,
+    read_state,
+    served_config,
+    write_state,
+)
+from serving.model_repo import ZOO, model_versions
 
 __all__ = ["main", "build_parser", "check_serving_dir", "CONFIG_FILES"]
 
-SERVING_DIR = Path(__file__).resolve().parents[1]  # the checkout's serving/, whatever the current directory
-
 # Variant → (models config, batching config) in the serving directory.
 CONFIG_FILES = {
-    "gpu": ("models.config", "batching.config"),
-    "cpu": ("models.cpu.config", "batching.cpu.config"),
+    "gpu": (COMPOSE_PAIR[0], "batching.config"),
+    "cpu": (COMPOSE_PAIR[1], "batching.cpu.config"),
 }
 MONITORING_FILE = "monitoring.config"
 CPU_HEADER = HEADER + ("# CPU variant (docker-compose.cpu.yml, make up without a GPU): models.config without the\n"
@@ -50,8 +72,10 @@ def check_serving_dir(serving_dir: Path, *, models_dir: Optional[Path] = None,
                       base_path_prefix: str = CONTAINER_MODELS_DIR) -> list[str]:
     """Every problem with the config files in ``serving_dir``; empty when all are fine.
 
-    ``models_dir`` additionally checks the exported repository that the
-    ``variant``'s models config serves (``/models/<name>`` → ``models_dir/<name>``).
+    A model outside the zoo must have a version in ``models_dir`` (default:
+    the checkout's ``models/``). With ``models_dir`` given, the ``variant``'s
+    models config is also checked against it (``/models/<name>`` →
+    ``models_dir/<name>``): every model exported, every configured version there.
     """
     problems: list[str] = []
     configs, batching = {}, {}
@@ -59,7 +83,7 @@ def check_serving_dir(serving_dir: Path, *, models_dir: Optional[Path] = None,
         configs[name] = _parsed(serving_dir / models_file, load_model_server_config, problems)
         if configs[name] is not None:
             problems += [f"{models_file}: {p}" for p in check_model_server_config(
-                configs[name], base_path_prefix=base_path_prefix, include_gpu_only=name == "gpu")]
+                configs[name], models_dir=models_dir or DEFAULT_MODEL_REPO, base_path_prefix=base_path_prefix)]
         batching[name] = _parsed(serving_dir / batching_file, load_batching_parameters, problems)
         if batching[name] is not None:
             problems += [f"{batching_file}: {p}" for p in check_batching_parameters(batching[name])]
@@ -87,16 +111,34 @@ def _parsed(path: Path, loader: Callable[[Path], Message], problems: list[str]) 
         return None
 
 
+def _check_one(args: argparse.Namespace) -> list[str]:
+    """Problems with one models config, its base paths read as the server that serves it reads them."""
+    served, problems = _served(args), []
+    config = _parsed(served.path, load_model_server_config, problems)
+    if config is None:
+        return problems
+    return [f"{served.path.name}: {p}" for p in check_model_server_config(config) + served.problems(config)]
+
+
 def _check(args: argparse.Namespace) -> int:
-    problems = check_serving_dir(args.serving_dir, models_dir=args.model_repo, variant=args.variant,
-                                 base_path_prefix=args.base_path_prefix)
+    if args.config_file is not None:
+        problems, checked = _check_one(args), f"{args.config_file}: every model"
+    else:
+        problems = check_serving_dir(args.serving_dir, models_dir=args.model_repo, variant=args.variant,
+                                     base_path_prefix=args.base_path_prefix)
+        checked = f"{args.serving_dir}: config files" + (
+            f" and the {args.variant} models in {args.model_repo}" if args.model_repo else "")
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     if problems:
         return 1
-    checked = "config files" + (f" and the {args.variant} models in {args.model_repo}" if args.model_repo else "")
-    print(f"OK {args.serving_dir}: {checked} match the exporter's published names")
+    print(f"OK {checked} pass TF Serving's rules and the exporter's published names")
     return 0
+
+
+def _served(args: argparse.Namespace) -> ServedConfig:
+    return served_config(args.config_file, grpc=getattr(args, "grpc", None), model_repo=args.model_repo,
+                         work_dir=args.work_dir)
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -104,9 +146,11 @@ def _render(args: argparse.Namespace) -> int:
         config = load_model_server_config(args.from_config)
         if args.base_path_prefix != CONTAINER_MODELS_DIR:
             config = remap_base_paths(config, {CONTAINER_MODELS_DIR: args.base_path_prefix})
-    else:
+    elif args.zoo or args.all:
         config = render_model_server_config(ZOO, base_path_prefix=args.base_path_prefix,
                                             models_dir=args.model_repo)
+    else:
+        config = _served(args).load()
     if args.all:
         gpu_file, cpu_file = (args.serving_dir / CONFIG_FILES[v][0] for v in ("gpu", "cpu"))
         write_model_server_config(config, gpu_file)
@@ -123,29 +167,112 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _new_entry(args: argparse.Namespace, served: ServedConfig):
+    """The ``ModelConfig`` ``add`` asks for; ValueError naming what is wrong with it."""
+    base_dir = args.base_path.resolve()
+    on_disk = model_versions(base_dir)
+    labels = parse_labels(args.labels)
+    if args.policy is not None:
+        policy = VersionPolicy.parse(args.policy)
+    elif labels:
+        policy = VersionPolicy("specific", versions=tuple(sorted(set(labels.values()))))
+    else:  # as make up serves every model: the newest version, stable and canary on it
+        policy = VersionPolicy("specific", versions=tuple(on_disk[-1:]))
+        labels = {label: on_disk[-1] for label in LABELS} if on_disk else {}
+    entry = model_entry(args.name, served.base_path_for(base_dir), policy, labels)
+    problems = served.entry_problems(entry)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return entry
+
+
+def _edit(args: argparse.Namespace) -> int:
+    served = _served(args)
+    try:
+        config = served.load()
+        if args.command == "add":
+            entry = _new_entry(args, served)
+            steps = add_steps(config, entry, served.versions_on_disk(entry))
+        else:
+            find_entry(config, args.name)
+            steps = remove_steps(config, args.name)
+        pushed = apply_steps(served, args.name, steps, timeout=args.timeout)
+    except (ValueError, KeyError, OSError, ReloadError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) else exc
+        print(f"{args.command} refused: {message}; {served.path} unchanged", file=sys.stderr)
+        return 1
+    _record_removal(served, args.name, removed=args.command == "remove")
+    where = (f"served by {served.grpc}" if pushed else
+             f"no server answers at {served.grpc}: the stack serves it from its next start")
+    print(f"{'added' if args.command == 'add' else 'removed'} {args.name} "
+          f"{'to' if args.command == 'add' else 'from'} {served.path} ({where})")
+    return 0
+
+
+def _record_removal(served: ServedConfig, name: str, *, removed: bool) -> None:
+    """On the stack's own config, remember removals so that make up does not add the model back."""
+    state = read_state(served.state_file) if served.state_file else None
+    if state is None:
+        return
+    names = [n for n in state.removed if n != name] + ([name] if removed else [])
+    write_state(state.replace(removed=tuple(names)), served.state_file)
+
+
+def _add_target_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config-file", type=Path, default=None,
+                   help="the models config (default: the one the stack serves, named by make up's "
+                        "stack.json; without one, <checkout>/serving/models.config)")
+    p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
+                   help=f"make up's work directory, whose stack.json names the served config "
+                        f"(default: {DEFAULT_WORK_DIR})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving.config", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="parse and cross-check the config files")
-    render = sub.add_parser("render", help="write models.config from the zoo or another config")
+    render = sub.add_parser("render", help="print the served models config, or write one from the zoo "
+                                           "or another config")
+    add = sub.add_parser("add", help="serve a model (any SavedModel directory with numeric versions)")
+    remove = sub.add_parser("remove", help="stop serving a model")
     for p in (check, render):
         p.add_argument("--serving-dir", type=Path, default=SERVING_DIR,
                        help=f"directory of the config files (default: {SERVING_DIR})")
-        p.add_argument("--model-repo", type=Path, metavar="DIR",
-                       help="model repository (the host directory mounted at /models)")
         p.add_argument("--base-path-prefix", default=CONTAINER_MODELS_DIR,
                        help=f"directory the base paths live in (default: {CONTAINER_MODELS_DIR}, the container's)")
+    for p in (check, render, add, remove):
+        p.add_argument("--model-repo", type=Path, metavar="DIR",
+                       help="model repository (the host directory mounted at /models)")
+        _add_target_options(p)
+    for p in (add, remove):
+        p.add_argument("name", metavar="NAME", help="the model's name, as clients call it")
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None,
+                       help="the server to push to (default: the stack's, else 127.0.0.1:8500)")
+        p.add_argument("--timeout", type=float, default=600.0,
+                       help="seconds to wait for the versions to load (default: 600)")
+    add.add_argument("--base-path", type=Path, required=True, metavar="DIR",
+                     help="the model's directory on this host (numeric version subdirectories)")
+    add.add_argument("--policy", metavar="POLICY",
+                     help="latest:N, all or versions:1,2 (default: versions: the labelled versions, "
+                          "or the newest version with stable and canary on it)")
+    add.add_argument("--label", dest="labels", action="append", default=[], metavar="NAME=N",
+                     help="version label, e.g. stable=1 (repeatable)")
     check.add_argument("--variant", choices=sorted(CONFIG_FILES), default="gpu",
                        help="whose models config --model-repo must satisfy (default: gpu)")
+    render.add_argument("--zoo", action="store_true", help="render the zoo's models (what render --all writes)")
     render.add_argument("--from-config", type=Path,
                         help="start from this models config (keeps policies and labels) instead of the zoo")
     render.add_argument("--without-gpu-only", action="store_true", help="drop TensorRT models (CPU hosts)")
     render.add_argument("--all", action="store_true",
-                        help="write both models.config and models.cpu.config into --serving-dir")
+                        help="write both models.config and models.cpu.config from the zoo into --serving-dir")
     render.add_argument("--out", type=Path, help="output file (default: stdout)")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return _check(args) if args.command == "check" else _render(args)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "render":
+        return _render(args)
+    return _edit(args)

@@ -161,6 +161,7 @@ class EmbeddedPlan:
 def plan_embedded_server(service: Mapping, *, work_dir: Path,
                          models_dir: Optional[Path] = None,
                          models: Optional[Sequence[str]] = None,
+                         models_config: Optional[Path] = None,
                          overrides: Mapping[str, Optional[str]] = {}) -> EmbeddedPlan:
     """The embedded server's arguments for the compose ``service`` (``tfserving``).
 
@@ -168,22 +169,25 @@ def plan_embedded_server(service: Mapping, *, work_dir: Path,
     with base paths remapped through the bind mounts (``models_dir`` replaces
     the host side of the ``/models`` mount, e.g. a test's model cache), and
     remaps every other path flag. ``models`` keeps only those models of the
-    config (a quicker start); unknown names raise ComposeError. GPU-only flags
-    stay: the embedded server reports them as no-ops, as TF Serving's CPU build
+    config (a quicker start); unknown names raise ComposeError.
+    ``models_config`` serves that existing file instead (``make up``'s
+    persistent config), and nothing is rendered. GPU-only flags stay: the
+    embedded server reports them as no-ops, as TF Serving's CPU build
     ignores them.
     """
     command = list(service.get("command") or [])
     mounts = volume_map(service)
     if models_dir is not None:
         mounts[CONTAINER_MODELS_DIR] = Path(models_dir)
-    config = load_model_server_config(service_models_config(service, mounts))
-    local = remap_base_paths(_only(config, models), {t: str(s) for t, s in mounts.items()})
-    Path(work_dir).mkdir(parents=True, exist_ok=True)
-    out = write_model_server_config(local, Path(work_dir) / "models.config",
-                                    header=f"# Local render of {_flag_value(command, 'model_config_file')} "
-                                           "for the embedded server.\n")
-    args = remap_server_args(command, mounts, {"model_config_file": str(out), **overrides})
-    return EmbeddedPlan(args=args, models_config=out, mounts=mounts)
+    if models_config is None:
+        config = load_model_server_config(service_models_config(service, mounts))
+        local = remap_base_paths(_only(config, models), {t: str(s) for t, s in mounts.items()})
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        models_config = write_model_server_config(
+            local, Path(work_dir) / "models.config",
+            header=f"# Local render of {_flag_value(command, 'model_config_file')} for the embedded server.\n")
+    args = remap_server_args(command, mounts, {"model_config_file": str(models_config), **overrides})
+    return EmbeddedPlan(args=args, models_config=Path(models_config), mounts=mounts)
 
 
 def _only(config: ModelServerConfig, models: Optional[Sequence[str]]) -> ModelServerConfig:

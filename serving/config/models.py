@@ -1,11 +1,19 @@
-"""``models.config``: rendering and checking it against the zoo's published names.
+"""``models.config``: rendering and checking it, for the zoo and for any model.
 
-The served set is the zoo table (``serving.model_repo.ZOO``: the zoo's models
-times their variants, under their published names, fp32 → ``name``, xla →
-``name_xla``, trt-fp16 → ``name_trt_fp16``). TRT variants are GPU-only: TF
-Serving's CPU image (and the embedded server) cannot run TensorRT engines, so
-the CPU models config is the GPU one without them. Whether the exporter's zoo
-agrees with that table is a test (``tests/config/test_zoo_table.py``).
+The compose files (``serving/models.config`` and ``models.cpu.config``) start
+as the zoo table (``serving.model_repo.ZOO``: the zoo's models times their
+variants, under their published names, fp32 → ``name``, xla → ``name_xla``,
+trt-fp16 → ``name_trt_fp16``). TRT variants are GPU-only: TF Serving's CPU
+image (and the embedded server) cannot run TensorRT engines, so the CPU models
+config is the GPU one without them. Whether the exporter's zoo agrees with
+that table is a test (``tests/config/test_zoo_table.py``). The embedded stack
+serves a config rendered from what a model repository holds
+(:func:`render_repository_config`), zoo or not.
+
+Checks hold any model to TF Serving's rules (absolute base path, platform
+``tensorflow``, labels named ``[a-zA-Z0-9_]+`` on served versions); a model
+outside the zoo must also have a version under its base path. Only zoo names
+are held to the exporter's layout (``<dir>/<published name>``).
 
 Policies and labels follow TF Serving's label rule: every model is served
 with a ``specific`` version list and its ``stable``/``canary`` labels point
@@ -20,6 +28,8 @@ command); moving an existing label still needs an AVAILABLE target.
 """
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
@@ -32,9 +42,14 @@ if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is buil
 
 __all__ = [
     "LABELS",
+    "LABEL_PATTERN",
     "CONTAINER_MODELS_DIR",
     "HEADER",
+    "new_model_server_config",
+    "served_entry",
     "render_model_server_config",
+    "render_repository_config",
+    "repository_models",
     "without_gpu_only",
     "remap_base_paths",
     "format_model_server_config",
@@ -46,12 +61,27 @@ __all__ = [
 
 CONTAINER_MODELS_DIR = "/models"
 LABELS = ("stable", "canary")
+# TF Serving's rule for version label names (ServerCore::UpdateModelVersionLabelMap).
+LABEL_PATTERN = re.compile(r"[a-zA-Z0-9_]+")
 
 
-def _new_config() -> ModelServerConfig:
+def new_model_server_config() -> ModelServerConfig:
+    """An empty ``tensorflow.serving.ModelServerConfig``."""
     from tensorflow_serving.config import model_server_config_pb2  # tensorflow_serving: only when a config is built
 
     return model_server_config_pb2.ModelServerConfig()
+
+
+def served_entry(config: ModelServerConfig, name: str, base_path: str, version: int) -> ModelConfig:
+    """Append ``name`` to ``config``, serving ``version`` with ``stable`` and ``canary`` on it."""
+    entry = config.model_config_list.config.add()
+    entry.name = name
+    entry.base_path = base_path
+    entry.model_platform = "tensorflow"
+    entry.model_version_policy.specific.versions.append(version)
+    for label in LABELS:
+        entry.version_labels[label] = version
+    return entry
 
 
 def render_model_server_config(models: Iterable[PublishedModel] = ZOO, *,
@@ -64,26 +94,43 @@ def render_model_server_config(models: Iterable[PublishedModel] = ZOO, *,
     newest numeric version found in ``models_dir/<name>`` when given and
     present, else 1 (what the exporter publishes first).
     """
-    config = _new_config()
+    config = new_model_server_config()
     for model in models:
         if model.gpu_only and not include_gpu_only:
             continue
         found = model_versions(models_dir / model.name) if models_dir else []
-        version = found[-1] if found else 1
-        entry = config.model_config_list.config.add()
-        entry.name = model.name
-        entry.base_path = str(PurePosixPath(base_path_prefix) / model.name)
-        entry.model_platform = "tensorflow"
-        entry.model_version_policy.specific.versions.append(version)
-        for label in LABELS:
-            entry.version_labels[label] = version
+        served_entry(config, model.name, str(PurePosixPath(base_path_prefix) / model.name),
+                     found[-1] if found else 1)
+    return config
+
+
+def repository_models(model_repo: Path) -> list[str]:
+    """The model directories of ``model_repo`` that hold a numeric version, by name."""
+    model_repo = Path(model_repo)
+    if not model_repo.is_dir():
+        return []
+    return sorted(p.name for p in model_repo.iterdir() if p.is_dir() and model_versions(p))
+
+
+def render_repository_config(model_repo: Path, names: Optional[Iterable[str]] = None) -> ModelServerConfig:
+    """A ``ModelServerConfig`` serving what ``model_repo`` holds, with host base paths.
+
+    Every model directory with a numeric version (or only ``names``) serves
+    its newest version with ``stable`` and ``canary`` on it, as the zoo's
+    models do in the compose files.
+    """
+    model_repo = Path(model_repo).resolve()
+    config = new_model_server_config()
+    config.model_config_list.SetInParent()  # an empty list is still a list (not "no config")
+    for name in repository_models(model_repo) if names is None else names:
+        served_entry(config, name, str(model_repo / name), model_versions(model_repo / name)[-1])
     return config
 
 
 def without_gpu_only(config: ModelServerConfig, models: Iterable[PublishedModel] = ZOO) -> ModelServerConfig:
     """A copy of ``config`` without the GPU-only (TensorRT) models."""
     gpu_only = {m.name for m in models if m.gpu_only}
-    out = _new_config()
+    out = new_model_server_config()
     out.CopyFrom(config)
     del out.model_config_list.config[:]
     for entry in config.model_config_list.config:
@@ -99,7 +146,7 @@ def remap_base_paths(config: ModelServerConfig, mapping: Mapping[str, str]) -> M
     ``/work/main/models/digits``; the longest matching prefix wins. A base path
     under no key raises ValueError (it would not exist where the copy is used).
     """
-    out = _new_config()
+    out = new_model_server_config()
     out.CopyFrom(config)
     for entry in out.model_config_list.config:
         entry.base_path = _remap_path(entry.base_path, mapping)
@@ -130,9 +177,10 @@ def format_model_server_config(config: ModelServerConfig, header: str = HEADER) 
 
 
 def write_model_server_config(config: ModelServerConfig, path: Path, header: str = HEADER) -> Path:
-    """Write ``config`` to ``path`` atomically (rename), so a polling server never reads half a file."""
+    """Write ``config`` to ``path`` atomically (a temp file renamed over it), so a polling server
+    never reads half a file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(format_model_server_config(config, header))
     tmp.replace(path)
     return path
@@ -143,36 +191,47 @@ def _policy_versions(entry: ModelConfig) -> Optional[list[int]]:
     return list(policy.specific.versions) if policy.WhichOneof("policy_choice") == "specific" else None
 
 
-def check_model_server_config(config: ModelServerConfig, *, models: Sequence[PublishedModel] = ZOO,
+def check_model_server_config(config: ModelServerConfig, *, models_dir: Optional[Path] = None,
                               base_path_prefix: str = CONTAINER_MODELS_DIR,
-                              include_gpu_only: bool = True) -> list[str]:
-    """Problems with ``config`` against the zoo's published names; empty when fine."""
+                              zoo: Sequence[PublishedModel] = ZOO) -> list[str]:
+    """Problems with ``config``; empty when fine.
+
+    Every model: listed once, platform ``tensorflow``, labels named
+    ``[a-zA-Z0-9_]+`` on versions a ``specific`` policy serves. A zoo name
+    must live where the exporter publishes it (``<dir>/<name>``). A model
+    outside the zoo must hold a numeric version under its base path, where
+    ``base_path_prefix/<name>`` is looked up as ``models_dir/<name>`` (not
+    checked when ``models_dir`` is None); the zoo's own exports are checked
+    by :func:`check_model_dirs`, which a fresh clone has not run yet.
+    """
     problems: list[str] = []
-    entries = list(config.model_config_list.config)
-    expected = [m.name for m in models if include_gpu_only or not m.gpu_only]
-    names = [e.name for e in entries]
-    for name in sorted(set(expected) - set(names)):
-        problems.append(f"{name}: published by the exporter but missing from the config")
-    for name in sorted(set(names) - set(expected)):
-        problems.append(f"{name}: not a published name of the zoo here "
-                        f"(expected one of {', '.join(expected)})")
+    names = [e.name for e in config.model_config_list.config]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"{name}: configured more than once")
-    for entry in entries:
-        problems.extend(_check_entry(entry, base_path_prefix))
+    zoo_names = {m.name for m in zoo}
+    for entry in config.model_config_list.config:
+        problems.extend(_check_entry(entry, in_zoo=entry.name in zoo_names))
+        if entry.name not in zoo_names and models_dir is not None:
+            problems.extend(_check_has_versions(entry, models_dir, base_path_prefix))
     return problems
 
 
-def _check_entry(entry: ModelConfig, base_path_prefix: str) -> list[str]:
+def _check_entry(entry: ModelConfig, *, in_zoo: bool) -> list[str]:
     problems = []
-    want = str(PurePosixPath(base_path_prefix) / entry.name)
-    if entry.base_path != want:
-        problems.append(f"{entry.name}: base_path {entry.base_path} is not {want}, "
+    base = PurePosixPath(entry.base_path)
+    if in_zoo and base.name != entry.name:
+        problems.append(f"{entry.name}: base_path {entry.base_path} is not {base.parent / entry.name}, "
                         "where the exporter publishes it")
+    if not base.is_absolute() and "://" not in entry.base_path:
+        problems.append(f"{entry.name}: base_path {entry.base_path!r} is not absolute; TF Serving requires "
+                        "an absolute path or URI")
     if entry.model_platform not in ("", "tensorflow"):
         problems.append(f"{entry.name}: model_platform {entry.model_platform!r} is not 'tensorflow'")
     versions = _policy_versions(entry)
     for label, version in sorted(entry.version_labels.items()):
+        if not LABEL_PATTERN.fullmatch(label):
+            problems.append(f"{entry.name}: label {label!r} is not a valid label name; "
+                            "labels must match [a-zA-Z0-9_]+")
         if versions is not None and version not in versions:
             problems.append(f"{entry.name}: label {label} -> {version} points outside the "
                             f"served versions {versions}; TF Serving rejects a label on a version "
@@ -180,17 +239,34 @@ def _check_entry(entry: ModelConfig, base_path_prefix: str) -> list[str]:
     return problems
 
 
+def _check_has_versions(entry: ModelConfig, models_dir: Path, base_path_prefix: str) -> list[str]:
+    try:
+        base = Path(_remap_path(entry.base_path, {base_path_prefix: str(models_dir)}))
+    except ValueError:
+        base = Path(entry.base_path)
+    if model_versions(base):
+        return []
+    return [f"{entry.name}: no numeric version directory under {base} (not a zoo model: export it "
+            "there first; TF Serving would wait for a version forever)"]
+
+
 def check_model_dirs(config: ModelServerConfig, models_dir: Path, *,
-                     base_path_prefix: str = CONTAINER_MODELS_DIR) -> list[str]:
+                     base_path_prefix: str = CONTAINER_MODELS_DIR,
+                     zoo: Sequence[PublishedModel] = ZOO) -> list[str]:
     """Problems with the exported repository behind ``config``; empty when fine.
 
-    Each base path ``<prefix>/<name>`` maps to ``models_dir/<name>``, which must
-    hold numeric version directories with a SavedModel and the exporter's
-    ``manifest.json``, including every version the policy or a label names.
+    Each base path ``<prefix>/<name>`` maps to ``models_dir/<name>`` (a base
+    path outside the prefix is a host path), which must hold numeric version
+    directories with a SavedModel, including every version the policy or a
+    label names; zoo models also need the exporter's ``manifest.json``.
     """
     problems = []
+    zoo_names = {m.name for m in zoo}
     for entry in config.model_config_list.config:
-        base = Path(_remap_path(entry.base_path, {base_path_prefix: str(models_dir)}))
+        try:
+            base = Path(_remap_path(entry.base_path, {base_path_prefix: str(models_dir)}))
+        except ValueError:
+            base = Path(entry.base_path)
         found = model_versions(base)
         if not found:
             problems.append(f"{entry.name}: no numeric version directory under {base} "
@@ -198,14 +274,15 @@ def check_model_dirs(config: ModelServerConfig, models_dir: Path, *,
             continue
         wanted = set(_policy_versions(entry) or [found[-1]]) | set(entry.version_labels.values())
         for version in sorted(wanted):
-            problems.extend(_check_version_dir(entry.name, base / str(version)))
+            problems.extend(_check_version_dir(entry.name, base / str(version), entry.name in zoo_names))
     return problems
 
 
-def _check_version_dir(name: str, version_dir: Path) -> list[str]:
+def _check_version_dir(name: str, version_dir: Path, from_exporter: bool) -> list[str]:
     if not version_dir.is_dir():
         return [f"{name}: version {version_dir.name} is configured but {version_dir} does not exist"]
-    missing = [f for f in ("saved_model.pb", "manifest.json") if not (version_dir / f).is_file()]
+    files = ("saved_model.pb", "manifest.json") if from_exporter else ("saved_model.pb",)
+    missing = [f for f in files if not (version_dir / f).is_file()]
     return [f"{name}: {version_dir} has no {f}" for f in missing]
 
 

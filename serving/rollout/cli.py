@@ -1,9 +1,17 @@
 """``python -m serving.rollout``: publish a version, canary it, promote or roll back.
 
-Every command that moves labels reads the current state from ``--config-file``
-(the models config the server was started with), pushes each planned step
-with ``HandleReloadConfigRequest``, waits for the versions to be AVAILABLE
-(``GetModelStatus``) and writes the pushed config back to the file.
+Every command that moves labels reads the current state from the models
+config the server runs, checks that every base path and version it names is
+on disk (TF Serving would wait for a missing one, and hold every later reload),
+pushes each planned step with ``HandleReloadConfigRequest``, waits for the
+versions to be AVAILABLE (``GetModelStatus``) and writes the pushed config
+back to the file.
+
+The config and the server default to what the running stack serves
+(``serving.config.stack``: the file and gRPC target ``make up`` recorded in
+``<work dir>/stack.json``, compose or embedded); without a state file, the
+compose file ``serving/models.config`` on ``127.0.0.1:8500``. ``publish``
+writes into the stack's model repository by default.
 
 Flags use the project's CLI vocabulary: ``--grpc HOST:PORT`` for the server,
 ``--model-repo DIR`` for the model repository, ``--version N`` and ``--label
@@ -17,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from serving import status
-from serving.config import load_model_server_config
-from serving.model_repo import model_versions
+from serving.config.reload import Reloader, ReloadError, connect, version_states
+from serving.config.stack import DEFAULT_WORK_DIR, ServedConfig, served_config, stack_model_repo
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -29,21 +37,19 @@ from serving.rollout.plan import (
     served_versions,
 )
 from serving.rollout.publish import export_version, publish_saved_model
-from serving.rollout.runner import Rollout, connect, version_states
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 __all__ = ["main", "build_parser"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def _publish(args: argparse.Namespace) -> int:
+    model_repo = args.model_repo or stack_model_repo(args.work_dir)
     if args.from_dir:
-        path = publish_saved_model(args.from_dir, args.model_repo, args.model, args.version)
+        path = publish_saved_model(args.from_dir, model_repo, args.model, args.version)
     else:
-        path = export_version(args.model_name or args.model, args.model_repo,
+        path = export_version(args.model_name or args.model, model_repo,
                               variant=args.variant, version=args.version)
     print(f"published {path} (not served yet: `python -m serving.rollout canary "
           f"--model {args.model} --version {path.name}`)")
@@ -60,36 +66,57 @@ def _labels_for(args: argparse.Namespace, config: ModelServerConfig) -> dict[str
     return {**find_model(config, args.model).version_labels, args.label: args.version}
 
 
-def _check_versions_exist(args: argparse.Namespace, labels: dict[str, int]) -> None:
-    if args.model_repo is None:
-        return
-    found = model_versions(args.model_repo / args.model)
+def _served(args: argparse.Namespace) -> ServedConfig:
+    return served_config(args.config_file, grpc=args.grpc, model_repo=getattr(args, "model_repo", None),
+                         work_dir=args.work_dir)
+
+
+def _check_versions_exist(served: ServedConfig, config: ModelServerConfig, model: str,
+                          labels: dict[str, int]) -> None:
+    entry = find_model(config, model)
+    base = served.host_path(entry.base_path)
+    found = served.versions_on_disk(entry)
+    if not found:
+        _check_paths(served, [config])  # the model's directory is not there at all: say why
     missing = sorted(set(labels.values()) - set(found))
     if missing:
-        raise RolloutError(f"{args.model}: version(s) {missing} not found in {args.model_repo / args.model} "
-                           f"(has {found}); publish first")
+        raise RolloutError(f"{model}: version(s) {missing} not found in {base} (has {found}); publish first")
+
+
+def _check_paths(served: ServedConfig, configs: Sequence[ModelServerConfig]) -> None:
+    """Refuse, before anything is sent, a config whose base paths or versions are not on disk."""
+    problems = list(dict.fromkeys(p for config in configs for p in served.problems(config)))
+    if problems:
+        hint = (" (the embedded server reads host paths: a compose config with /models/... paths "
+                "does not fit it; leave --config-file out to use the stack's config)"
+                if not served.mounts and any("/models/" in p for p in problems) else "")
+        raise RolloutError(f"nothing was sent to {served.grpc}: {served.path} names what this host does not "
+                           f"have: {'; '.join(problems)}{hint}")
 
 
 def _move(args: argparse.Namespace) -> int:
-    config = load_model_server_config(args.config_file)
+    served = _served(args)
+    config = served.load()
     labels = _labels_for(args, config)
-    _check_versions_exist(args, labels)
+    _check_versions_exist(served, config, args.model, labels)
     steps = plan_label_move(config, args.model, labels)
+    _check_paths(served, [config, *(step.config for step in steps)])
     if args.dry_run:
         for step in steps:
             print(f"would {step.description}")
         return 0
-    with connect(args.grpc) as client:
-        Rollout(client, config_file=None if args.no_write_back else args.config_file,
-                wait_timeout=args.timeout).apply(args.model, steps)
+    with connect(served.grpc) as client:
+        Reloader(client, write=None if args.no_write_back else served.write,
+                 wait_timeout=args.timeout).apply(args.model, steps)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    entry = find_model(load_model_server_config(args.config_file), args.model)
+    served = _served(args)
+    entry = find_model(served.load(), args.model)
     print(f"{args.model}: config serves {served_versions(entry)}, labels {dict(sorted(entry.version_labels.items()))}")
-    with connect(args.grpc) as client:
+    with connect(served.grpc) as client:
         for version, state in sorted(version_states(client, args.model).items()):
             error = state.error_message
             print(f"  version {version}: {state.state}{' ' + error if error else ''}")
@@ -114,14 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     for p in [publish, *movers, stat]:
         p.add_argument("--model", required=True, help="published model name, e.g. digits")
     for p in [*movers, stat]:
-        p.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500",
-                       help="the server's gRPC address (default: 127.0.0.1:8500)")
-        p.add_argument("--config-file", type=Path, default=REPO_ROOT / "serving" / "models.config",
-                       help="models config the server runs (default: <checkout>/serving/models.config)")
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None,
+                       help="the server's gRPC address (default: the stack's, from make up's stack.json; "
+                            "else 127.0.0.1:8500)")
+        p.add_argument("--config-file", type=Path, default=None,
+                       help="models config the server runs (default: the one the stack serves; without "
+                            "make up's stack.json, <checkout>/serving/models.config)")
+    for p in [publish, *movers, stat]:
+        p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
+                       help=f"make up's work directory, whose stack.json says what the stack serves, "
+                            f"where (default: {DEFAULT_WORK_DIR})")
     for p in [publish, *movers]:
-        p.add_argument("--model-repo", type=Path, metavar="DIR",
-                       default=None if p is not publish else REPO_ROOT / "models",
-                       help="host model repository (publish default: <checkout>/models; movers: checks versions exist)")
+        p.add_argument("--model-repo", type=Path, metavar="DIR", default=None,
+                       help="host model repository (default: the stack's, else <checkout>/models); for a "
+                            "compose config, the host directory of /models")
     for p in movers:
         p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a version to load")
         p.add_argument("--no-write-back", action="store_true", help="do not rewrite --config-file")
@@ -141,6 +174,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "status":
             return _status(args)
         return _move(args)
-    except (RolloutError, status.ServingError, FileNotFoundError, FileExistsError) as exc:
+    except (ReloadError, status.ServingError, FileNotFoundError, FileExistsError) as exc:
         print(f"rollout failed: {exc}", file=sys.stderr)
         return 1

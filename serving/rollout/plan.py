@@ -1,11 +1,14 @@
 """Planning label moves as a sequence of configs TF Serving accepts.
 
 Pure functions on ``ModelServerConfig`` protos; nothing here talks to a server.
+A plan is a list of ``serving.config.reload.Step`` (re-exported here as the
+rollout's vocabulary).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
+
+from serving.config.reload import ReloadError, Step
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
@@ -24,17 +27,8 @@ __all__ = [
 STABLE, CANARY = "stable", "canary"
 
 
-class RolloutError(RuntimeError):
+class RolloutError(ReloadError):
     """A rollout that cannot be planned or did not complete."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One config to push; ``wait_for`` are the versions that must be AVAILABLE after it."""
-
-    description: str
-    config: ModelServerConfig
-    wait_for: tuple[int, ...]
 
 
 def find_model(config: ModelServerConfig, name: str) -> ModelConfig:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +15,10 @@ from serving.config.models import (
     render_model_server_config,
     write_model_server_config,
 )
+from tests.config.helpers import run_cli, user_model
 from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "serving.config", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
@@ -59,13 +53,35 @@ def test_check_fails_on_a_base_path_the_exporter_does_not_write(serving_copy):
     assert "models.cpu.config" in proc.stderr  # now out of sync with the GPU config
 
 
-def test_check_fails_on_a_name_outside_the_zoo(serving_copy):
-    path = serving_copy / "models.config"
-    path.write_text(path.read_text().replace('"text"', '"txt"').replace("/models/text", "/models/txt"))
+def test_a_users_models_config_without_zoo_models_passes_check(serving_copy, tmp_path):
+    user_model(tmp_path / "models")
+    for name in ("models.config", "models.cpu.config"):
+        (serving_copy / name).write_text('model_config_list { config { name: "my_mlp" base_path: "/models/my_mlp" '
+                                         'model_platform: "tensorflow" } }\n')
+    proc = run_cli("check", "--serving-dir", str(serving_copy), "--model-repo", str(tmp_path / "models"))
+    assert proc.returncode == 0, proc.stderr
+    assert "OK" in proc.stdout
+
+
+def test_check_fails_on_a_model_outside_the_zoo_that_has_no_version(serving_copy, tmp_path):
+    for path in (serving_copy / "models.config", serving_copy / "models.cpu.config"):
+        path.write_text(path.read_text().replace('"text"', '"txt"').replace("/models/text", str(tmp_path / "txt")))
     proc = run_cli("check", "--serving-dir", str(serving_copy))
     assert proc.returncode == 1
-    assert "text: published by the exporter but missing from the config" in proc.stderr
-    assert "txt: not a published name of the zoo" in proc.stderr
+    assert f"txt: no numeric version directory under {tmp_path / 'txt'}" in proc.stderr
+    assert "text" not in proc.stderr.replace("txt", "")  # a zoo model left out of the config is fine
+    user_model(tmp_path, "txt")
+    assert "txt:" not in run_cli("check", "--serving-dir", str(serving_copy)).stderr
+
+
+def test_check_holds_every_model_to_tf_servings_label_and_path_rules(serving_copy, tmp_path):
+    path = serving_copy / "models.config"
+    path.write_text(path.read_text().replace('key: "canary"', 'key: "can-ary"', 1)
+                    .replace('"/models/ranker"', '"models/ranker"'))
+    proc = run_cli("check", "--serving-dir", str(serving_copy))
+    assert proc.returncode == 1
+    assert "digits: label 'can-ary' is not a valid label name; labels must match [a-zA-Z0-9_]+" in proc.stderr
+    assert "ranker: base_path 'models/ranker' is not absolute" in proc.stderr
 
 
 def test_check_with_models_dir_reports_models_not_exported_yet(serving_copy, model_repo, tmp_path):

@@ -12,10 +12,17 @@ API = {
                                "volume_map", "remap_server_args", "service_models_config",
                                "plan_embedded_server"],
     "serving.config.protos": ["batching_parameters_class", "monitoring_config_class"],
+    "serving.config.edit": ["VersionPolicy", "parse_labels", "model_entry", "find_entry", "entry_problems",
+                            "with_model", "without_model", "add_steps", "remove_steps"],
+    "serving.config.reload": ["ReloadError", "Step", "connect", "version_states", "Reloader"],
+    "serving.config.stack": ["REPO_ROOT", "SERVING_DIR", "DEFAULT_WORK_DIR", "DEFAULT_MODEL_REPO", "DEFAULT_GRPC",
+                             "STATE_FILE", "COMPOSE_PAIR", "StackState", "read_state", "write_state",
+                             "ServedConfig", "served_config", "stack_model_repo", "apply_steps"],
     "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
                         "rollback_labels", "served_versions", "connect", "Rollout"],
     "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-                   "ensure_commands", "build_parser", "main"],
+                   "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection", "export_order", "prepare_served_config",
+                   "build_parser", "main"],
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from serving.config.stack import STATE_FILE, read_state
 from serving.up import choose_backend, docker_runtimes, ensure_commands
 from tests.support.servers import REPO_ROOT
 
@@ -93,11 +94,17 @@ esac
     fake.chmod(0o755)
     env = {**__import__("os").environ, "PATH": f"{fake.parent}:{__import__('os').environ['PATH']}",
            "GRAFANA_ADMIN_PASSWORD": "test-only-password"}
-    proc = subprocess.run([sys.executable, "-m", "serving.up"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120, env=env)
+    work = tmp_path / "work"
+    proc = subprocess.run([sys.executable, "-m", "serving.up", "--work-dir", str(work)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert calls.read_text().split() == ["-f", str(REPO_ROOT / "docker-compose.yml"),
                                          "-f", str(REPO_ROOT / "docker-compose.cpu.yml"),
                                          "up", "-d", "--build", "--wait"]
     assert "curl http://127.0.0.1:8501/v1/models/digits" in proc.stdout
     assert "Grafana: http://127.0.0.1:3000" in proc.stdout
+    # The state the rollout and serving.config default to: the CPU file, container paths under models/.
+    state = read_state(work / STATE_FILE)
+    assert (state.backend, state.models_config, state.grpc, state.rest) == (
+        "compose-cpu", REPO_ROOT / "serving" / "models.cpu.config", "127.0.0.1:8500", "http://127.0.0.1:8501")
+    assert dict(state.mounts) == {"/models": REPO_ROOT / "models"} == {"/models": state.model_repo}

@@ -2,10 +2,11 @@
 
 `python -m serving.up --backend embedded` reads the CPU variant's command with
 the real Compose binary, remaps its paths to this checkout and starts
-`python -m serving.server` with it. That this server then serves every model of
-models.cpu.config (all but the GPU-only TensorRT model) shows that the compose
-command, the models, batching and monitoring configs and the exporter's
-repository fit together.
+`python -m serving.server` with it, serving what the model repository holds.
+Given a repository with every model of models.cpu.config (all but the GPU-only
+TensorRT model), that this server serves each of them under both labels shows
+that the compose command, the batching and monitoring configs and the
+exporter's repository fit together.
 """
 from __future__ import annotations
 

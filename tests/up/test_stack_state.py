@@ -1,0 +1,151 @@
+"""`make up` (embedded) serves the model repository from a config that survives restarts, and the
+rollout and `serving.config` commands default to what it runs.
+
+Each test starts `python -m serving.up --backend embedded` on a copy of a repository (free ports, its
+own work dir) and waits for "every model is loaded". The README's rollout commands run as written,
+with only `--work-dir` added (the tests' make up is not the checkout's).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serving.client import RestClient
+from serving.config import load_model_server_config
+from serving.config.stack import STATE_FILE, read_state
+from tests.support.ports import free_port
+from tests.support.servers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+LOADED = "every model is loaded"
+
+
+class MakeUp:
+    """`python -m serving.up --backend embedded` on free ports, until every model is loaded."""
+
+    def __init__(self, repo: Path, work: Path, *extra: str) -> None:
+        self.repo, self.work, self.extra = repo, work, extra
+        self.grpc = f"127.0.0.1:{free_port()}"
+        self.rest = f"http://127.0.0.1:{free_port()}"
+        self.log = work.parent / f"up-{time.monotonic_ns()}.log"
+
+    def __enter__(self) -> "MakeUp":
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(self.repo),
+                 "--work-dir", str(self.work), "--grpc", self.grpc, "--rest", self.rest, "--timeout", "300",
+                 *self.extra],
+                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+        deadline = time.monotonic() + 400
+        while LOADED not in self.text():
+            assert self.proc.poll() is None, f"make up exited with {self.proc.returncode}:\n{self.text()[-4000:]}"
+            assert time.monotonic() < deadline, f"make up not ready:\n{self.text()[-4000:]}"
+            time.sleep(0.5)
+        return self
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            assert self.proc.wait(60) == 0, self.text()[-3000:]
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise
+
+    def available(self, model: str) -> list[int]:
+        """The AVAILABLE versions of ``model`` (REST model status; [] when the server does not know it)."""
+        response = httpx.get(f"{self.rest}/v1/models/{model}", timeout=30)
+        if response.status_code == 404:
+            return []
+        assert response.status_code == 200, response.text
+        return sorted(int(v["version"]) for v in response.json()["model_version_status"] if v["state"] == "AVAILABLE")
+
+    def label(self, model: str, label: str) -> int:
+        """The version the server resolves ``label`` to (GetModelMetadata answers with it)."""
+        with RestClient(self.rest) as client:
+            return client.metadata(model, label=label).version
+
+
+def run(module: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, f"{module} {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture
+def repo(model_repo: Path, tmp_path: Path) -> Path:
+    """digits and text, version 1 each (copies of the cached exports)."""
+    dest = tmp_path / "models"
+    for name in ("digits", "text"):
+        shutil.copytree(model_repo / name, dest / name)
+    return dest
+
+
+def test_the_first_start_serves_the_repository_and_records_the_stack(repo, tmp_path):
+    work = tmp_path / "work"
+    with MakeUp(repo, work) as up:
+        assert (up.available("digits"), up.label("digits", "stable")) == ([1], 1)
+        assert (up.available("text"), up.label("text", "canary")) == ([1], 1)
+        assert "exporting" not in up.text()  # the repository is not empty: no zoo export
+        state = read_state(work / STATE_FILE)
+        assert (state.backend, state.models_config, state.grpc, state.rest, state.model_repo) == (
+            "embedded", work / "models.config", up.grpc, up.rest, repo.resolve())
+        assert f"python -m serving.rollout status --model digits --work-dir {work}" in up.text()
+
+
+def test_added_models_moved_labels_and_removals_survive_a_restart(repo, model_repo, tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    shutil.copytree(model_repo / "ranker" / "1", outside / "my_ranker" / "1")
+    with MakeUp(repo, work) as up:
+        run("serving.config", "add", "my_ranker", "--base-path", str(outside / "my_ranker"), "--work-dir", str(work))
+        run("serving.config", "remove", "text", "--work-dir", str(work))
+        run("serving.rollout", "publish", "--model", "digits", "--from", str(repo / "digits" / "1"),
+            "--work-dir", str(work))
+        run("serving.rollout", "canary", "--model", "digits", "--version", "2", "--work-dir", str(work))
+        run("serving.rollout", "promote", "--model", "digits", "--work-dir", str(work))
+        assert (up.available("digits"), up.label("digits", "stable")) == ([2], 2)
+    before = (work / "models.config").read_text()
+    with MakeUp(repo, work) as up:
+        assert (up.available("digits"), up.label("digits", "stable"), up.label("digits", "canary")) == ([2], 2, 2)
+        assert (up.available("my_ranker"), up.label("my_ranker", "stable")) == ([1], 1)
+        assert up.available("text") == []  # removed stays removed, though models/text is there
+    assert (work / "models.config").read_text() == before
+    entry = {e.name: e for e in load_model_server_config(work / "models.config").model_config_list.config}["digits"]
+    assert list(entry.model_version_policy.specific.versions) == [2]
+
+
+def readme_rollout_commands() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text[text.index("### Roll out a new version"):]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("python -m serving.rollout")]
+
+
+def test_the_readmes_rollout_commands_work_as_written_against_make_ups_embedded_server(repo, tmp_path):
+    work = tmp_path / "work"
+    commands = readme_rollout_commands()
+    assert [c.split()[3] for c in commands] == ["publish", "canary", "status", "promote", "rollback"]
+    with MakeUp(repo, work) as up:
+        outputs = [run(*shlex.split(command)[2:], "--work-dir", str(work)) for command in commands]
+        assert "config serves [1, 2], labels {'canary': 2, 'stable': 1}" in outputs[2]
+        assert "version 2: AVAILABLE" in outputs[2]
+        assert (up.available("digits"), up.label("digits", "stable")) == ([2], 2)
+        assert (up.available("text"), up.label("text", "stable")) == ([1], 1)  # the other models stay served
+    entry = {e.name: e for e in load_model_server_config(work / "models.config").model_config_list.config}["digits"]
+    assert list(entry.model_version_policy.specific.versions) == [2]
+    assert dict(entry.version_labels) == {"stable": 2, "canary": 2}
