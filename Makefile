@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := prometheus
 .PHONY: help up test install debs venv clean bench monitor
 
 help:
-	@echo "make up     run the stack (exports demo models if missing)"
+	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
 	@echo "make bench  speed ratios: codec, embedded server, load generator"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"

@@ -42,6 +42,7 @@ __all__ = [
     "published_name",
     "PublishedModel",
     "ZOO",
+    "SMALL_ZOO",
     "WARMUP_DIR",
     "WARMUP_REQUESTS_FILE",
     "warmup_path",
@@ -102,6 +103,10 @@ ZOO: tuple[PublishedModel, ...] = (
     PublishedModel("text"),
     PublishedModel("ranker"),
 )
+
+# The zoo models `make up` exports into an empty repository: the small ones (seconds to train on a
+# CPU). resnet50 and the variants are opt-in (`make up MODELS=all`).
+SMALL_ZOO: tuple[str, ...] = ("digits", "text", "ranker")
 
 # TensorFlow's kSavedModelAssetsExtraDirectory and TF Serving's warmup file name.
 WARMUP_DIR = "assets.extra"

@@ -77,7 +77,7 @@ from serving.config.stack import (
     read_state,
     write_state,
 )
-from serving.model_repo import ZOO, model_versions
+from serving.model_repo import SMALL_ZOO, ZOO, model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_available, port_open
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
@@ -88,7 +88,7 @@ __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "miss
            "build_parser", "main"]
 
 # The zoo models a fresh (empty) model repository gets, smallest first; the others are opt-in (--models).
-DEFAULT_EXPORTS = ("digits", "text", "ranker")
+DEFAULT_EXPORTS = SMALL_ZOO  # the zoo table says which models are small
 # The persistent models config of the embedded stack, in the work directory.
 MODELS_CONFIG = "models.config"
 EMBEDDED_HEADER = """\
