@@ -9,6 +9,7 @@ walked; ``python -m serving.server`` is not among them: it takes
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -26,6 +27,15 @@ import serving.rollout.cli
 import serving.up
 from tests.support.servers import REPO_ROOT
 
+
+def _example_parser() -> argparse.ArgumentParser:
+    """examples/ is a folder of scripts, not a package: load the training example from its path."""
+    spec = importlib.util.spec_from_file_location("train_and_export", REPO_ROOT / "examples" / "train_and_export.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m exporter": exporter.__main__.build_parser,
     "python -m serving.client": serving.client.cli.build_parser,
@@ -37,6 +47,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,
+    "python examples/train_and_export.py": _example_parser,
 }
 # The spellings issue 11 replaced, for the same concepts.
 FORBIDDEN = {"--target", "--host", "--tfserving", "--grpc-target", "--rest-url", "--grpc-port", "--rest-port",

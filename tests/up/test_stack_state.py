@@ -2,14 +2,12 @@
 rollout and `serving.config` commands default to what it runs.
 
 Each test starts `python -m serving.up --backend embedded` on a copy of a repository (free ports, its
-own work dir) and waits for "every model is loaded". The README's rollout commands run as written,
-with only `--work-dir` added (the tests' make up is not the checkout's).
+own work dir) and waits for "every model is loaded". The README's own rollout commands run as written
+in tests/readme/test_readme_commands.py.
 """
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -128,24 +126,3 @@ def test_added_models_moved_labels_and_removals_survive_a_restart(repo, model_re
     entry = {e.name: e for e in load_model_server_config(work / "models.config").model_config_list.config}["digits"]
     assert list(entry.model_version_policy.specific.versions) == [2]
 
-
-def readme_rollout_commands() -> list[str]:
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text[text.index("### Roll out a new version"):]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("python -m serving.rollout")]
-
-
-def test_the_readmes_rollout_commands_work_as_written_against_make_ups_embedded_server(repo, tmp_path):
-    work = tmp_path / "work"
-    commands = readme_rollout_commands()
-    assert [c.split()[3] for c in commands] == ["publish", "canary", "status", "promote", "rollback"]
-    with MakeUp(repo, work) as up:
-        outputs = [run(*shlex.split(command)[2:], "--work-dir", str(work)) for command in commands]
-        assert "config serves [1, 2], labels {'canary': 2, 'stable': 1}" in outputs[2]
-        assert "version 2: AVAILABLE" in outputs[2]
-        assert (up.available("digits"), up.label("digits", "stable")) == ([2], 2)
-        assert (up.available("text"), up.label("text", "stable")) == ([1], 1)  # the other models stay served
-    entry = {e.name: e for e in load_model_server_config(work / "models.config").model_config_list.config}["digits"]
-    assert list(entry.model_version_policy.specific.versions) == [2]
-    assert dict(entry.version_labels) == {"stable": 2, "canary": 2}

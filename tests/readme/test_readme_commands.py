@@ -1,0 +1,121 @@
+"""The README's command blocks run as written against `make up`'s embedded server.
+
+A copy of the checkout (the files git tracks) stands in for a user's clone, so the commands' default
+paths (`models/`, `.cache/serving/`, `out/`) and ports (127.0.0.1:8500 and :8501) are the README's
+own and nothing is written into this checkout. Its `models/` is seeded with the test cache's
+`digits` and `text` (what `make up` would otherwise export first). `python` is the venv's, first on
+PATH, and PYTHONPATH points at the copy. Lines that need a Docker engine (`docker compose ...`) are
+the only ones left out: there is no engine here.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from serving.client import RestClient
+from serving.config import load_model_server_config
+from serving.server.launcher import wait_until_available
+from tests.support.servers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+GRPC_PORT, REST_PORT = 8500, 8501
+
+
+def readme_block(heading: str) -> str:
+    """The first ```bash block after ``heading`` in the README."""
+    text = (REPO_ROOT / "README.md").read_text()
+    return re.search(r"```bash\n(.*?)```", text[text.index(heading):], re.S).group(1)
+
+
+def _tracked_copy(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, target)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+class Checkout:
+    """A copy of the checkout with `make up` (embedded) running in it on the README's ports."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        venv_bin = str(Path(sys.executable).parent)
+        self.env = {**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}", "PYTHONPATH": str(root),
+                    "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+
+    def bash(self, script: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        """Run ``script`` with ``bash -e`` in the checkout; fail with its output if a command fails."""
+        result = subprocess.run(["bash", "-e", "-c", script], cwd=self.root, env=self.env, capture_output=True,
+                                text=True, timeout=timeout)
+        assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        return result
+
+
+@pytest.fixture(scope="module")
+def checkout(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checkout]:
+    assert _port_free(GRPC_PORT) and _port_free(REST_PORT), (
+        "the README's commands use 127.0.0.1:8500 and :8501; stop whatever listens there (make up?)")
+    root = tmp_path_factory.mktemp("clone")
+    _tracked_copy(root)
+    for name in ("digits", "text"):
+        shutil.copytree(model_repo / name, root / "models" / name)
+    stack = Checkout(root)
+    log = open(root / "make-up.log", "wb")
+    up = subprocess.Popen([sys.executable, "-m", "serving.up", "--backend", "embedded"], cwd=root, env=stack.env,
+                          stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until_available(f"http://127.0.0.1:{REST_PORT}", ["digits", "text"], timeout=300,
+                             alive=lambda: up.poll() is None)
+        yield stack
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+        log.close()
+
+
+def test_bring_your_own_model_runs_as_written(checkout):
+    result = checkout.bash(readme_block("## Bring your own model"))
+    out = result.stdout
+    assert "published fp32: " in out and "resumed from epoch 12/16" in out
+    assert "labels {'canary': 2, 'stable': 2}" in out
+    assert re.search(r"steady over grpc: [1-9]\d* requests, 0 failures", out), out[-2000:]
+    assert (checkout.root / "out" / "my_model" / "sweep.png").stat().st_size > 0
+    with RestClient(f"http://127.0.0.1:{REST_PORT}") as client:
+        assert [s.version for s in client.status("my_model") if s.state == "AVAILABLE"] == [2]
+        assert [s.version for s in client.status("my_model_xla") if s.state == "AVAILABLE"] == [1]
+
+
+def test_the_rollout_commands_run_as_written(checkout):
+    lines = [line for line in readme_block("### Roll out a new version").splitlines()
+             if line.strip() and not line.startswith("docker compose")]
+    assert [line.split()[3] for line in lines] == ["publish", "canary", "status", "promote", "rollback"]
+    out = checkout.bash("\n".join(lines)).stdout
+    assert "config serves [1, 2], labels {'canary': 2, 'stable': 1}" in out
+    assert "version 2: AVAILABLE" in out
+    with RestClient(f"http://127.0.0.1:{REST_PORT}") as client:
+        assert [s.version for s in client.status("digits") if s.state == "AVAILABLE"] == [2]
+        assert [s.version for s in client.status("text") if s.state == "AVAILABLE"] == [1]  # the others stay
+    served = load_model_server_config(checkout.root / ".cache" / "serving" / "models.config")
+    entry = {e.name: e for e in served.model_config_list.config}["digits"]
+    assert list(entry.model_version_policy.specific.versions) == [2]
+    assert dict(entry.version_labels) == {"stable": 2, "canary": 2}
