@@ -3,7 +3,9 @@
 ``GrpcClient(target)``, ``RestClient(base_url)``, ``AsyncGrpcClient`` and
 ``AsyncRestClient`` share one API (``predict``, ``classify``, ``regress``,
 ``metadata``, ``status``, ``reload_config``) and one exception tree
-(``serving.client.errors``). Importing this package loads neither TensorFlow
+(``serving.client.errors``), and take the same TLS and credential arguments
+(``root_certificates``, ``client_cert``/``client_key``, ``server_name``,
+``api_key``, ``bearer_token``). Importing this package loads neither TensorFlow
 nor ``tensorflow_serving``: the wire schema is declared in ``serving.wire``.
 """
 from serving.client import errors

@@ -1,4 +1,4 @@
-"""The asyncio gRPC client (``grpc.aio``): same methods as ``GrpcClient``, awaited."""
+"""The asyncio gRPC client (``grpc.aio``): same methods and arguments as ``GrpcClient``, awaited."""
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -7,9 +7,10 @@ import grpc
 import grpc.aio
 
 from serving.client._api import AsyncTransport
-from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, channel_options
-from serving.client._grpc_protocol import GrpcProtocol, error_from_rpc
+from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, ChannelPlan
+from serving.client._grpc_protocol import GrpcProtocol
 from serving.client._protocol import Call
+from serving.client._security import PemSource
 from serving.client.retry import RetryPolicy
 
 __all__ = ["AsyncGrpcClient"]
@@ -19,24 +20,30 @@ class AsyncGrpcClient(AsyncTransport):
     """TF Serving over gRPC with asyncio; ``async with`` or ``await close()``.
 
     The channel is created on the first call, inside the running event loop.
+    TLS and credentials as ``GrpcClient``.
     """
 
     def __init__(self, target: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
+                 root_certificates: Optional[PemSource] = None, client_cert: Optional[PemSource] = None,
+                 client_key: Optional[PemSource] = None, server_name: Optional[str] = None,
+                 api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[tuple[str, Any]] = (),
                  metadata: Sequence[tuple[str, str]] = ()) -> None:
         self.target, self.timeout, self.retry = target, timeout, retry
-        self._options = channel_options(max_message_bytes, options)
-        self._credentials = credentials
-        self._metadata = tuple(metadata)
+        self._plan = ChannelPlan.build(
+            target, root_certificates=root_certificates, client_cert=client_cert, client_key=client_key,
+            server_name=server_name, api_key=api_key, bearer_token=bearer_token, credentials=credentials,
+            max_message_bytes=max_message_bytes, options=options, metadata=metadata)
         self._protocol = GrpcProtocol()
         self._channel: Optional[grpc.aio.Channel] = None
         self._stubs: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
 
     def _stub(self, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
         if self._channel is None:
-            self._channel = (grpc.aio.secure_channel(self.target, self._credentials, self._options)
-                             if self._credentials else grpc.aio.insecure_channel(self.target, self._options))
+            plan = self._plan
+            self._channel = (grpc.aio.secure_channel(self.target, plan.credentials, plan.options)
+                             if plan.credentials else grpc.aio.insecure_channel(self.target, plan.options))
         stub = self._stubs.get(method)
         if stub is None:
             stub = self._stubs[method] = self._channel.unary_unary(method)
@@ -44,9 +51,9 @@ class AsyncGrpcClient(AsyncTransport):
 
     async def _send_once(self, call: Call, timeout: float) -> bytes:
         try:
-            return await self._stub(call.method)(call.body, timeout=timeout, metadata=self._metadata or None)
+            return await self._stub(call.method)(call.body, timeout=timeout, metadata=self._plan.metadata or None)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from exc
+            raise self._plan.error(exc) from exc
 
     async def close(self) -> None:
         """Close the channel (if one was opened)."""

@@ -1,4 +1,4 @@
-"""The asyncio REST client (``httpx.AsyncClient``): same methods as ``RestClient``, awaited."""
+"""The asyncio REST client (``httpx.AsyncClient``): same methods and arguments as ``RestClient``, awaited."""
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -6,34 +6,40 @@ from typing import Mapping, Optional
 from serving.client._api import AsyncTransport
 from serving.client._grpc import DEFAULT_TIMEOUT
 from serving.client._protocol import Call
-from serving.client._rest import answer_of, limits, load_httpx, transport_error
-from serving.client._rest_protocol import JSON_HEADERS, RestProtocol
+from serving.client._rest import HttpPlan, answer_of, load_httpx
+from serving.client._rest_protocol import RestProtocol
+from serving.client._security import PemSource
 from serving.client.retry import RetryPolicy
 
 __all__ = ["AsyncRestClient"]
 
 
 class AsyncRestClient(AsyncTransport):
-    """TF Serving's REST API with asyncio; ``async with`` or ``await close()``."""
+    """TF Serving's REST API with asyncio; ``async with`` or ``await close()``. TLS and credentials as
+    ``RestClient``."""
 
     def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
+                 root_certificates: Optional[PemSource] = None, client_cert: Optional[PemSource] = None,
+                 client_key: Optional[PemSource] = None, server_name: Optional[str] = None,
+                 api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  max_connections: int = 64, headers: Optional[Mapping[str, str]] = None,
                  cast_outputs: bool = True) -> None:
-        self.base_url, self.timeout, self.retry = base_url.rstrip("/"), timeout, retry
+        self._plan = HttpPlan.build(base_url, root_certificates=root_certificates, client_cert=client_cert,
+                                    client_key=client_key, server_name=server_name, api_key=api_key,
+                                    bearer_token=bearer_token, headers=headers)
+        self.base_url, self.timeout, self.retry = self._plan.base_url, timeout, retry
         self._httpx = load_httpx()
-        self._http = self._httpx.AsyncClient(base_url=self.base_url, limits=limits(max_connections),
-                                       headers=dict(headers or {}), timeout=timeout)
+        self._http = self._httpx.AsyncClient(**self._plan.client_kwargs(max_connections, timeout))
         self._protocol = RestProtocol(cast_outputs=cast_outputs)
 
     async def _send_once(self, call: Call, timeout: float) -> bytes:
         try:
-            response = await self._http.request(call.method, call.path, content=call.body,
-                                                headers=JSON_HEADERS if call.body is not None else None,
-                                                timeout=timeout)
+            response = await self._http.request(call.method, call.path, **self._plan.request_kwargs(call, timeout))
         except self._httpx.HTTPError as exc:
-            raise transport_error(exc, self.base_url + call.path) from exc
+            raise self._plan.transport_error(exc, call) from exc
         return answer_of(response)
 
     async def close(self) -> None:
         """Close pooled connections."""
         await self._http.aclose()
+

@@ -8,16 +8,26 @@
     python -m serving.client classify|regress (--grpc ... | --rest ...) --model NAME [--signature S]
                                       --input EXAMPLES.json
 
+Every command also takes TLS and credentials, as the SDK's clients do:
+``--root-certificates FILE`` (PEM of the CAs to trust), ``--client-cert FILE``
+and ``--client-key FILE`` (mutual TLS), ``--server-name NAME`` (the name the
+server's certificate carries), ``--api-key KEY`` (default: the ``TFS_API_KEY``
+environment variable; sent as ``x-api-key``) and ``--bearer-token TOKEN``
+(sent as ``authorization: Bearer``). Over gRPC, any TLS flag turns TLS on;
+over REST they need an ``https://`` URL.
+
 For predict, ``.npy`` holds one array (the signature's only input); ``.npz``
 one array per input name; ``.json`` a list (the only input) or an object of
 input name to nested lists, converted with the signature's dtypes. For
 classify/regress, the JSON is a list of feature dicts or TF Serving's body
 ``{"examples": [...], "context": {...}}``. Errors print
-``{"error": ..., "code": ...}`` on stderr and exit 1.
+``{"error": ..., "code": ...}`` on stderr and exit 1 (a failed TLS handshake
+also carries ``"tls": true``).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -29,9 +39,10 @@ from serving.client._api import ClientApi
 from serving.client._grpc import GrpcClient
 from serving.client._rest import RestClient
 from serving.client._types import ModelMetadata, Signature, TensorSpec, VersionStatus
+from serving.client.errors import TlsError
 from serving.status import ServingError
 
-__all__ = ["main", "build_parser", "load_inputs"]
+__all__ = ["main", "build_parser", "make_client", "load_inputs"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", choices=["predict", "classify", "regress", "metadata", "status"])
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--grpc", metavar="HOST:PORT", help="the server's gRPC address")
-    where.add_argument("--rest", metavar="URL", help="the server's REST URL, http://HOST:PORT")
+    where.add_argument("--rest", metavar="URL",
+                       help="the server's REST URL, http://HOST:PORT (https:// through a TLS gateway)")
     parser.add_argument("--model", required=True)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--version", type=int, metavar="N", help="a specific version (default: the latest)")
@@ -47,7 +59,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--signature")
     parser.add_argument("--input", type=Path, help=".npy, .npz or .json (predict); .json (classify, regress)")
     parser.add_argument("--timeout", type=float, default=30.0)
+    tls = parser.add_argument_group("TLS and credentials")
+    tls.add_argument("--root-certificates", type=Path, metavar="FILE",
+                     help="PEM of the CAs that may sign the server's certificate (default: the system's)")
+    tls.add_argument("--client-cert", type=Path, metavar="FILE", help="PEM client certificate (mutual TLS)")
+    tls.add_argument("--client-key", type=Path, metavar="FILE", help="PEM key of --client-cert")
+    tls.add_argument("--server-name", metavar="NAME",
+                     help="the name the server's certificate carries, if not the host dialled")
+    tls.add_argument("--api-key", metavar="KEY", help="sent as x-api-key (default: $TFS_API_KEY)")
+    tls.add_argument("--bearer-token", metavar="TOKEN", help="sent as authorization: Bearer TOKEN")
     return parser
+
+
+def make_client(args: argparse.Namespace) -> ClientApi:
+    """The client the parsed arguments ask for; ``SystemExit`` for TLS files that cannot be used."""
+    security = {"root_certificates": args.root_certificates, "client_cert": args.client_cert,
+                "client_key": args.client_key, "server_name": args.server_name,
+                "api_key": args.api_key or os.environ.get("TFS_API_KEY") or None,
+                "bearer_token": args.bearer_token}
+    try:
+        if args.grpc:
+            return GrpcClient(args.grpc, timeout=args.timeout, **security)
+        return RestClient(args.rest, timeout=args.timeout, **security)
+    except ValueError as exc:
+        raise SystemExit(f"python -m serving.client: {exc}") from None
 
 
 def load_inputs(path: Path, signature: Optional[Signature]) -> Union[np.ndarray, dict[str, np.ndarray]]:
@@ -120,13 +155,13 @@ def _examples_call(client: ClientApi, args: argparse.Namespace, where: dict) -> 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv``, make one call, print its JSON; 0 on success, 1 on a serving error."""
     args = build_parser().parse_args(argv)
-    client: ClientApi = GrpcClient(args.grpc, timeout=args.timeout) if args.grpc \
-        else RestClient(args.rest, timeout=args.timeout)
+    client = make_client(args)
     try:
         with client:
             result = _run(client, args)
     except ServingError as exc:
-        sys.stderr.write(codec.json_dumps({"error": exc.details, "code": exc.code.name}).decode() + "\n")
+        report = {"error": exc.details, "code": exc.code.name, **({"tls": True} if isinstance(exc, TlsError) else {})}
+        sys.stderr.write(codec.json_dumps(report).decode() + "\n")
         return 1
     sys.stdout.write(codec.json_dumps(result).decode() + "\n")
     return 0

@@ -4,6 +4,13 @@ Every failed call raises a ``ServingError`` subclass carrying ``.code`` (a
 ``Code``) and ``.details`` (the server's message), chained (``__cause__``)
 from the transport's exception; no ``grpc.RpcError`` or ``httpx`` error
 escapes the SDK.
+
+``TlsError`` is the SDK's own: the TLS handshake failed (an untrusted or
+misnamed server certificate, a client certificate missing or refused, a
+server that does not speak TLS). Its code is UNAVAILABLE, as gRPC reports
+it, but it is not an ``Unavailable``: it is never retried, since retrying
+cannot fix it. ``Unauthenticated`` and ``PermissionDenied`` (a missing,
+wrong or insufficient API key) are never retried either.
 """
 from serving.status import (
     Aborted,
@@ -27,6 +34,7 @@ from serving.status import (
     error_for,
 )
 
+
 __all__ = [
     "Code",
     "ServingError",
@@ -46,5 +54,12 @@ __all__ = [
     "Unavailable",
     "DataLoss",
     "Unauthenticated",
+    "TlsError",
     "error_for",
 ]
+
+
+class TlsError(ServingError):
+    """The TLS handshake failed; ``details`` says which side refused what. Never retried."""
+
+    code = Code.UNAVAILABLE

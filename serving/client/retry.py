@@ -3,7 +3,10 @@
 Only transient failures are retried: ``UNAVAILABLE`` (gRPC), HTTP 503, and
 connection failures (which the transports report as ``Unavailable``). Never
 ``INVALID_ARGUMENT``, ``NOT_FOUND``, ``FAILED_PRECONDITION`` or anything else
-by default. The sync and async loops share the policy; only sleeping differs.
+by default, and never, whatever ``retry_codes`` says, a failed TLS handshake
+(``TlsError``, code UNAVAILABLE) nor ``UNAUTHENTICATED`` / ``PERMISSION_DENIED``:
+no retry can fix a certificate or a credential. The sync and async loops
+share the policy; only sleeping differs.
 """
 from __future__ import annotations
 
@@ -14,10 +17,14 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Optional, TypeVar
 
 from serving import status
+from serving.client.errors import TlsError
 
 __all__ = ["RetryPolicy", "NO_RETRY", "call_with_retry", "acall_with_retry"]
 
 T = TypeVar("T")
+
+# Failures no retry can fix: the handshake's and the credentials'.
+_NEVER_RETRIED_CODES = frozenset({status.Code.UNAUTHENTICATED, status.Code.PERMISSION_DENIED})
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,9 @@ class RetryPolicy:
             raise ValueError("jitter must be within [0, 1]")
 
     def should_retry(self, error: status.ServingError, attempt: int) -> bool:
-        """True if ``error`` on attempt ``attempt`` deserves another attempt."""
+        """True if ``error`` on attempt ``attempt`` deserves another attempt (never TLS or auth failures)."""
+        if isinstance(error, TlsError) or error.code in _NEVER_RETRIED_CODES:
+            return False
         return attempt < self.max_attempts and error.code in self.retry_codes
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:

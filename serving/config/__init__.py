@@ -2,7 +2,8 @@
 
 The compose stack (real TF Serving) and the embedded server read the same
 files: ``models.config`` (``ModelServerConfig``), ``batching.config``
-(``BatchingParameters``) and ``monitoring.config`` (``MonitoringConfig``).
+(``BatchingParameters``) and ``monitoring.config`` (``MonitoringConfig``); and
+``--ssl_config_file`` (``SSLConfig``) where TLS is on.
 
 Submodules: ``models`` (rendering ``models.config`` from the zoo table of
 ``serving.model_repo`` and checking it), ``compose`` (the compose ``tfserving`` service's arguments
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar, Union
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from serving.config.protos import batching_parameters_class, monitoring_config_class
+from serving.config.protos import batching_parameters_class, monitoring_config_class, ssl_config_class
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
@@ -26,6 +27,7 @@ __all__ = [
     "load_model_server_config",
     "load_batching_parameters",
     "load_monitoring_config",
+    "load_ssl_config",
     "parse_text_proto",
 ]
 
@@ -56,3 +58,8 @@ def load_batching_parameters(path: PathLike) -> Message:
 def load_monitoring_config(path: PathLike) -> Message:
     """A ``tensorflow.serving.MonitoringConfig`` from a text-proto file."""
     return parse_text_proto(Path(path).read_text(), monitoring_config_class()())
+
+
+def load_ssl_config(path: PathLike) -> Message:
+    """A ``tensorflow.serving.SSLConfig`` from a text-proto file."""
+    return parse_text_proto(Path(path).read_text(), ssl_config_class()())

@@ -1,17 +1,20 @@
-"""``BatchingParameters`` and ``MonitoringConfig``: TF Serving's config protos.
+"""``BatchingParameters``, ``MonitoringConfig`` and ``SSLConfig``: TF Serving's config protos.
 
 The ``tensorflow-serving-api`` wheel ships ``ModelServerConfig`` but not
-``session_bundle_config.proto`` (``BatchingParameters``) nor
-``monitoring_config.proto`` (``MonitoringConfig``). Where the official
-generated modules are importable they are used. Otherwise the two messages are
-declared here with TF Serving's own package, names, field numbers and types
+``session_bundle_config.proto`` (``BatchingParameters``),
+``monitoring_config.proto`` (``MonitoringConfig``) nor ``ssl_config.proto``
+(``SSLConfig``). Where the official generated modules are importable they are
+used. Otherwise the messages are declared here with TF Serving's own package,
+names, field numbers and types
 (``tensorflow_serving/servables/tensorflow/session_bundle_config.proto``,
-``tensorflow_serving/config/monitoring_config.proto``), so text and wire
-formats are the same as the server's.
+``tensorflow_serving/config/monitoring_config.proto``,
+``tensorflow_serving/config/ssl_config.proto``), so text and wire formats are
+the same as the server's.
 """
 from __future__ import annotations
 
 import functools
+import importlib
 
 from google.protobuf import (
     descriptor_pb2,
@@ -21,7 +24,7 @@ from google.protobuf import (
 )
 from google.protobuf.message import Message
 
-__all__ = ["batching_parameters_class", "monitoring_config_class"]
+__all__ = ["batching_parameters_class", "monitoring_config_class", "ssl_config_class"]
 
 _INT64 = ".google.protobuf.Int64Value"
 _STRING = ".google.protobuf.StringValue"
@@ -65,31 +68,46 @@ def _message_class(full_name: str) -> type[Message]:
     return message_factory.GetMessageClass(descriptor_pool.Default().FindMessageTypeByName(full_name))
 
 
+def _official_or_declared(module: str, message: str, file_name: str, messages: dict[str, tuple],
+                          deps: tuple[str, ...] = ()) -> type[Message]:
+    """``module.message`` where a build ships TF Serving's generated module, else the declared twin."""
+    try:  # tensorflow_serving: the official module where a build ships it
+        return getattr(importlib.import_module(module), message)
+    except ImportError:
+        pass
+    _declare(file_name, messages, deps)
+    return _message_class(f"tensorflow.serving.{message}")
+
+
 @functools.lru_cache(maxsize=None)
 def batching_parameters_class() -> type[Message]:
     """The ``tensorflow.serving.BatchingParameters`` message class."""
-    try:  # tensorflow_serving: the official module where a build ships it
-        from tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
-        return session_bundle_config_pb2.BatchingParameters
-    except ImportError:
-        pass
-    _declare("tensorflow_serving/servables/tensorflow/batching_parameters.proto",
-             {"BatchingParameters": _BATCHING_FIELDS}, deps=("google/protobuf/wrappers.proto",))
-    return _message_class("tensorflow.serving.BatchingParameters")
+    return _official_or_declared(
+        "tensorflow_serving.servables.tensorflow.session_bundle_config_pb2", "BatchingParameters",
+        "tensorflow_serving/servables/tensorflow/batching_parameters.proto",
+        {"BatchingParameters": _BATCHING_FIELDS}, deps=("google/protobuf/wrappers.proto",))
 
 
 @functools.lru_cache(maxsize=None)
 def monitoring_config_class() -> type[Message]:
     """The ``tensorflow.serving.MonitoringConfig`` message class."""
-    try:  # tensorflow_serving: the official module where a build ships it
-        from tensorflow_serving.config import monitoring_config_pb2
-        return monitoring_config_pb2.MonitoringConfig
-    except ImportError:
-        pass
-    _declare("tensorflow_serving/config/monitoring_config.proto", {
-        "PrometheusConfig": (("enable", 1, "bool", "optional", None),
-                             ("path", 2, "string", "optional", None)),
-        "MonitoringConfig": (("prometheus_config", 1, "message", "optional",
-                              ".tensorflow.serving.PrometheusConfig"),),
-    })
-    return _message_class("tensorflow.serving.MonitoringConfig")
+    return _official_or_declared(
+        "tensorflow_serving.config.monitoring_config_pb2", "MonitoringConfig",
+        "tensorflow_serving/config/monitoring_config.proto", {
+            "PrometheusConfig": (("enable", 1, "bool", "optional", None),
+                                 ("path", 2, "string", "optional", None)),
+            "MonitoringConfig": (("prometheus_config", 1, "message", "optional",
+                                  ".tensorflow.serving.PrometheusConfig"),),
+        })
+
+
+@functools.lru_cache(maxsize=None)
+def ssl_config_class() -> type[Message]:
+    """The ``tensorflow.serving.SSLConfig`` message class (``--ssl_config_file``)."""
+    return _official_or_declared(
+        "tensorflow_serving.config.ssl_config_pb2", "SSLConfig", "tensorflow_serving/config/ssl_config.proto", {
+            "SSLConfig": (("server_key", 1, "string", "optional", None),
+                          ("server_cert", 2, "string", "optional", None),
+                          ("custom_ca", 3, "string", "optional", None),
+                          ("client_verify", 4, "bool", "optional", None)),
+        })

@@ -3,23 +3,31 @@
 Every flag of TF Serving 2.17.1 (``model_servers/main.cc``) is accepted with
 the same name, default (``model_servers/server.h``) and meaning, plus the two
 flags newer releases added. Flags that cannot mean anything on this machine
-(GPU, TPU, TFLite, TLS, profiler, ...) are accepted and logged as having no
+(GPU, TPU, TFLite, profiler, ...) are accepted and logged as having no
 effect, so the compose file's command line runs unchanged.
+``--ssl_config_file`` secures the gRPC listeners (TCP and UNIX socket) with
+TLS, or mutual TLS with ``client_verify``, as TF Serving does; the REST port
+stays plain HTTP, as TF Serving's has no TLS (a gateway terminates TLS for
+REST). ``--use_alts_credentials`` is refused.
 
 Syntax is a superset of TF Serving's: ``--flag=value`` and ``--flag value``;
 booleans also as a bare ``--flag`` and ``--flag=true|false|1|0``. As in TF
 Serving, an unknown argument is reported and ignored, and a bad value for a
 known flag is an error.
 
-One embedded-only extension, not a TF Serving flag:
+Embedded-only extensions, not TF Serving flags (their help says EMBEDDED-ONLY):
 ``--rest_api_max_body_bytes`` (default 256 MiB) bounds a REST request body;
-larger bodies are refused with 400 / INVALID_ARGUMENT.
+larger bodies are refused with 400 / INVALID_ARGUMENT. ``--bind_address``
+(default 127.0.0.1) is the address the gRPC and REST listeners bind, where
+TF Serving binds every interface (0.0.0.0).
 """
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -35,12 +43,14 @@ __all__ = [
     "usage",
     "NO_EFFECT_FLAGS",
     "DEFAULT_REST_API_MAX_BODY_BYTES",
+    "DEFAULT_BIND_ADDRESS",
 ]
 
 logger = logging.getLogger(__name__)
 
 _CPUS = os.cpu_count() or 1
 DEFAULT_REST_API_MAX_BODY_BYTES = 256 * 1024 * 1024
+DEFAULT_BIND_ADDRESS = "127.0.0.1"
 
 
 def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
@@ -88,7 +98,10 @@ class ServerFlags:
     tensorflow_intra_op_parallelism: int = _flag(0, "Threads to parallelise one op.")
     tensorflow_inter_op_parallelism: int = _flag(0, "Ops that may run at the same time.")
     use_alts_credentials: bool = _flag(False, "Use Google ALTS credentials (not supported here).")
-    ssl_config_file: str = _flag("", "Text SSLConfig for a secure gRPC port (not supported here).")
+    ssl_config_file: str = _flag(
+        "", "Text SSLConfig (server_key, server_cert, custom_ca, client_verify) for a secure gRPC port: TLS, "
+            "or mutual TLS with client certificates verified against custom_ca when client_verify is true. "
+            "As in TF Serving, the HTTP/REST port has no TLS and stays plain HTTP.")
     platform_config_file: str = _flag(
         "", "Text PlatformConfigMap.", no_effect="only the TensorFlow platform exists here")
     per_process_gpu_memory_fraction: float = _flag(
@@ -125,6 +138,10 @@ class ServerFlags:
     rest_api_max_body_bytes: int = _flag(
         DEFAULT_REST_API_MAX_BODY_BYTES,
         "EMBEDDED-ONLY extension: largest REST request body in bytes; larger ones get 400.")
+    bind_address: str = _flag(
+        DEFAULT_BIND_ADDRESS,
+        "EMBEDDED-ONLY extension: IP address (or host name) the gRPC and HTTP/REST ports listen on; "
+        "0.0.0.0 listens on every interface, as TF Serving does.")
 
 
 @dataclass(frozen=True)
@@ -225,10 +242,10 @@ def validate_flags(flags: ServerFlags) -> None:
     if flags.use_alts_credentials and flags.ssl_config_file:
         raise status.InvalidArgument(
             "Either use_alts_credentials must be false or ssl_config_file must be empty.")
-    if flags.use_alts_credentials or flags.ssl_config_file:
+    if flags.use_alts_credentials:
         raise status.Unimplemented(
-            "The embedded server has no secure gRPC: --use_alts_credentials and --ssl_config_file "
-            "are not supported (use tensorflow_model_server for TLS).")
+            "The embedded server has no ALTS credentials: --use_alts_credentials is not supported "
+            "(use --ssl_config_file for TLS).")
     if not flags.model_base_path and not flags.model_config_file:
         raise status.InvalidArgument(
             "Both server_options.model_base_path and server_options.model_config_file are empty!")
@@ -244,6 +261,21 @@ def validate_flags(flags: ServerFlags) -> None:
             "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
     if flags.rest_api_max_body_bytes <= 0:
         raise status.InvalidArgument("--rest_api_max_body_bytes must be positive.")
+    if not _is_bind_address(flags.bind_address):
+        raise status.InvalidArgument(
+            f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "
+            f"not {flags.bind_address!r}.")
+
+
+def _is_bind_address(text: str) -> bool:
+    """An IPv4/IPv6 address or a host name, without a port."""
+    if ":" in text:
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            return False
+        return True
+    return re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", text) is not None
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

@@ -7,8 +7,14 @@ optional config-file poller, then the gRPC and REST front-ends over one
 ``DataPlane``. ``stop(grace)`` drains: both front-ends stop accepting at once
 and finish running requests, then models unload and the scheduler stops.
 
+Both front-ends listen on ``--bind_address`` (default 127.0.0.1; TF Serving
+binds 0.0.0.0). With ``--ssl_config_file`` the gRPC listeners use TLS or
+mutual TLS (``BuildServerCredentialsFromSSLConfigFile``); the file is read
+before any model loads, so a bad one fails at once. REST stays plain HTTP, as
+TF Serving's does.
+
 Importing this module loads neither TensorFlow nor gRPC: the gRPC front-end
-(which needs ``tensorflow_serving``'s messages) is imported when it starts.
+(which needs ``tensorflow_serving``'s messages) is imported when the server starts.
 """
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ from serving.server.frontends.rest import RestFrontend
 from serving.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:  # loads TensorFlow; imported for real in _start_grpc
+    import grpc
+
     from serving.server.frontends.grpc import GrpcFrontend
 
 __all__ = ["ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"]
@@ -71,13 +79,17 @@ class ModelServer:
         flags = self.flags
         model_config = self._model_config()
         monitoring_path = self._monitoring_path()
+        grpc_credentials, grpc_security = self._grpc_credentials()
         self.metrics = ServerMetrics(CollectorRegistry())
         self._manager = self._build_manager()
         self._manager.start()
         self._manager.reload_config(model_config)
         self.dataplane = DataPlane(self._manager, self.metrics)
         self._start_config_poller()
-        self._start_grpc()
+        self._start_grpc(grpc_credentials)
+        if grpc_credentials is not None:
+            logger.info("gRPC uses %s; HTTP/REST has no TLS, as in TF Serving (a TLS gateway belongs in front)",
+                        grpc_security)
         if flags.rest_api_port != 0:
             if flags.rest_api_port == flags.port:
                 logger.error("server_options.http_port cannot be same as grpc_port. Please use a different "
@@ -121,6 +133,22 @@ class ModelServer:
         if not monitoring.prometheus_config.enable:
             return None
         return monitoring.prometheus_config.path or DEFAULT_PROMETHEUS_PATH
+
+    def _grpc_credentials(self) -> tuple[Optional[grpc.ServerCredentials], str]:
+        """``BuildServerCredentialsFromSSLConfigFile`` and what they are; None (plaintext) without
+        ``--ssl_config_file``."""
+        if not self.flags.ssl_config_file:
+            return None, "plaintext"
+        # tensorflow_serving's messages load TensorFlow: the gRPC front-end is imported once the server starts.
+        from serving.server.frontends.grpc import server_credentials
+
+        try:
+            ssl_config = config_files.load_ssl_config(self.flags.ssl_config_file)
+        except (OSError, ValueError) as exc:
+            raise status.InvalidArgument(f"--ssl_config_file: {exc}") from exc
+        security = ("mutual TLS (client certificates signed by custom_ca required)" if ssl_config.client_verify
+                    else "TLS")
+        return server_credentials(ssl_config), security
 
     def _build_manager(self) -> ServableManager:
         flags = self.flags
@@ -178,24 +206,25 @@ class ModelServer:
             except status.ServingError as exc:
                 logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", exc.details)
 
-    def _start_grpc(self) -> None:
+    def _start_grpc(self, credentials: Optional[grpc.ServerCredentials]) -> None:
         # tensorflow_serving's messages load TensorFlow: imported only when the gRPC front-end starts.
-        from serving.server.frontends.grpc import GrpcFrontend, parse_channel_arguments
+        from serving.server.frontends.grpc import GrpcFrontend, listen_address, parse_channel_arguments
 
         flags = self.flags
-        addresses = [f"0.0.0.0:{flags.port}"] if flags.port else []
+        addresses = [listen_address(flags.bind_address, flags.port)] if flags.port else []
         if flags.grpc_socket_path:
             addresses.append(f"unix:{flags.grpc_socket_path}")
         self.grpc = GrpcFrontend(
             self.dataplane, addresses, max_threads=flags.grpc_max_threads,
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
-            use_tensor_content=flags.enable_serialization_as_tensor_content)
+            use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials)
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
         flags = self.flags
         self.rest = RestFrontend(
-            self.dataplane, port=flags.rest_api_port, num_threads=flags.rest_api_num_threads,
+            self.dataplane, port=flags.rest_api_port, host=flags.bind_address,
+            num_threads=flags.rest_api_num_threads,
             timeout_ms=flags.rest_api_timeout_in_ms, max_body_bytes=flags.rest_api_max_body_bytes,
             monitoring_path=monitoring_path, metrics=self.metrics,
             enable_cors=flags.rest_api_enable_cors_support)

@@ -33,6 +33,7 @@ def backend(_servers):
     backend.calls.clear()
     backend.requests.clear()
     backend.reload_configs.clear()
+    backend.headers.clear()
     backend.delay = 0.0
     return backend
 

@@ -6,16 +6,21 @@ official ``tensorflow_serving.apis`` servicers in a ``grpc.server`` (so every
 request the SDK sends is parsed by the official messages, and every answer is
 built with them and ``tf.make_tensor_proto``); the REST one is an aiohttp app
 with TF Serving's routes, JSON bodies (``MessageToDict`` of the official
-responses for metadata and status) and ``{"error": ...}`` bodies.
+responses for metadata and status) and ``{"error": ...}`` bodies. For TLS
+tests the gRPC server takes server credentials, and ``HttpsRestServer``
+serves the same routes over HTTPS.
 
-Both serve one ``Backend``: a few tiny numpy "models" and a queue of failures
-to inject, so one server condition can be raised over both transports.
+All serve one ``Backend``: a few tiny numpy "models", a queue of failures
+to inject, so one server condition can be raised over both transports, and
+the headers (gRPC metadata) each call carried.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import http.server
 import re
+import ssl
 import threading
 import time
 from concurrent import futures
@@ -41,7 +46,7 @@ from tensorflow_serving.apis import (
 from serving import codec, status
 from tests.support.ports import free_port
 
-__all__ = ["Backend", "FakeGrpcServer", "FakeRestServer", "MODELS"]
+__all__ = ["Backend", "FakeGrpcServer", "FakeRestServer", "HttpsRestServer", "RestRoutes", "MODELS"]
 
 
 @dataclass
@@ -104,6 +109,7 @@ class Backend:
     delay: float = 0.0
     requests: list = field(default_factory=list)
     reload_configs: list = field(default_factory=list)
+    headers: list = field(default_factory=list)  # per call: gRPC invocation metadata or HTTP headers, as a dict
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fail(self, code: status.Code, message: str, times: int = 1) -> None:
@@ -235,6 +241,7 @@ class _Servicer(prediction_service_pb2_grpc.PredictionServiceServicer, model_ser
         self.backend, self.tf = backend, tf
 
     def _guard(self, context, fn):
+        self.backend.headers.append(dict(context.invocation_metadata()))
         try:
             return fn()
         except status.ServingError as exc:
@@ -287,9 +294,9 @@ class _Servicer(prediction_service_pb2_grpc.PredictionServiceServicer, model_ser
 
 
 class FakeGrpcServer:
-    """A ``grpc.server`` with the official servicers on a free loopback port."""
+    """A ``grpc.server`` with the official servicers on a free loopback port (TLS with ``credentials``)."""
 
-    def __init__(self, backend: Backend, tf: Any) -> None:
+    def __init__(self, backend: Backend, tf: Any, credentials: Optional[grpc.ServerCredentials] = None) -> None:
         self.port = free_port()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
                                   options=[("grpc.max_receive_message_length", -1),
@@ -297,7 +304,10 @@ class FakeGrpcServer:
         servicer = _Servicer(backend, tf)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(servicer, self.server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(servicer, self.server)
-        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if credentials is None:
+            self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        else:
+            self.server.add_secure_port(f"127.0.0.1:{self.port}", credentials)
 
     @property
     def target(self) -> str:
@@ -324,6 +334,7 @@ class FakeRestServer:
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        self._routes = RestRoutes(backend)
         self.port = free_port()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -352,16 +363,24 @@ class FakeRestServer:
         self._loop.close()
 
     async def _handle(self, request: web.Request) -> web.Response:
+        self.backend.headers.append({name.lower(): value for name, value in request.headers.items()})
         body = await request.read()
         try:
             payload = await asyncio.get_running_loop().run_in_executor(
-                None, self._dispatch, request.method, request.path, body)
+                None, self._routes.answer, request.method, request.path, body)
             return web.Response(body=payload, content_type="application/json")
         except status.ServingError as exc:
             return web.Response(status=status.to_http_status(exc.code),
                                 body=codec.json_dumps({"error": exc.details}), content_type="application/json")
 
-    def _dispatch(self, method: str, path: str, body: bytes) -> bytes:
+
+class RestRoutes:
+    """TF Serving's REST routes over a ``Backend``: ``answer(method, path, body)`` or a ``ServingError``."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def answer(self, method: str, path: str, body: bytes) -> bytes:
         post, get = _POST.fullmatch(path), _GET.fullmatch(path)
         if method == "POST" and post:
             name, version, label, verb = post.groups()
@@ -389,3 +408,55 @@ class FakeRestServer:
                 self.backend.classify(name, version, label, signature, _examples(request_input)))
         return codec.regression_result_to_rest(
             self.backend.regress(name, version, label, signature, _examples(request_input)))
+
+
+class HttpsRestServer:
+    """TF Serving's REST routes over HTTPS from ``http.server`` on a free loopback port.
+
+    OpenSSL runs the handshake as each connection is accepted, so a refused
+    client certificate reaches the client as a TLS alert, as from nginx or
+    Envoy (asyncio servers such as aiohttp drop the connection without one).
+    """
+
+    def __init__(self, backend: Backend, ssl_context: ssl.SSLContext) -> None:
+        routes = RestRoutes(backend)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                backend.headers.append({name.lower(): value for name, value in self.headers.items()})
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    code, payload = 200, routes.answer(self.command, self.path, body)
+                except status.ServingError as exc:
+                    code, payload = status.to_http_status(exc.code), codec.json_dumps({"error": exc.details})
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> "HttpsRestServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(30)

@@ -21,9 +21,25 @@ def test_public_names_are_pinned():
         assert getattr(serving.client, name) is not None
 
 
-def test_error_tree_is_serving_status():
+def test_error_tree_is_serving_status_plus_the_sdks_tls_error():
     for name in serving.client.errors.__all__:
-        assert getattr(serving.client.errors, name) is getattr(serving.status, name)
+        if name != "TlsError":
+            assert getattr(serving.client.errors, name) is getattr(serving.status, name)
+    tls_error = serving.client.errors.TlsError
+    assert issubclass(tls_error, serving.status.ServingError) and not issubclass(tls_error, serving.status.Unavailable)
+    assert tls_error("x").code == serving.status.Code.UNAVAILABLE  # what gRPC reports; never retried all the same
+
+
+SECURITY_ARGUMENTS = ["root_certificates", "client_cert", "client_key", "server_name", "api_key", "bearer_token"]
+
+
+def test_every_client_takes_the_same_tls_and_credential_arguments():
+    for cls in (serving.client.GrpcClient, serving.client.RestClient,
+                serving.client.AsyncGrpcClient, serving.client.AsyncRestClient):
+        parameters = inspect.signature(cls.__init__).parameters
+        for name in SECURITY_ARGUMENTS:
+            assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, (cls.__name__, name)
+            assert parameters[name].default is None, (cls.__name__, name)
 
 
 def test_signature_types_are_the_codecs_shared_with_the_server_and_the_exporter():

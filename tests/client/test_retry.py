@@ -106,3 +106,13 @@ def test_policy_rejects_nonsense():
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError):
         RetryPolicy(jitter=2.0)
+
+
+@pytest.mark.parametrize("error", [errors.TlsError("the server's certificate is not trusted"),
+                                   errors.Unauthenticated("missing API key"),
+                                   errors.PermissionDenied("admin key needed")],
+                         ids=lambda e: type(e).__name__)
+def test_tls_and_authentication_failures_are_never_retried_whatever_the_retry_codes(error):
+    policy = RetryPolicy(max_attempts=5, retry_codes=frozenset(status.Code))
+    assert error.code in policy.retry_codes and not policy.should_retry(error, 1)
+    assert policy.should_retry(errors.Unavailable("down"), 1)

@@ -7,11 +7,11 @@ import pytest
 
 API = {
     "serving.config": ["load_model_server_config", "load_batching_parameters", "load_monitoring_config",
-                       "parse_text_proto"],
+                       "load_ssl_config", "parse_text_proto"],
     "serving.config.compose": ["ComposeError", "EmbeddedPlan", "compose_command", "load_compose_model",
                                "volume_map", "remap_server_args", "service_models_config",
                                "plan_embedded_server"],
-    "serving.config.protos": ["batching_parameters_class", "monitoring_config_class"],
+    "serving.config.protos": ["batching_parameters_class", "monitoring_config_class", "ssl_config_class"],
     "serving.config.edit": ["VersionPolicy", "parse_labels", "model_entry", "find_entry", "entry_problems",
                             "with_model", "without_model", "add_steps", "remove_steps"],
     "serving.config.reload": ["ReloadError", "Step", "connect", "version_states", "Reloader"],

@@ -7,6 +7,12 @@ status and the message truncated as ``model_servers/grpc_status_util.cc``
 does. The server accepts messages up to int32 max both ways (``server.cc``
 ``SetMaxMessageSize``) and honours the client's deadline.
 
+Every listener (TCP and UNIX socket) uses the same credentials, as
+``server.cc`` does: plaintext, or those ``server_credentials`` builds from an
+``SSLConfig`` (``BuildServerCredentialsFromSSLConfigFile``): TLS with
+``server_key``/``server_cert``, and with ``client_verify`` mutual TLS that
+requires a client certificate signed by ``custom_ca``.
+
 This module imports ``tensorflow_serving``'s messages, which load TensorFlow;
 the composition root imports it only when it starts the gRPC front-end.
 """
@@ -46,7 +52,8 @@ from serving.server.frontends.dataplane import (
 )
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 
-__all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments"]
+__all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
+           "listen_address"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,32 @@ def parse_channel_arguments(text: str) -> list[ChannelArgument]:
         except ValueError:
             arguments.append((key.strip(), value.strip()))
     return arguments
+
+
+def server_credentials(ssl_config: message.Message) -> grpc.ServerCredentials:
+    """TLS credentials from a ``tensorflow.serving.SSLConfig``; InvalidArgument for an unusable one.
+
+    ``client_verify`` requests and requires a client certificate and verifies it
+    against ``custom_ca`` (``GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY``);
+    without it no client certificate is requested. A key that is not the
+    certificate's is found when the port is bound.
+    """
+    for name in ("server_key", "server_cert"):
+        if "-----BEGIN " not in getattr(ssl_config, name):
+            raise status.InvalidArgument(f"SSLConfig.{name} must hold a PEM {name.split('_')[1]} (the text itself, "
+                                         f"not a file name)")
+    if ssl_config.client_verify and "-----BEGIN " not in ssl_config.custom_ca:
+        raise status.InvalidArgument("SSLConfig.client_verify needs custom_ca: the PEM CA certificates that "
+                                     "sign client certificates")
+    return grpc.ssl_server_credentials(
+        [(ssl_config.server_key.encode(), ssl_config.server_cert.encode())],
+        root_certificates=ssl_config.custom_ca.encode() or None,
+        require_client_auth=ssl_config.client_verify)
+
+
+def listen_address(host: str, port: int) -> str:
+    """``host:port`` for ``add_*_port``; an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]
@@ -243,13 +276,15 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
 class GrpcFrontend:
     """A ``grpc.server`` serving both services; ``start()`` / ``stop(grace)``.
 
-    ``addresses`` are listen addresses (``0.0.0.0:8500``, ``unix:/path``).
+    ``addresses`` are listen addresses (``127.0.0.1:8500``, ``unix:/path``),
+    all bound with ``credentials`` (``server_credentials``; None: plaintext).
     ``stop(grace)`` refuses new RPCs at once and lets running ones finish for
     up to ``grace`` seconds.
     """
 
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
-                 channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False) -> None:
+                 channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False,
+                 credentials: Optional[grpc.ServerCredentials] = None) -> None:
         self._dataplane = dataplane
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
@@ -257,6 +292,7 @@ class GrpcFrontend:
                          ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
                          ("grpc.so_reuseport", 0), *channel_arguments]
         self._use_tensor_content = use_tensor_content
+        self._credentials = credentials
         self._server: Optional[grpc.Server] = None
         self.bound_ports: list[int] = []
 
@@ -268,16 +304,24 @@ class GrpcFrontend:
             _PredictionService(self._dataplane, self._use_tensor_content), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), server)
         for address in self._addresses:
-            try:
-                port = server.add_insecure_port(address)
-            except RuntimeError as exc:   # grpcio raises when the address cannot be bound
-                raise status.InvalidArgument(f"Failed to BuildAndStart gRPC server: cannot bind {address}") from exc
-            if port == 0 and not address.startswith("unix:"):
-                raise status.InvalidArgument(f"Failed to BuildAndStart gRPC server: cannot bind {address}")
+            port = self._bind(server, address)
             self.bound_ports.append(port)
-            logger.info("Running gRPC ModelServer at %s ...", address)
+            logger.info("Running gRPC ModelServer at %s%s ...", address, " (TLS)" if self._credentials else "")
         server.start()
         self._server = server
+
+    def _bind(self, server: grpc.Server, address: str) -> int:
+        cannot = f"Failed to BuildAndStart gRPC server: cannot bind {address}"
+        if self._credentials is not None:
+            cannot += " with the SSLConfig's credentials (is server_key the key of server_cert?)"
+        try:
+            port = (server.add_secure_port(address, self._credentials) if self._credentials
+                    else server.add_insecure_port(address))
+        except RuntimeError as exc:   # grpcio raises when the address cannot be bound
+            raise status.InvalidArgument(cannot) from exc
+        if port == 0 and not address.startswith("unix:"):
+            raise status.InvalidArgument(cannot)
+        return port
 
     def stop(self, grace: Optional[float] = None) -> None:
         """Stop accepting RPCs now; wait up to ``grace`` seconds for running ones."""

@@ -69,7 +69,7 @@ TF_SERVING_2_17_1_FLAGS = {
 # Added after 2.17 (HEAD main.cc); accepted so newer command lines run too.
 TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
                               "enable_serialization_as_tensor_content": False}
-EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes"}
+EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "bind_address"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():
@@ -81,8 +81,8 @@ def test_every_tf_serving_flag_exists_with_its_default():
 def test_no_flag_is_invented_beyond_the_documented_embedded_extension():
     ours = {f.name for f in dataclasses.fields(ServerFlags)}
     assert ours - set(TF_SERVING_2_17_1_FLAGS) - set(TF_SERVING_HEAD_ONLY_FLAGS) == EMBEDDED_ONLY_FLAGS
-    assert "EMBEDDED-ONLY" in next(f for f in dataclasses.fields(ServerFlags)
-                                   if f.name == "rest_api_max_body_bytes").metadata["help"]
+    for name in EMBEDDED_ONLY_FLAGS:
+        assert "EMBEDDED-ONLY" in next(f for f in dataclasses.fields(ServerFlags) if f.name == name).metadata["help"]
 
 
 @pytest.mark.parametrize("argv", [
@@ -154,13 +154,30 @@ def test_gpu_only_flags_are_accepted_and_reported_as_having_no_effect(caplog):
       "--tensorflow_inter_op_parallelism=1"], status.Code.INVALID_ARGUMENT, "You cannot configure all."),
     (["--model_base_path=/m", "--use_alts_credentials", "--ssl_config_file=/s"], status.Code.INVALID_ARGUMENT,
      "Either use_alts_credentials must be false or ssl_config_file must be empty."),
-    (["--model_base_path=/m", "--ssl_config_file=/s"], status.Code.UNIMPLEMENTED, "no secure gRPC"),
+    (["--model_base_path=/m", "--use_alts_credentials"], status.Code.UNIMPLEMENTED, "no ALTS credentials"),
+    (["--model_base_path=/m", "--bind_address=127.0.0.1:8500"], status.Code.INVALID_ARGUMENT,
+     "--bind_address must be an IP address or host name"),
 ])
 def test_conflicting_flags_fail_as_tf_serving_does(argv, code, message):
     with pytest.raises(status.ServingError) as caught:
         validate_flags(parse_flags(argv).flags)
     assert caught.value.code == code
     assert message in caught.value.details
+
+
+def test_ssl_config_file_is_accepted_and_documents_that_rest_stays_plain():
+    flags = parse_flags(["--model_base_path=/m", "--ssl_config_file=/etc/tls/ssl.config"]).flags
+    validate_flags(flags)
+    assert flags.ssl_config_file == "/etc/tls/ssl.config"
+    assert "ssl_config_file" not in server_flags.NO_EFFECT_FLAGS
+    help_text = next(f for f in dataclasses.fields(ServerFlags) if f.name == "ssl_config_file").metadata["help"]
+    assert "client_verify" in help_text and "HTTP/REST port has no TLS" in help_text
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0", "::1", "localhost"])
+def test_bind_address_defaults_to_loopback_and_takes_addresses_and_names(address):
+    assert ServerFlags().bind_address == "127.0.0.1"
+    validate_flags(parse_flags(["--model_base_path=/m", f"--bind_address={address}"]).flags)
 
 
 def test_batching_parameters_file_with_enable_batching_is_valid():
