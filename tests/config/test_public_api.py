@@ -6,6 +6,10 @@ import importlib
 import pytest
 
 API = {
+    "gateway": ["SECRET_FILES", "TEMPLATE_DIR", "TEMPLATES", "UnsetVariable", "render_template", "render_templates",
+                "template_variables"],
+    "gateway.certs": ["DEFAULT_DIR", "DEFAULT_SERVER_NAMES", "ROLES", "Credentials", "CertsError", "init_secrets",
+                      "issue_client", "build_parser", "main"],
     "serving.config": ["load_model_server_config", "load_batching_parameters", "load_monitoring_config",
                        "parse_text_proto"],
     "serving.config.compose": ["ComposeError", "EmbeddedPlan", "compose_command", "load_compose_model",
@@ -14,8 +18,8 @@ API = {
     "serving.config.protos": ["batching_parameters_class", "monitoring_config_class"],
     "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
                         "rollback_labels", "served_versions", "connect", "Rollout"],
-    "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-                   "ensure_commands", "build_parser", "main"],
+    "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles",
+                   "missing_gateway_files", "missing_models", "ensure_commands", "build_parser", "main"],
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.certs import init_secrets
 from serving.up import choose_backend, docker_runtimes, ensure_commands
 from tests.support.servers import REPO_ROOT
 
@@ -91,13 +92,16 @@ case "$1" in
 esac
 """)
     fake.chmod(0o755)
+    secrets = init_secrets(tmp_path / "secrets").directory  # the gateway's files (make certs)
     env = {**__import__("os").environ, "PATH": f"{fake.parent}:{__import__('os').environ['PATH']}",
-           "GRAFANA_ADMIN_PASSWORD": "test-only-password"}
+           "GRAFANA_ADMIN_PASSWORD": "test-only-password", "GATEWAY_SECRETS_HOST_DIR": str(secrets)}
     proc = subprocess.run([sys.executable, "-m", "serving.up"], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert calls.read_text().split() == ["-f", str(REPO_ROOT / "docker-compose.yml"),
                                          "-f", str(REPO_ROOT / "docker-compose.cpu.yml"),
                                          "up", "-d", "--build", "--wait"]
-    assert "curl http://127.0.0.1:8501/v1/models/digits" in proc.stdout
+    # Through the gateway: TLS with the local CA and a client key (TF Serving publishes no port).
+    assert (f'curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" '
+            "https://127.0.0.1:8501/v1/models/digits") in proc.stdout
     assert "Grafana: http://127.0.0.1:3000" in proc.stdout
