@@ -1,19 +1,26 @@
 # tfs-stack: two commands for a newcomer.
 #   make up    run the stack (docker compose where an engine answers, else the embedded server)
 #   make test  install everything and run the whole test suite
+#   make certs the compose gateway's local CA, certificates and API keys (gateway/secrets/)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := prometheus
+# Debian packages the tests use, as package:tool: prometheus (promtool, prometheus), nginx (the gateway tests).
+DEBIAN_PACKAGES := prometheus:promtool nginx:nginx
+# Where `make certs` writes (git-ignored; .env's GATEWAY_SECRETS_HOST_DIR is where compose reads).
+GATEWAY_SECRETS ?= gateway/secrets
+# Extra names for the gateway's server certificate, e.g. make certs SERVER_NAMES="gpu-host 10.0.0.5".
+SERVER_NAMES ?=
 
-.PHONY: help up test install debs venv clean bench monitor
+.PHONY: help up test install debs venv clean bench monitor certs
 
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
 	@echo "make bench  speed ratios: codec, embedded server, load generator"
+	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
 
 $(STAMP): pyproject.toml
@@ -24,12 +31,21 @@ $(STAMP): pyproject.toml
 
 venv install: $(STAMP)
 
-# Debian packages the tests use (promtool and prometheus). Installs only what is missing.
+# Debian packages the tests use. Installs only what is missing. Debian starts an nginx it installs as
+# a service on port 80; the tests start their own, so a service that this target installed is stopped.
 debs:
-	@if ! command -v promtool >/dev/null 2>&1; then \
-	  echo "installing Debian packages: $(DEBIAN_PACKAGES)"; \
+	@missing=""; \
+	for pair in $(DEBIAN_PACKAGES); do \
+	  PATH="$$PATH:/usr/sbin" command -v $${pair#*:} >/dev/null 2>&1 || missing="$$missing $${pair%%:*}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEBIAN_PACKAGES) >/dev/null; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  case "$$missing" in *nginx*) \
+	    if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q nginx 2>/dev/null; then \
+	      $$SUDO systemctl disable --now nginx; fi;; \
+	  esac; \
 	fi
 
 test: $(STAMP) debs
@@ -39,6 +55,16 @@ test: $(STAMP) debs
 # text and ranker, only into an empty model repository).
 up: $(STAMP)
 	$(PY) -m serving.up $(if $(MODELS),--models $(MODELS))
+
+# The compose gateway's secrets: a local CA, the server certificate, client and admin certificates and
+# API keys (openssl; python -m gateway.certs --help). Never overwrites: `python -m gateway.certs
+# --out DIR --force` makes them anew, `python -m gateway.certs --out DIR issue NAME [--admin]` adds a client.
+certs:
+	@if [ -f $(GATEWAY_SECRETS)/ca.crt ]; then \
+	  echo "$(GATEWAY_SECRETS) already has a CA; python -m gateway.certs --help to renew or add clients"; \
+	else \
+	  $(PYTHON) -m gateway.certs --out $(GATEWAY_SECRETS) init $(foreach n,$(SERVER_NAMES),--server-name $(n)); \
+	fi
 
 # Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
 bench: $(STAMP)

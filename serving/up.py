@@ -1,7 +1,7 @@
 """``make up``: run the stack with what this host has.
 
 - A Docker engine answers and lists the ``nvidia`` runtime → the compose
-  stack on the GPU (``docker-compose.yml``).
+  stack on the GPU (``docker-compose.yml``, with the ``gpu-metrics`` profile).
 - A Docker engine answers without it → the CPU variant
   (``docker-compose.yml`` + ``docker-compose.cpu.yml``).
 - No engine → the embedded server (``python -m serving.server``) with the
@@ -25,6 +25,9 @@ persistent models config (``<work dir>/models.config``):
   (smallest first) is added through ``HandleReloadConfigRequest`` when it is
   published, so the first model answers while the others export. Progress
   goes to stdout: each export, and each model as it becomes AVAILABLE.
+
+The compose stack is reached through its ``gateway`` (TLS and API keys):
+without the files of ``make certs`` it refuses before starting anything.
 
 Every backend records what it started in ``<work dir>/stack.json``
 (``serving.config.stack``), which ``serving.config add|remove`` and
@@ -83,9 +86,9 @@ from serving.server.launcher import REPO_ROOT, ServerProcess, model_available, p
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-__all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-           "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection", "export_order", "prepare_served_config",
-           "build_parser", "main"]
+__all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles",
+           "missing_gateway_files", "missing_models", "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection",
+           "export_order", "prepare_served_config", "build_parser", "main"]
 
 # The zoo models a fresh (empty) model repository gets, smallest first; the others are opt-in (--models).
 DEFAULT_EXPORTS = SMALL_ZOO  # the zoo table says which models are small
@@ -99,6 +102,7 @@ EMBEDDED_HEADER = """\
 """
 GPU_FILES = ("docker-compose.yml",)
 CPU_FILES = ("docker-compose.yml", "docker-compose.cpu.yml")
+GATEWAY_SECRETS_TARGET = "/etc/nginx/secrets"
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,18 @@ def compose_files(backend: str, root: Path = REPO_ROOT) -> list[Path]:
     return [root / f for f in (GPU_FILES if backend == "compose-gpu" else CPU_FILES)]
 
 
+def compose_profiles(backend: str) -> list[str]:
+    """The compose profiles ``backend`` turns on: dcgm-exporter's ``gpu-metrics`` on a GPU host."""
+    return ["gpu-metrics"] if backend == "compose-gpu" else []
+
+
+def missing_gateway_files(services: dict) -> list[Path]:
+    """Host files the ``gateway`` service mounts from ``make certs``'s folder that do not exist."""
+    gateway = services.get("gateway", {})
+    return [source for target, source in volume_map(gateway).items()
+            if target.startswith(GATEWAY_SECRETS_TARGET + "/") and not source.exists()]
+
+
 def missing_models(models_config: Path, model_repo: Path) -> list[str]:
     """Models of ``models_config`` without any numeric version in ``model_repo``."""
     config = load_model_server_config(models_config)
@@ -172,27 +188,33 @@ def _run_compose(args: argparse.Namespace, choice: Choice, root: Path) -> int:
         print("GRAFANA_ADMIN_PASSWORD is not set; the stack has no default Grafana password.\n"
               "  export GRAFANA_ADMIN_PASSWORD='<a password>' && make up", file=sys.stderr)
         return 2
+    files = compose_files(choice.backend, root)
+    services = load_compose_model(files, project_dir=root)["services"]
+    missing = missing_gateway_files(services)
+    if missing:
+        print("the gateway's certificates and API keys are missing: "
+              f"{', '.join(str(p) for p in missing)}\n  make certs && make up", file=sys.stderr)
+        return 2
     cmd = [*compose_command()]
-    for path in compose_files(choice.backend, root):
+    for path in files:
         cmd += ["-f", str(path)]
+    for profile in compose_profiles(choice.backend):
+        cmd += ["--profile", profile]
     cmd += ["up", "-d", "--build", "--wait"]
     print("+", " ".join(cmd), flush=True)
     code = subprocess.run(cmd, cwd=root).returncode
     if code == 0:
-        services = load_compose_model(compose_files(choice.backend, root), project_dir=root)["services"]
-        tfserving = services["tfserving"]
+        tfserving, gateway = services["tfserving"], services["gateway"]
         config = service_models_config(tfserving)
         model_repo = volume_map(tfserving)[CONTAINER_MODELS_DIR]
-        grpc, rest = f"127.0.0.1:{_published(tfserving, 8500)}", f"http://127.0.0.1:{_published(tfserving, 8501)}"
+        secrets = _gateway_secrets(gateway)
+        grpc, rest = f"127.0.0.1:{_published(gateway, 8500)}", f"https://127.0.0.1:{_published(gateway, 8501)}"
         state_file = args.work_dir.resolve() / STATE_FILE
         old = read_state(state_file)
         write_state(StackState(choice.backend, config, grpc, rest, model_repo, {CONTAINER_MODELS_DIR: model_repo},
-                               removed=old.removed if old else ()), state_file)
-        first = load_model_server_config(config).model_config_list.config[0]
-        _print_usage(grpc, rest, first.name, model_repo=model_repo, work_dir=args.work_dir.resolve(),
-                     extra=f"Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} "
-                           f"(admin / $GRAFANA_ADMIN_PASSWORD), "
-                           f"Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}")
+                               removed=old.removed if old else (), root_certificates=secrets / "ca.crt",
+                               admin_key_file=secrets / "admin.api-key"), state_file)
+        _print_gateway_usage(services)
     return code
 
 
@@ -469,6 +491,31 @@ def _add_exported(served: ServedConfig, name: str, started: float, timeout: floa
             return
         _say(started, f"{name} AVAILABLE")
     write_state(state.replace(exporting=tuple(n for n in state.exporting if n != name)), served.state_file)
+
+
+def _gateway_secrets(gateway: dict) -> Path:
+    """The host folder of ``make certs``'s files that the ``gateway`` service mounts."""
+    return next(source.parent for target, source in volume_map(gateway).items()
+                if target.startswith(GATEWAY_SECRETS_TARGET + "/"))
+
+
+def _print_gateway_usage(services: dict) -> None:
+    """How to call the compose stack: through the gateway, with the CA and a key of ``make certs``."""
+    gateway, tfserving = services["gateway"], services["tfserving"]
+    secrets = _gateway_secrets(gateway)
+    config = service_models_config(tfserving)
+    model = load_model_server_config(config).model_config_list.config[0].name
+    grpc_target = f"127.0.0.1:{_published(gateway, 8500)}"
+    rest = f"https://127.0.0.1:{_published(gateway, 8501)}"
+    print(f"""
+Serving through the gateway: gRPC {grpc_target}, REST {rest} (TLS; API key or client certificate)
+Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} (admin / $GRAFANA_ADMIN_PASSWORD), \
+Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}
+  curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" {rest}/v1/models/{model}
+  curl --cacert {secrets}/ca.crt --cert {secrets}/client.crt --key {secrets}/client.key \\
+       https://127.0.0.1:{_published(gateway, 8443)}/v1/models/{model}
+  README.md "Security": the SDK's root_certificates= and api_key=; reloads need {secrets}/admin.api-key
+""", flush=True)
 
 
 def _print_usage(grpc_target: str, rest: str, model: str, *, model_repo: Path,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from serving import status
@@ -41,9 +42,13 @@ class Step:
     wait_for: tuple[int, ...]
 
 
-def connect(target: str) -> GrpcClient:
-    """A ``GrpcClient`` for config pushes: long reloads, no retries (a step is pushed once)."""
-    return GrpcClient(target, timeout=RELOAD_TIMEOUT, retry=NO_RETRY)
+def connect(target: str, *, root_certificates: Optional[Path] = None, api_key: Optional[str] = None) -> GrpcClient:
+    """A ``GrpcClient`` for config pushes: long reloads, no retries (a step is pushed once).
+
+    ``root_certificates`` turns TLS on (the compose gateway); ``api_key`` is sent as ``x-api-key``.
+    """
+    return GrpcClient(target, timeout=RELOAD_TIMEOUT, retry=NO_RETRY, root_certificates=root_certificates,
+                      api_key=api_key)
 
 
 def version_states(client: GrpcClient, name: str) -> dict[int, VersionStatus]:

@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 from serving import status
+from serving.client import GrpcClient
 from serving.config import load_model_server_config
 from serving.config.edit import entry_problems
 from serving.config.models import (
@@ -99,12 +100,16 @@ class StackState:
     removed: tuple[str, ...] = ()
     exporting: tuple[str, ...] = ()
     pid: Optional[int] = None
+    root_certificates: Optional[Path] = None
+    admin_key_file: Optional[Path] = None
 
     def to_json(self) -> dict:
+        optional = {k: str(v) for k, v in (("root_certificates", self.root_certificates),
+                                           ("admin_key_file", self.admin_key_file)) if v is not None}
         return {"backend": self.backend, "models_config": str(self.models_config), "grpc": self.grpc,
                 "rest": self.rest, "model_repo": str(self.model_repo),
                 "mounts": {k: str(v) for k, v in self.mounts.items()},
-                "removed": list(self.removed), "exporting": list(self.exporting), "pid": self.pid}
+                "removed": list(self.removed), "exporting": list(self.exporting), "pid": self.pid, **optional}
 
     @classmethod
     def from_json(cls, doc: Mapping) -> "StackState":
@@ -112,7 +117,9 @@ class StackState:
                    rest=doc["rest"], model_repo=Path(doc["model_repo"]),
                    mounts={k: Path(v) for k, v in (doc.get("mounts") or {}).items()},
                    removed=tuple(doc.get("removed") or ()), exporting=tuple(doc.get("exporting") or ()),
-                   pid=doc.get("pid"))
+                   pid=doc.get("pid"),
+                   root_certificates=Path(doc["root_certificates"]) if doc.get("root_certificates") else None,
+                   admin_key_file=Path(doc["admin_key_file"]) if doc.get("admin_key_file") else None)
 
     def replace(self, **changes: object) -> "StackState":
         return dataclasses.replace(self, **changes)
@@ -181,13 +188,23 @@ class ServedConfig:
     """A models config file, the server that reads it, and where its base paths are on this host.
 
     ``state_file`` is set when the file is the running stack's config (then
-    ``serving.config remove`` records removals there).
+    ``serving.config remove`` records removals there). ``root_certificates``
+    and ``admin_key_file`` are the compose gateway's CA and admin API key
+    (``make certs``): pushes go through the gateway, which admits reloads
+    only with the admin key.
     """
 
     path: Path
     grpc: str
     mounts: Mapping[str, Path] = field(default_factory=dict)
     state_file: Optional[Path] = None
+    root_certificates: Optional[Path] = None
+    admin_key_file: Optional[Path] = None
+
+    def connect(self) -> GrpcClient:
+        """A client for config pushes to ``grpc``, with the gateway's CA and admin key when there is one."""
+        api_key = self.admin_key_file.read_text().strip() if self.admin_key_file else None
+        return connect(self.grpc, root_certificates=self.root_certificates, api_key=api_key)
 
     def load(self) -> ModelServerConfig:
         return load_model_server_config(self.path)
@@ -263,7 +280,9 @@ def served_config(config_file: Optional[Path] = None, *, grpc: Optional[str] = N
         mounts = dict(state.mounts)
         if model_repo is not None and CONTAINER_MODELS_DIR in mounts:
             mounts[CONTAINER_MODELS_DIR] = Path(model_repo).resolve()
-        return ServedConfig(state.models_config, grpc or state.grpc, mounts, state_file)
+        credentials = ((state.root_certificates, state.admin_key_file) if grpc in (None, state.grpc)
+                       else (None, None))
+        return ServedConfig(state.models_config, grpc or state.grpc, mounts, state_file, *credentials)
     target = grpc or (state.grpc if state is not None else DEFAULT_GRPC)
     if state is not None and target == state.grpc:
         mounts = dict(state.mounts)
@@ -294,7 +313,7 @@ def apply_steps(served: ServedConfig, name: str, steps: Sequence[Step], *, timeo
         served.write(steps[-1].config)
         return False
     before = served.load()
-    with connect(served.grpc) as client:
+    with served.connect() as client:
         try:
             Reloader(client, write=served.write, wait_timeout=timeout, log=log).apply(name, steps)
         except ReloadError:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from serving import status
-from serving.config.reload import Reloader, ReloadError, connect, version_states
+from serving.config.reload import Reloader, ReloadError, version_states
 from serving.config.stack import DEFAULT_WORK_DIR, ServedConfig, served_config, stack_model_repo
 from serving.rollout.plan import (
     RolloutError,
@@ -105,7 +105,7 @@ def _move(args: argparse.Namespace) -> int:
         for step in steps:
             print(f"would {step.description}")
         return 0
-    with connect(served.grpc) as client:
+    with served.connect() as client:
         Reloader(client, write=None if args.no_write_back else served.write,
                  wait_timeout=args.timeout).apply(args.model, steps)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}")
@@ -116,7 +116,7 @@ def _status(args: argparse.Namespace) -> int:
     served = _served(args)
     entry = find_model(served.load(), args.model)
     print(f"{args.model}: config serves {served_versions(entry)}, labels {dict(sorted(entry.version_labels.items()))}")
-    with connect(served.grpc) as client:
+    with served.connect() as client:
         for version, state in sorted(version_states(client, args.model).items()):
             error = state.error_message
             print(f"  version {version}: {state.state}{' ' + error if error else ''}")

@@ -54,16 +54,17 @@ def test_grafana_password_comes_only_from_the_environment(gpu_model):
     assert "GRAFANA_ADMIN_PASSWORD" not in dotenv()
 
 
-def test_gpu_services_reserve_nvidia_gpus(gpu_model):
-    services = gpu_model["services"]
+def test_gpu_services_reserve_nvidia_gpus(gpu_model_all_profiles):
+    services = gpu_model_all_profiles["services"]
     for name in ("exporter", "tfserving", "dcgm-exporter"):
         assert devices(services[name]) == [GPU_DEVICE], name
     assert services["tfserving"]["image"].endswith("-gpu")
 
 
-def test_cpu_variant_has_no_gpu_reservation_tensorrt_or_dcgm(cpu_model):
+def test_cpu_variant_has_no_gpu_reservation_tensorrt_or_dcgm(cpu_model, cpu_model_all_profiles):
     services = cpu_model["services"]
     assert "dcgm-exporter" not in services  # behind the gpu-metrics profile
+    assert devices(cpu_model_all_profiles["services"]["dcgm-exporter"]) == []
     assert all(devices(s) == [] for s in services.values())
     assert not services["tfserving"]["image"].endswith("-gpu")
     assert services["exporter"]["build"]["args"]["WITH_TENSORRT"] == "0"
@@ -109,8 +110,8 @@ def test_models_are_mounted_read_only_into_tfserving_and_writable_for_the_export
 
 
 @pytest.mark.parametrize("variant", ["gpu", "cpu"])
-def test_every_published_port_binds_loopback(variant, gpu_model, cpu_model):
-    model = gpu_model if variant == "gpu" else cpu_model
+def test_every_published_port_binds_loopback(variant, gpu_model_all_profiles, cpu_model_all_profiles):
+    model = gpu_model_all_profiles if variant == "gpu" else cpu_model_all_profiles
     ports = [p for s in model["services"].values() for p in s.get("ports", [])]
     assert len(ports) >= 4
     assert {p["host_ip"] for p in ports} == {"127.0.0.1"}
@@ -149,16 +150,17 @@ def test_monitoring_mounts_the_monitoring_helpers_paths(gpu_model):
         assert (REPO_ROOT / source).exists(), source
 
 
-def test_images_are_pinned_in_dotenv_and_never_latest(gpu_model):
+def test_images_are_pinned_in_dotenv_and_never_latest(gpu_model_all_profiles):
     env = dotenv()
-    images = [s["image"] for s in gpu_model["services"].values()]
+    images = [s["image"] for s in gpu_model_all_profiles["services"].values()]
     for image in images:
         name, _, tag = image.rpartition(":")
         assert name and tag and "latest" not in tag, image
     raw = "\n".join((REPO_ROOT / f).read_text() for f in ("docker-compose.yml", "docker-compose.cpu.yml"))
     for line in re.findall(r"image: (\S+)", raw):
         assert "${" in line, f"{line}: the tag must come from .env"
-    for key in ("TF_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION"):
+    for key in ("TF_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION",
+                "NGINX_VERSION"):
         assert env[key] and env[key] != "latest", key
 
 

@@ -6,6 +6,10 @@ import importlib
 import pytest
 
 API = {
+    "gateway": ["SECRET_FILES", "TEMPLATE_DIR", "TEMPLATES", "UnsetVariable", "render_template", "render_templates",
+                "template_variables"],
+    "gateway.certs": ["DEFAULT_DIR", "DEFAULT_SERVER_NAMES", "ROLES", "Credentials", "CertsError", "init_secrets",
+                      "issue_client", "build_parser", "main"],
     "serving.config": ["load_model_server_config", "load_batching_parameters", "load_monitoring_config",
                        "load_ssl_config", "parse_text_proto"],
     "serving.config.compose": ["ComposeError", "EmbeddedPlan", "compose_command", "load_compose_model",
@@ -20,9 +24,9 @@ API = {
                              "ServedConfig", "served_config", "stack_model_repo", "apply_steps"],
     "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
                         "rollback_labels", "served_versions", "connect", "Rollout"],
-    "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "missing_models",
-                   "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection", "export_order", "prepare_served_config",
-                   "build_parser", "main"],
+    "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles",
+                   "missing_gateway_files", "missing_models", "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection",
+                   "export_order", "prepare_served_config", "build_parser", "main"],
 }
 
 

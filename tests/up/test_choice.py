@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.certs import init_secrets
 from serving.config.stack import STATE_FILE, read_state
 from serving.up import choose_backend, docker_runtimes, ensure_commands
 from tests.support.servers import REPO_ROOT
@@ -92,8 +93,9 @@ case "$1" in
 esac
 """)
     fake.chmod(0o755)
+    secrets = init_secrets(tmp_path / "secrets").directory  # the gateway's files (make certs)
     env = {**__import__("os").environ, "PATH": f"{fake.parent}:{__import__('os').environ['PATH']}",
-           "GRAFANA_ADMIN_PASSWORD": "test-only-password"}
+           "GRAFANA_ADMIN_PASSWORD": "test-only-password", "GATEWAY_SECRETS_HOST_DIR": str(secrets)}
     work = tmp_path / "work"
     proc = subprocess.run([sys.executable, "-m", "serving.up", "--work-dir", str(work)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120, env=env)
@@ -101,10 +103,14 @@ esac
     assert calls.read_text().split() == ["-f", str(REPO_ROOT / "docker-compose.yml"),
                                          "-f", str(REPO_ROOT / "docker-compose.cpu.yml"),
                                          "up", "-d", "--build", "--wait"]
-    assert "curl http://127.0.0.1:8501/v1/models/digits" in proc.stdout
+    # Through the gateway: TLS with the local CA and a client key (TF Serving publishes no port).
+    assert (f'curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" '
+            "https://127.0.0.1:8501/v1/models/digits") in proc.stdout
     assert "Grafana: http://127.0.0.1:3000" in proc.stdout
     # The state the rollout and serving.config default to: the CPU file, container paths under models/.
     state = read_state(work / STATE_FILE)
+    # The rollout and serving.config push through the gateway: TLS with the local CA, the admin key.
     assert (state.backend, state.models_config, state.grpc, state.rest) == (
-        "compose-cpu", REPO_ROOT / "serving" / "models.cpu.config", "127.0.0.1:8500", "http://127.0.0.1:8501")
+        "compose-cpu", REPO_ROOT / "serving" / "models.cpu.config", "127.0.0.1:8500", "https://127.0.0.1:8501")
+    assert (state.root_certificates, state.admin_key_file) == (secrets / "ca.crt", secrets / "admin.api-key")
     assert dict(state.mounts) == {"/models": REPO_ROOT / "models"} == {"/models": state.model_repo}
