@@ -147,6 +147,7 @@ _FROM_HTTP = {
     404: Code.NOT_FOUND,
     408: Code.DEADLINE_EXCEEDED,
     409: Code.ABORTED,
+    413: Code.RESOURCE_EXHAUSTED,  # a gateway's body limit (TF Serving itself never sends 413)
     429: Code.RESOURCE_EXHAUSTED,
     499: Code.CANCELLED,
     500: Code.INTERNAL,

@@ -39,7 +39,7 @@ from tests.compose.conftest import CPU, PASSWORD, compose_env
 LOCAL_VALUES = ("GATEWAY_GRPC_LISTEN", "GATEWAY_REST_LISTEN", "GATEWAY_MTLS_LISTEN",
                 "GATEWAY_GRPC_UPSTREAM", "GATEWAY_REST_UPSTREAM", "GATEWAY_SECRETS_DIR", "GATEWAY_RUN_DIR")
 # Clients with a rate bucket of their own, so exhausting it disturbs no other test.
-BURST_CLIENTS = ("burst-rest", "burst-grpc")
+BURST_CLIENTS = ("burst-rest", "burst-grpc", "burst-sdk")
 MODEL = "digits"
 
 

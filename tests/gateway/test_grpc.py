@@ -10,8 +10,13 @@ import grpc
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from tensorflow_serving.apis import get_model_status_pb2, model_management_pb2, model_service_pb2_grpc
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import (
+    get_model_status_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
 from exporter.manifest import load_manifest
 from serving.client import NO_RETRY, GrpcClient
