@@ -69,7 +69,8 @@ TF_SERVING_2_17_1_FLAGS = {
 # Added after 2.17 (HEAD main.cc); accepted so newer command lines run too.
 TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
                               "enable_serialization_as_tensor_content": False}
-EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes"}
+EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds", "rest_api_max_connections",
+                       "rest_api_max_concurrent_requests"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():
@@ -81,8 +82,8 @@ def test_every_tf_serving_flag_exists_with_its_default():
 def test_no_flag_is_invented_beyond_the_documented_embedded_extension():
     ours = {f.name for f in dataclasses.fields(ServerFlags)}
     assert ours - set(TF_SERVING_2_17_1_FLAGS) - set(TF_SERVING_HEAD_ONLY_FLAGS) == EMBEDDED_ONLY_FLAGS
-    assert "EMBEDDED-ONLY" in next(f for f in dataclasses.fields(ServerFlags)
-                                   if f.name == "rest_api_max_body_bytes").metadata["help"]
+    for name in EMBEDDED_ONLY_FLAGS:
+        assert "EMBEDDED-ONLY" in next(f for f in dataclasses.fields(ServerFlags) if f.name == name).metadata["help"]
 
 
 @pytest.mark.parametrize("argv", [
@@ -155,6 +156,14 @@ def test_gpu_only_flags_are_accepted_and_reported_as_having_no_effect(caplog):
     (["--model_base_path=/m", "--use_alts_credentials", "--ssl_config_file=/s"], status.Code.INVALID_ARGUMENT,
      "Either use_alts_credentials must be false or ssl_config_file must be empty."),
     (["--model_base_path=/m", "--ssl_config_file=/s"], status.Code.UNIMPLEMENTED, "no secure gRPC"),
+    (["--model_base_path=/m", "--rest_api_max_body_bytes=0"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_max_body_bytes must be positive."),
+    (["--model_base_path=/m", "--rest_api_max_connections=0"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_max_connections must be positive."),
+    (["--model_base_path=/m", "--rest_api_max_concurrent_requests=-1"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_max_concurrent_requests must be positive."),
+    (["--model_base_path=/m", "--rest_api_read_timeout_seconds=-1"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_read_timeout_seconds must not be negative."),
 ])
 def test_conflicting_flags_fail_as_tf_serving_does(argv, code, message):
     with pytest.raises(status.ServingError) as caught:
