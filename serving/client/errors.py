@@ -34,7 +34,6 @@ from serving.status import (
     error_for,
 )
 
-
 __all__ = [
     "Code",
     "ServingError",

@@ -4,11 +4,15 @@ TF Serving reads and writes ``NaN``, ``Infinity`` and ``-Infinity`` (rapidjson
 ``kParseNanAndInfFlag``; ``WriteDecimal``), which strict JSON lacks. orjson is
 the fast path both ways; the standard library parses documents orjson rejects
 only because of those tokens, and non-finite floats are written as raw tokens.
+Integers are read as rapidjson reads them: int64/uint64 stay integers, larger
+ones become doubles, and one too big for a double is an error (never Python's
+integer-digit limit).
 """
 from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Optional
 
 import numpy as np
@@ -22,6 +26,8 @@ __all__ = ["MAX_JSON_DEPTH", "json_loads", "json_dumps", "json_type_name", "json
 MAX_JSON_DEPTH = 1024
 
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_INT64_MIN, _UINT64_MAX = -2**63, 2**64 - 1
+_DOUBLE_MAX_DIGITS = len(str(int(sys.float_info.max)))
 _FRAGMENTS = {token: orjson.Fragment(token) for token in (b"NaN", b"Infinity", b"-Infinity")}
 
 
@@ -50,9 +56,26 @@ def _too_deep(offset: Optional[int]) -> status.InvalidArgument:
         f"JSON Parse error: arrays or objects nested deeper than {MAX_JSON_DEPTH} levels{where}")
 
 
+def _parse_int(text: str) -> int | float:
+    """rapidjson's integers: int64/uint64 as they are, larger as double, beyond a double an error."""
+    if len(text.lstrip("-")) > _DOUBLE_MAX_DIGITS:  # before int(): Python refuses over 4300 digits
+        raise _too_big()
+    value = int(text)
+    if _INT64_MIN <= value <= _UINT64_MAX:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise _too_big() from None
+
+
+def _too_big() -> status.InvalidArgument:
+    return status.InvalidArgument("JSON Parse error: Number too big to be stored in double")
+
+
 def _stdlib_loads(body: Any) -> Any:
     try:
-        return json.loads(body)
+        return json.loads(body, parse_int=_parse_int)
     except RecursionError:
         raise _too_deep(None) from None
     except json.JSONDecodeError as exc:

@@ -15,11 +15,15 @@ booleans also as a bare ``--flag`` and ``--flag=true|false|1|0``. As in TF
 Serving, an unknown argument is reported and ignored, and a bad value for a
 known flag is an error.
 
-Embedded-only extensions, not TF Serving flags (their help says EMBEDDED-ONLY):
-``--rest_api_max_body_bytes`` (default 256 MiB) bounds a REST request body;
-larger bodies are refused with 400 / INVALID_ARGUMENT. ``--bind_address``
-(default 127.0.0.1) is the address the gRPC and REST listeners bind, where
-TF Serving binds every interface (0.0.0.0).
+Embedded-only extensions, not TF Serving flags (their help says EMBEDDED-ONLY),
+bound what one client may hold on the REST port:
+``--rest_api_max_body_bytes`` (default 64 MiB; larger bodies, also once
+inflated from gzip, get 413), ``--rest_api_read_timeout_seconds`` (default 30:
+headers, body and keep-alive idle time; 408 or a closed connection),
+``--rest_api_max_connections`` (default 1024, at most half of RLIMIT_NOFILE)
+and ``--rest_api_max_concurrent_requests`` (default 256; more get 429 at once), and
+``--bind_address`` (default 127.0.0.1) is the address the gRPC and REST
+listeners bind, where TF Serving binds every interface (0.0.0.0).
 """
 from __future__ import annotations
 
@@ -44,12 +48,18 @@ __all__ = [
     "NO_EFFECT_FLAGS",
     "DEFAULT_REST_API_MAX_BODY_BYTES",
     "DEFAULT_BIND_ADDRESS",
+    "DEFAULT_REST_API_READ_TIMEOUT_SECONDS",
+    "DEFAULT_REST_API_MAX_CONNECTIONS",
+    "DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS",
 ]
 
 logger = logging.getLogger(__name__)
 
 _CPUS = os.cpu_count() or 1
-DEFAULT_REST_API_MAX_BODY_BYTES = 256 * 1024 * 1024
+DEFAULT_REST_API_MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_REST_API_READ_TIMEOUT_SECONDS = 30
+DEFAULT_REST_API_MAX_CONNECTIONS = 1024
+DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS = 256
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 
 
@@ -137,7 +147,20 @@ class ServerFlags:
         False, "Predict responses use tensor_content (TF Serving > 2.17).")
     rest_api_max_body_bytes: int = _flag(
         DEFAULT_REST_API_MAX_BODY_BYTES,
-        "EMBEDDED-ONLY extension: largest REST request body in bytes; larger ones get 400.")
+        "EMBEDDED-ONLY extension: largest REST request body in bytes, also after gzip inflation; "
+        "larger ones get 413.")
+    rest_api_read_timeout_seconds: int = _flag(
+        DEFAULT_REST_API_READ_TIMEOUT_SECONDS,
+        "EMBEDDED-ONLY extension: seconds a REST connection may take to send request headers, to send a "
+        "request body, or stay idle between requests; then 408 or the connection is closed. 0 disables.")
+    rest_api_max_connections: int = _flag(
+        DEFAULT_REST_API_MAX_CONNECTIONS,
+        "EMBEDDED-ONLY extension: open REST connections at most (capped at half of RLIMIT_NOFILE); over it "
+        "the least recently active idle connection is closed, or the new one gets 503 and is closed.")
+    rest_api_max_concurrent_requests: int = _flag(
+        DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS,
+        "EMBEDDED-ONLY extension: REST requests (bodies read) in progress at most; more get 429 at once, "
+        "never queued.")
     bind_address: str = _flag(
         DEFAULT_BIND_ADDRESS,
         "EMBEDDED-ONLY extension: IP address (or host name) the gRPC and HTTP/REST ports listen on; "
@@ -259,8 +282,11 @@ def validate_flags(flags: ServerFlags) -> None:
             "Either configure server_options.tensorflow_session_parallelism or "
             "(server_options.tensorflow_intra_op_parallelism, "
             "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
-    if flags.rest_api_max_body_bytes <= 0:
-        raise status.InvalidArgument("--rest_api_max_body_bytes must be positive.")
+    for name in ("rest_api_max_body_bytes", "rest_api_max_connections", "rest_api_max_concurrent_requests"):
+        if getattr(flags, name) <= 0:
+            raise status.InvalidArgument(f"--{name} must be positive.")
+    if flags.rest_api_read_timeout_seconds < 0:
+        raise status.InvalidArgument("--rest_api_read_timeout_seconds must not be negative.")
     if not _is_bind_address(flags.bind_address):
         raise status.InvalidArgument(
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "

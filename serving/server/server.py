@@ -33,6 +33,7 @@ from serving.server.core.manager import LoaderOptions, ServableManager
 from serving.server.flags import ServerFlags
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
+from serving.server.frontends.rest_limits import RestLimits
 from serving.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:  # loads TensorFlow; imported for real in _start_grpc
@@ -222,10 +223,14 @@ class ModelServer:
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
         flags = self.flags
+        limits = RestLimits(
+            max_body_bytes=flags.rest_api_max_body_bytes, read_timeout_seconds=flags.rest_api_read_timeout_seconds,
+            max_connections=flags.rest_api_max_connections,
+            max_concurrent_requests=flags.rest_api_max_concurrent_requests)
         self.rest = RestFrontend(
             self.dataplane, port=flags.rest_api_port, host=flags.bind_address,
             num_threads=flags.rest_api_num_threads,
-            timeout_ms=flags.rest_api_timeout_in_ms, max_body_bytes=flags.rest_api_max_body_bytes,
+            timeout_ms=flags.rest_api_timeout_in_ms, limits=limits,
             monitoring_path=monitoring_path, metrics=self.metrics,
             enable_cors=flags.rest_api_enable_cors_support)
         self.rest.start()

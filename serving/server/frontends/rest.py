@@ -8,10 +8,21 @@ the answer is 400 "Malformed request: METHOD PATH". Every ``/v1`` answer is
 ``http_server.cc``'s status mapping (``serving.status.to_http_status``). The
 Prometheus page is served at the monitoring config's path as ``text/plain``.
 
-The event loop only routes and reads bodies. Decoding, the one data-plane
-call and encoding run on a pool of ``--rest_api_num_threads`` threads, bounded
-by ``--rest_api_timeout_in_ms`` (504 / DEADLINE_EXCEEDED). Bodies larger than
-``max_body_bytes`` are refused with 400 before they are read.
+The event loop only routes and reads bodies. Decoding (gzip inflation too),
+the one data-plane call and encoding run on a pool of ``--rest_api_num_threads``
+threads, bounded by ``--rest_api_timeout_in_ms`` (504 / DEADLINE_EXCEEDED).
+
+What one client may hold is bounded (``RestLimits``, ``rest_limits.py``):
+connections (``ConnectionGuard``), the time to send headers and a body (408),
+the body size (413, before it is read when ``Content-Length`` says so, and
+after gzip inflation), and the ``/v1`` requests past their body: over
+``max_concurrent_requests`` a request gets 429 / RESOURCE_EXHAUSTED at once,
+never a place in the pool's queue. A slot is taken once the body is read (so a
+slow upload holds a connection, bounded by the read timeout, not a slot) and
+held until the worker thread is done, even after a 504. Bodies being read take
+at most ``max_connections`` x ``max_body_bytes`` of memory. An unexpected
+exception is logged with a request id; the 500 names only the id, never
+Python's text.
 
 Checks run in TF Serving's order: the JSON document first, then the model and
 its signature (``DataPlane.signature``, as ``GetInfoMap`` does), then the
@@ -25,9 +36,10 @@ import re
 import threading
 import time
 import urllib.parse
+import uuid
 from concurrent import futures
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 from aiohttp import web
 from google.protobuf import json_format
@@ -35,6 +47,16 @@ from google.protobuf import json_format
 from serving import codec, status
 from serving.server.core.state import VersionStatus
 from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelMetadata, ModelSpec
+from serving.server.frontends.rest_limits import (
+    ConnectionGuard,
+    GuardedSite,
+    RequestRefused,
+    RestLimits,
+    body_too_large,
+    connection_cap,
+    inflate_gzip,
+    request_body_encoding,
+)
 from serving.server.metrics import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 
 if TYPE_CHECKING:  # loads TensorFlow; only annotates
@@ -60,6 +82,8 @@ MODEL_STATUS_API_REGEX = re.compile(
     r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:\/(metadata))?", re.ASCII)
 
 _INT64_MAX = 2**63 - 1
+_INT64_DIGITS = len(str(_INT64_MAX))
+_ECHOED_CHARS = 200
 _JSON = "application/json"
 _CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
                  "Access-Control-Allow-Headers": "Content-Type"}
@@ -94,9 +118,10 @@ def parse_route(http_method: str, path: str) -> RestRoute:
     name, version_text, label, tail = match.groups()
     version = None
     if version_text:
-        version = int(version_text)
-        if version > _INT64_MAX:
+        significant = version_text.lstrip("0")  # never int() of thousands of digits
+        if len(significant) > _INT64_DIGITS or int(version_text) > _INT64_MAX:
             raise status.InvalidArgument(f"Failed to convert version: {version_text} to numeric.")
+        version = int(version_text)
     return RestRoute(
         model_name=urllib.parse.unquote(name or ""),
         version=version,
@@ -111,7 +136,9 @@ def _json_object(body: bytes) -> dict:
         raise status.InvalidArgument("JSON Parse error: The document is empty")
     document = codec.json_loads(body)
     if not isinstance(document, dict):
-        raise status.InvalidArgument(f"JSON Value: {codec.json_dumps(document)[:200].decode()} Is not object")
+        # Cut the text, not its UTF-8 bytes: a cut inside a character is not text.
+        echoed = codec.json_dumps(document)[:4 * _ECHOED_CHARS].decode("utf-8", errors="ignore")[:_ECHOED_CHARS]
+        raise status.InvalidArgument(f"JSON Value: {echoed} Is not object")
     signature_name = document.get("signature_name", "")
     if not isinstance(signature_name, str):
         raise status.InvalidArgument("'signature_name' key must be a string value.")
@@ -148,22 +175,26 @@ class RestFrontend:
     """The REST server; ``start()`` binds and serves on its own event-loop thread.
 
     ``stop(grace)`` closes the listening socket at once, lets running requests
-    finish for up to ``grace`` seconds, then closes connections.
+    finish for up to ``grace`` seconds, then closes connections. ``limits``
+    bounds connections, read time, bodies and requests in progress.
     """
 
     def __init__(self, dataplane: DataPlane, *, port: int, host: str = "0.0.0.0", num_threads: int = 4,
-                 timeout_ms: int = 30000, max_body_bytes: int = 256 * 1024 * 1024,
+                 timeout_ms: int = 30000, limits: RestLimits = RestLimits(),
                  monitoring_path: Optional[str] = None, metrics: Optional[MetricsPage] = None, enable_cors: bool = False) -> None:
         self._dp = dataplane
         self._host, self._port = host, port
         self._pool = futures.ThreadPoolExecutor(max_workers=max(1, num_threads), thread_name_prefix="rest")
         self._timeout = timeout_ms / 1000.0 if timeout_ms > 0 else None
-        self._max_body = max_body_bytes
+        self._limits = limits
+        self._read_timeout = limits.read_timeout_seconds if limits.read_timeout_seconds > 0 else None
+        self._in_flight = 0
         self._monitoring_path = monitoring_path
         self._metrics = metrics
         self._cors = enable_cors
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._runner: Optional[web.AppRunner] = None
+        self._guard: Optional[ConnectionGuard] = None
         self._thread: Optional[threading.Thread] = None
         self._handlers: dict[str, Callable[[RestRoute, bytes, Optional[float]], bytes]] = {
             "predict": self._predict, "classify": self._classify, "regress": self._regress,
@@ -203,6 +234,13 @@ class RestFrontend:
 
     # -- event loop side ------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self._guard.request_started(request.protocol)
+        try:
+            return await self._answer(request)
+        finally:
+            self._guard.request_finished(request.protocol, body_read=request.content.is_eof())
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         path = request.raw_path.split("?", 1)[0]
         if self._monitoring_path is not None and path == self._monitoring_path:
             return self._prometheus()
@@ -210,11 +248,17 @@ class RestFrontend:
             return self._reply(404, codec.json_dumps({"error": f"Not found: {request.method} {path}"}))
         try:
             return self._reply(200, await self._serve_v1(request, path))
+        except RequestRefused as exc:
+            response = self._reply(exc.http_status, codec.json_dumps({"error": exc.details}))
+            response.force_close()
+            return response
         except status.ServingError as exc:
             return self._reply(status.to_http_status(exc.code), codec.json_dumps({"error": exc.details}))
-        except Exception as exc:  # noqa: BLE001 - the server must answer and stay up
-            logger.exception("REST %s %s failed", request.method, path)
-            return self._reply(500, codec.json_dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        except Exception:  # noqa: BLE001 - the server must answer and stay up
+            request_id = uuid.uuid4().hex[:16]
+            logger.exception("REST %s %s failed (request id %s)", request.method, path, request_id)
+            return self._reply(500, codec.json_dumps({"error": f"Internal error (request id {request_id}); "
+                                                                "the details are in the server log"}))
 
     async def _serve_v1(self, request: web.Request, path: str) -> bytes:
         """One ``/v1`` request, counted in the metrics under its model and verb as TF Serving does."""
@@ -226,35 +270,80 @@ class RestFrontend:
                 return b""
             if error is not None:
                 raise error
-            body = await self._read_body(request) if request.method == "POST" else b""
-            return await self._run(self._handlers[route.method or route.subresource], route, body)
+            body, encoding = b"", "identity"
+            if request.method == "POST":
+                encoding = request_body_encoding(request.headers.get("Content-Encoding"))
+                body = await self._read_body(request)
+            return await self._run(self._handlers[route.method or route.subresource], route, body, encoding)
+
+    async def _run(self, handler: Callable[[RestRoute, bytes, Optional[float]], bytes], route: RestRoute,
+                   body: bytes, encoding: str) -> bytes:
+        """Admit the request (429 over the limit), then run it on the pool within ``--rest_api_timeout_in_ms``."""
+        if self._in_flight >= self._limits.max_concurrent_requests:
+            raise status.ResourceExhausted(
+                f"Too many REST requests in progress: the limit is {self._limits.max_concurrent_requests} "
+                "(embedded server flag --rest_api_max_concurrent_requests)")
+        self._in_flight += 1
+        worker: Optional[futures.Future] = None
+        try:
+            deadline = None if self._timeout is None else time.monotonic() + self._timeout
+            worker = self._pool.submit(self._call, handler, route, body, encoding, deadline)
+            return await self._result(worker)
+        finally:
+            self._leave_when_done(worker)
 
     async def _read_body(self, request: web.Request) -> bytes:
+        limit = self._limits.max_body_bytes
         declared = request.content_length
-        if declared is not None and declared > self._max_body:
-            raise self._too_large(declared)
-        chunks, size = [], 0
-        async for chunk in request.content.iter_chunked(1 << 16):
-            size += len(chunk)
-            if size > self._max_body:
-                raise self._too_large(size)
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def _too_large(self, size: int) -> status.ServingError:
-        return status.InvalidArgument(
-            f"Request body of {size}{'+' if size else ''} bytes exceeds the limit of {self._max_body} bytes "
-            "(embedded server flag --rest_api_max_body_bytes)")
-
-    async def _run(self, handler: Callable, route: RestRoute, body: bytes) -> bytes:
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        call = asyncio.get_running_loop().run_in_executor(self._pool, handler, route, body, deadline)
+        if declared is not None and declared > limit:
+            raise body_too_large(limit, f"Request body of {declared} bytes")
         try:
-            return await asyncio.wait_for(call, self._timeout)
+            async with asyncio.timeout(self._read_timeout):
+                return await self._read_chunks(request, limit)
+        except TimeoutError:
+            raise RequestRefused(
+                f"Request body not received within {self._limits.read_timeout_seconds:g} seconds "
+                "(embedded server flag --rest_api_read_timeout_seconds)",
+                code=status.Code.DEADLINE_EXCEEDED, http_status=408) from None
+
+    @staticmethod
+    async def _read_chunks(request: web.Request, limit: int) -> bytes:
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(1 << 16):
+            if len(body) + len(chunk) > limit:
+                raise body_too_large(limit, f"Request body of {len(body) + len(chunk)}+ bytes")
+            body += chunk
+        return bytes(body)
+
+    def _call(self, handler: Callable[[RestRoute, bytes, Optional[float]], bytes], route: RestRoute,
+              raw: bytes, encoding: str, deadline: Optional[float]) -> bytes:
+        """On the pool: inflate a gzip body (bounded), then the handler."""
+        body = inflate_gzip(raw, self._limits.max_body_bytes) if encoding == "gzip" else raw
+        return handler(route, body, deadline)
+
+    async def _result(self, worker: futures.Future) -> bytes:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(worker), self._timeout)
         except asyncio.TimeoutError:
             raise status.DeadlineExceeded(
                 f"Timed out waiting for notification (REST call exceeded --rest_api_timeout_in_ms="
                 f"{int(self._timeout * 1000)})") from None
+
+    def _leave_when_done(self, worker: Optional[futures.Future]) -> None:
+        """Free the request's slot now, or when its worker thread finishes (it may outlive a 504)."""
+        if worker is None or worker.done():
+            self._in_flight -= 1
+        else:
+            worker.add_done_callback(self._leave_from_worker)
+
+    def _leave_from_worker(self, _: futures.Future) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._leave)
+        except RuntimeError:  # the loop has stopped: nothing is admitted any more
+            pass
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
 
     def _reply(self, http_status: int, body: bytes) -> web.Response:
         response = web.Response(status=http_status, body=body, headers={"Content-Type": _JSON})
@@ -290,11 +379,18 @@ class RestFrontend:
         loop.close()
 
     async def _setup(self) -> None:
-        app = web.Application(client_max_size=self._max_body + 1)
+        app = web.Application(client_max_size=self._limits.max_body_bytes + 1)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # Bodies are read raw (gzip is inflated, bounded, on the pool); idle keep-alive ends at the read timeout.
+        options: dict[str, Any] = {"auto_decompress": False}
+        if self._read_timeout is not None:
+            options["keepalive_timeout"] = self._read_timeout
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, **options)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self._host, self._port, reuse_address=True).start()
+        self._guard = ConnectionGuard(self._runner.server,
+                                      max_connections=connection_cap(self._limits.max_connections),
+                                      read_timeout_seconds=self._limits.read_timeout_seconds)
+        await GuardedSite(self._runner, self._guard, self._host, self._port).start()
 
     def stop(self, grace: float = 30.0) -> None:
         """Close the listener now; wait up to ``grace`` seconds for running requests."""

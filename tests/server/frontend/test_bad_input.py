@@ -1,6 +1,9 @@
 """Bad input gets a 400 / INVALID_ARGUMENT naming the problem; the server stays up for everyone else."""
 from __future__ import annotations
 
+import gzip
+import json
+import re
 import threading
 
 import grpc
@@ -8,6 +11,9 @@ import httpx
 import numpy as np
 import pytest
 
+from serving.server.frontends.dataplane import DataPlane, ModelSpec
+from serving.server.frontends.rest import RestFrontend
+from serving.server.launcher import free_port
 from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
 from tests.support.servers import EmbeddedServer
 
@@ -42,9 +48,9 @@ def error_of(response: httpx.Response, http_status: int = 400) -> str:
     return response.json()["error"]
 
 
-def test_body_over_the_limit_is_400_naming_the_limit(server, http):
+def test_body_over_the_limit_is_413_naming_the_limit(server, http):
     body = b'{"instances": [' + b"1.0," * (BODY_LIMIT // 4) + b"1.0]}"
-    message = error_of(http.post("/v1/models/tiny:predict", content=body))
+    message = error_of(http.post("/v1/models/tiny:predict", content=body), 413)
     assert f"exceeds the limit of {BODY_LIMIT} bytes" in message and "--rest_api_max_body_bytes" in message
     assert_still_serving(server, http)
 
@@ -56,8 +62,64 @@ def test_chunked_body_over_the_limit_is_cut_off_while_streaming(server, http):
             yield b"1.0," * 1024
         yield b"1.0]}"
 
-    message = error_of(http.post("/v1/models/tiny:predict", content=chunks()))
+    message = error_of(http.post("/v1/models/tiny:predict", content=chunks()), 413)
     assert f"exceeds the limit of {BODY_LIMIT} bytes" in message
+    assert_still_serving(server, http)
+
+
+def test_gzip_body_is_inflated_as_tf_serving_does(server, http):
+    body = gzip.compress(json.dumps(GOOD).encode())
+    response = http.post("/v1/models/tiny:predict", content=body, headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"predictions": [{"y": [2.0, 4.0, 6.0], "total": 12.0}]}
+
+
+def test_gzip_body_inflating_past_the_limit_is_413_naming_the_limit(server, http):
+    bomb = gzip.compress(b" " * (BODY_LIMIT * 8), compresslevel=9)
+    assert len(bomb) < BODY_LIMIT // 100
+    message = error_of(http.post("/v1/models/tiny:predict", content=bomb, headers={"Content-Encoding": "gzip"}), 413)
+    assert message == (f"Request body inflated from Content-Encoding: gzip exceeds the limit of {BODY_LIMIT} bytes "
+                       "(embedded server flag --rest_api_max_body_bytes)")
+    assert_still_serving(server, http)
+
+
+@pytest.mark.parametrize("encoding, body, http_status, fragment", [
+    ("br", b"{}", 415, "Content-Encoding: br is not supported: request bodies must be identity or gzip"),
+    ("gzip, gzip", b"{}", 415, "is not supported"),
+    ("gzip", b"not gzip at all", 400, "Content-Encoding: gzip body could not be inflated"),
+    ("gzip", gzip.compress(b'{"instances": [[1.0, 2.0, 3.0]]}')[:-12], 400, "the stream ends early"),
+])
+def test_other_codings_are_415_and_corrupt_gzip_is_400(server, http, encoding, body, http_status, fragment):
+    response = http.post("/v1/models/tiny:predict", content=body, headers={"Content-Encoding": encoding})
+    assert fragment in error_of(response, http_status)
+    assert_still_serving(server, http)
+
+
+def test_integers_too_big_for_a_double_are_400_not_500(server, http):
+    for digits in (400, 5000):
+        body = b'{"instances": [[NaN, 1.0, ' + b"7" * digits + b"]]}"
+        message = error_of(http.post("/v1/models/tiny:predict", content=body))
+        assert message == "JSON Parse error: Number too big to be stored in double"
+        message = error_of(http.post("/v1/models/tiny:predict", content=b'{"instances": [' + b"7" * digits + b"]}"))
+        assert message.startswith("JSON Parse error")
+    assert_still_serving(server, http)
+
+
+def test_a_version_of_thousands_of_digits_is_400_not_500(server, http):
+    digits = "9" * 5000
+    message = error_of(http.get(f"/v1/models/tiny/versions/{digits}"))
+    assert message == f"Failed to convert version: {digits} to numeric."
+    assert error_of(http.post(f"/v1/models/tiny/versions/{digits}:predict", json=GOOD)).startswith(
+        "Failed to convert version")
+    assert http.get("/v1/models/tiny/versions/" + "0" * 30 + "1").status_code == 200
+    assert_still_serving(server, http)
+
+
+def test_a_non_object_document_is_echoed_cut_on_a_character_boundary(server, http):
+    document = ["a" + "é" * 150 + "ü" * 300]
+    message = error_of(http.post("/v1/models/tiny:predict", content=json.dumps(document, ensure_ascii=False).encode()))
+    echoed = json.dumps(document, ensure_ascii=False, separators=(",", ":"))[:200]
+    assert message == f"JSON Value: {echoed} Is not object"
     assert_still_serving(server, http)
 
 
@@ -166,3 +228,27 @@ def test_grpc_tensor_whose_content_does_not_match_its_shape_is_invalid_argument(
         assert "x" in caught.value.details()
         request.inputs["x"].tensor_content = np.ones(6, np.float32).tobytes()
         assert stub.Predict(request, timeout=30).model_spec.version.value == 1
+
+
+class FailingDataPlane(DataPlane):
+    """The real data plane, except that model status fails as a bug would: with Python's own exception."""
+
+    def model_status(self, spec: ModelSpec):
+        raise MemoryError("Unable to allocate 238. GiB for an array with shape (1000000, 8, 8, 1)")
+
+
+def test_an_unexpected_exception_is_500_with_a_request_id_and_no_python_internals(tiny_manager, metrics, caplog):
+    port = free_port()
+    frontend = RestFrontend(FailingDataPlane(tiny_manager, metrics), port=port, host="127.0.0.1", num_threads=1)
+    frontend.start()
+    try:
+        with caplog.at_level("ERROR"):
+            response = httpx.get(f"http://127.0.0.1:{port}/v1/models/tiny", timeout=30)
+    finally:
+        frontend.stop(grace=1)
+    message = error_of(response, 500)
+    assert "MemoryError" not in message and "GiB" not in message and "Traceback" not in message
+    request_id = re.fullmatch(r"Internal error \(request id ([0-9a-f]{16})\); the details are in the server log",
+                              message).group(1)
+    assert f"(request id {request_id})" in caplog.text
+    assert "MemoryError: Unable to allocate 238. GiB" in caplog.text

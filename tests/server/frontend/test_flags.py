@@ -69,7 +69,8 @@ TF_SERVING_2_17_1_FLAGS = {
 # Added after 2.17 (HEAD main.cc); accepted so newer command lines run too.
 TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
                               "enable_serialization_as_tensor_content": False}
-EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "bind_address"}
+EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds", "rest_api_max_connections",
+                       "rest_api_max_concurrent_requests", "bind_address"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():
@@ -157,6 +158,14 @@ def test_gpu_only_flags_are_accepted_and_reported_as_having_no_effect(caplog):
     (["--model_base_path=/m", "--use_alts_credentials"], status.Code.UNIMPLEMENTED, "no ALTS credentials"),
     (["--model_base_path=/m", "--bind_address=127.0.0.1:8500"], status.Code.INVALID_ARGUMENT,
      "--bind_address must be an IP address or host name"),
+    (["--model_base_path=/m", "--rest_api_max_body_bytes=0"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_max_body_bytes must be positive."),
+    (["--model_base_path=/m", "--rest_api_max_connections=0"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_max_connections must be positive."),
+    (["--model_base_path=/m", "--rest_api_max_concurrent_requests=-1"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_max_concurrent_requests must be positive."),
+    (["--model_base_path=/m", "--rest_api_read_timeout_seconds=-1"], status.Code.INVALID_ARGUMENT,
+     "--rest_api_read_timeout_seconds must not be negative."),
 ])
 def test_conflicting_flags_fail_as_tf_serving_does(argv, code, message):
     with pytest.raises(status.ServingError) as caught:

@@ -21,7 +21,11 @@ PUBLIC = {
                                       "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX"},
     "serving.server.flags": {"ServerFlags", "CommandLine", "FlagError", "parse_flags", "log_no_effect",
                              "validate_flags", "usage", "NO_EFFECT_FLAGS", "DEFAULT_REST_API_MAX_BODY_BYTES",
-                             "DEFAULT_BIND_ADDRESS"},
+                             "DEFAULT_REST_API_READ_TIMEOUT_SECONDS", "DEFAULT_REST_API_MAX_CONNECTIONS",
+                             "DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS", "DEFAULT_BIND_ADDRESS"},
+    "serving.server.frontends.rest_limits": {"RestLimits", "RequestRefused", "ConnectionGuard", "GuardedSite",
+                                             "connection_cap", "request_body_encoding", "inflate_gzip",
+                                             "body_too_large", "MAX_HEADER_BYTES"},
     "serving.server.server": {"ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"},
     "serving.server.main": {"main", "version_text", "DRAIN_GRACE_SECONDS"},
 }
