@@ -11,9 +11,17 @@ booleans also as a bare ``--flag`` and ``--flag=true|false|1|0``. As in TF
 Serving, an unknown argument is reported and ignored, and a bad value for a
 known flag is an error.
 
-One embedded-only extension, not a TF Serving flag:
-``--rest_api_max_body_bytes`` (default 256 MiB) bounds a REST request body;
-larger bodies are refused with 400 / INVALID_ARGUMENT.
+Embedded-only extensions, not TF Serving flags (their help says EMBEDDED-ONLY):
+
+- ``--rest_api_max_body_bytes`` (default 256 MiB) bounds a REST request body;
+  larger bodies are refused with 400 / INVALID_ARGUMENT.
+- ``--grpc_max_concurrent_rpcs`` (0: 4 x ``--grpc_max_threads``) bounds the gRPC
+  calls being handled or waiting for a thread; more are refused at once with
+  RESOURCE_EXHAUSTED (grpc's ``maximum_concurrent_rpcs``), never queued.
+- ``--max_tensor_elements`` (0: ``default_max_tensor_elements()``, 2**28 or
+  less on a small host) bounds the elements of one request's input tensors
+  together, counted from their shapes before anything is allocated; more are
+  refused with INVALID_ARGUMENT.
 """
 from __future__ import annotations
 
@@ -35,12 +43,18 @@ __all__ = [
     "usage",
     "NO_EFFECT_FLAGS",
     "DEFAULT_REST_API_MAX_BODY_BYTES",
+    "MAX_TENSOR_ELEMENTS_CAP",
+    "default_max_tensor_elements",
+    "effective_max_tensor_elements",
+    "effective_grpc_max_concurrent_rpcs",
 ]
 
 logger = logging.getLogger(__name__)
 
 _CPUS = os.cpu_count() or 1
 DEFAULT_REST_API_MAX_BODY_BYTES = 256 * 1024 * 1024
+MAX_TENSOR_ELEMENTS_CAP = 2**28
+_CONCURRENT_RPCS_PER_THREAD = 4
 
 
 def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
@@ -125,6 +139,13 @@ class ServerFlags:
     rest_api_max_body_bytes: int = _flag(
         DEFAULT_REST_API_MAX_BODY_BYTES,
         "EMBEDDED-ONLY extension: largest REST request body in bytes; larger ones get 400.")
+    grpc_max_concurrent_rpcs: int = _flag(
+        0, "EMBEDDED-ONLY extension: gRPC calls handled or waiting for a thread at once; more get "
+           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads.")
+    max_tensor_elements: int = _flag(
+        0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
+           "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
+           "0 means 2**28, or physical memory / 64 bytes if less.")
 
 
 @dataclass(frozen=True)
@@ -244,6 +265,39 @@ def validate_flags(flags: ServerFlags) -> None:
             "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
     if flags.rest_api_max_body_bytes <= 0:
         raise status.InvalidArgument("--rest_api_max_body_bytes must be positive.")
+    if flags.grpc_max_concurrent_rpcs < 0:
+        raise status.InvalidArgument("--grpc_max_concurrent_rpcs must be positive, or 0 for the default.")
+    if flags.max_tensor_elements < 0:
+        raise status.InvalidArgument("--max_tensor_elements must be positive, or 0 for the default.")
+
+
+def _physical_memory_bytes() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def default_max_tensor_elements(memory_bytes: Optional[int] = None) -> int:
+    """``--max_tensor_elements=0``: ``MAX_TENSOR_ELEMENTS_CAP`` (2**28), or less on a small host.
+
+    At 8 bytes an element, one request's tensors may then take at most an
+    eighth of physical memory (``memory_bytes``; read from the host when None).
+    """
+    memory = _physical_memory_bytes() if memory_bytes is None else memory_bytes
+    if not memory:
+        return MAX_TENSOR_ELEMENTS_CAP
+    return max(1, min(MAX_TENSOR_ELEMENTS_CAP, memory // 64))
+
+
+def effective_max_tensor_elements(flags: ServerFlags) -> int:
+    """The element cap the server applies: the flag, or ``default_max_tensor_elements()`` for 0."""
+    return flags.max_tensor_elements or default_max_tensor_elements()
+
+
+def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
+    """The gRPC admission bound: the flag, or 4 x ``--grpc_max_threads`` for 0."""
+    return flags.grpc_max_concurrent_rpcs or _CONCURRENT_RPCS_PER_THREAD * max(1, flags.grpc_max_threads)
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:
