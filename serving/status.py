@@ -11,10 +11,17 @@ over gRPC and REST.
 ``ServingError`` and its subclasses are raised by the server's data plane and
 by the client SDK alike. Each carries ``.code`` (a ``Code``) and ``.details``
 (the server's message).
+
+A failure that is the server's own fault (a Python exception, not a status)
+leaves through ``internal_error(what, cause, log)``: the client gets INTERNAL
+saying what failed and a request id, never a Python class or message; the
+exception, with its traceback, goes to the server log under the same id.
 """
 from __future__ import annotations
 
 import enum
+import logging
+import uuid
 from typing import Optional
 
 import grpc
@@ -39,6 +46,7 @@ __all__ = [
     "DataLoss",
     "Unauthenticated",
     "error_for",
+    "internal_error",
     "to_http_status",
     "from_http_status",
     "to_grpc_status",
@@ -116,6 +124,20 @@ def error_for(code: Code | int, details: str) -> ServingError:
     code = Code(code)
     cls = _BY_CODE.get(code, ServingError)
     return cls(details, code=code)
+
+
+def internal_error(what: str, cause: BaseException, log: logging.Logger) -> ServingError:
+    """``Internal("<what> (request id <id>); see the server log")``; ``cause`` is logged under that id.
+
+    ``what`` says what failed in the server's words (``"Internal error while
+    running the model"``); the client never sees ``cause``'s class or message.
+    The error's ``.request_id`` is the id.
+    """
+    request_id = uuid.uuid4().hex[:16]
+    log.error("%s (request id %s)", what, request_id, exc_info=cause)
+    error = Internal(f"{what} (request id {request_id}); see the server log")
+    error.request_id = request_id
+    return error
 
 
 # TF Serving http_server.cc ToHTTPStatusCode.

@@ -7,6 +7,10 @@ This package is the one public codec; the implementation lives in
 - dtype table: ``DTYPES``, ``dtype_from_enum``, ``enum_from_dtype``;
 - numpy <-> TensorProto: ``ndarray_to_tensor_proto`` / ``tensor_proto_to_ndarray``
   (duck-typed: official ``tensorflow.TensorProto`` and the SDK's wire one);
+- ``ElementBudget``: the elements one request's tensors may hold, charged from
+  shapes before anything is allocated (``tensor_proto_shape`` reads a
+  TensorProto's shape alone; ``tensor_proto_to_ndarray(budget=)``,
+  ``json_to_array(budget=)``, ``rest_request_to_inputs(max_elements=)``);
 - numpy <-> PredictRequest/PredictResponse wire bytes without building messages:
   ``encode_predict_request`` / ``decode_predict_request``,
   ``encode_predict_response`` / ``decode_predict_response``;
@@ -40,6 +44,7 @@ from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtyp
 from serving.codec._example import example_from_dict, example_to_dict
 from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
 from serving.codec._json_tensor import array_to_json, json_to_array
+from serving.codec._limits import ElementBudget
 from serving.codec._rest import (
     BYTES_SUFFIX,
     inputs_to_rest_request,
@@ -65,7 +70,7 @@ from serving.codec._signature import (
     Signature,
     TensorSpec,
 )
-from serving.codec._tensor import ndarray_to_tensor_proto, tensor_proto_to_ndarray
+from serving.codec._tensor import ndarray_to_tensor_proto, tensor_proto_shape, tensor_proto_to_ndarray
 from serving.codec._wire import (
     decode_predict_request,
     decode_predict_response,
@@ -80,6 +85,8 @@ __all__ = [
     "enum_from_dtype",
     "ndarray_to_tensor_proto",
     "tensor_proto_to_ndarray",
+    "tensor_proto_shape",
+    "ElementBudget",
     "encode_predict_request",
     "decode_predict_request",
     "encode_predict_response",

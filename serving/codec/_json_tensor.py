@@ -22,6 +22,7 @@ import numpy as np
 from serving import status
 from serving.codec._dtypes import DT_STRING, DType, enum_from_dtype
 from serving.codec._json import json_type_name, json_value_string
+from serving.codec._limits import ElementBudget
 
 __all__ = [
     "json_to_array",
@@ -67,12 +68,16 @@ def dense_shape(value: Any) -> list[int]:
     return shape
 
 
-def json_to_array(value: Any, dtype: Any) -> np.ndarray:
+def json_to_array(value: Any, dtype: Any, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
     """The tensor a parsed JSON value holds, with the signature's ``dtype``.
 
-    Strings come back as an object array of ``bytes``.
+    Strings come back as an object array of ``bytes``. A ``budget`` is charged
+    from the value's shape before the array is built (``status.InvalidArgument``
+    past it).
     """
     row = enum_from_dtype(dtype)
+    if budget is not None:
+        budget.take(dense_shape(value))
     if row.enum == DT_STRING:
         return _strings(value)
     try:

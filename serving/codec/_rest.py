@@ -17,10 +17,12 @@ from serving.codec._json import json_dumps, json_loads, json_value_string
 from serving.codec._json_tensor import (
     array_to_json,
     decode_b64_object,
+    dense_shape,
     is_b64_object,
     json_to_array,
     status_string,
 )
+from serving.codec._limits import ElementBudget
 
 __all__ = [
     "rest_request_to_inputs",
@@ -40,7 +42,8 @@ def _format_error(doc: Any, text: str) -> status.InvalidArgument:
 
 def rest_request_to_inputs(
         request: Mapping[str, Any],
-        input_specs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], bool]:
+        input_specs: Mapping[str, Any], *,
+        max_elements: Optional[int] = None) -> tuple[dict[str, np.ndarray], bool]:
     """The input tensors of a parsed Predict request body, typed by ``input_specs``.
 
     ``input_specs`` maps each input name of the signature to its numpy dtype.
@@ -48,8 +51,10 @@ def rest_request_to_inputs(
     (answer with ``predictions``) and False for ``inputs`` (answer with
     ``outputs``). Raises ``status.InvalidArgument`` naming the broken rule.
     Unlike TF Serving, names in an ``inputs`` object that the signature lacks
-    are rejected instead of ignored.
+    are rejected instead of ignored. ``max_elements`` bounds the elements of
+    all inputs together, counted before any array is built.
     """
+    budget = ElementBudget(max_elements)
     if not isinstance(request, dict):
         raise _format_error(request, "Is not object")
     signature = request.get("signature_name")
@@ -61,9 +66,9 @@ def rest_request_to_inputs(
     if has_instances and has_inputs:
         raise _format_error(request, "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist ")
     if has_instances:
-        return _from_instances(request, input_specs), True
+        return _from_instances(request, input_specs, budget), True
     if has_inputs:
-        return _from_columns(request[_INPUTS], input_specs), False
+        return _from_columns(request[_INPUTS], input_specs, budget), False
     raise status.InvalidArgument("Missing 'inputs' or 'instances' key")
 
 
@@ -71,7 +76,8 @@ def _is_named_object(value: Any) -> bool:
     return isinstance(value, dict) and not is_b64_object(value)
 
 
-def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any],
+                    budget: ElementBudget) -> dict[str, np.ndarray]:
     instances = request[_INSTANCES]
     if not isinstance(instances, list):
         raise _format_error(request, "Excepting 'instances' to be an list/array")
@@ -86,9 +92,9 @@ def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any]) -> dic
             if _is_named_object(item):
                 raise status.InvalidArgument(f"Expecting value/list but got object at item {i} of input list")
         name, dtype = next(iter(specs.items()))
-        return {name: _batch(name, instances, dtype, keyed=False)}
+        return {name: _batch(name, instances, dtype, budget, keyed=False)}
     columns = _columns_of_objects(instances, specs)
-    return {name: _batch(name, columns[name], specs[name], keyed=True) for name in specs}
+    return {name: _batch(name, columns[name], specs[name], budget, keyed=True) for name in specs}
 
 
 def _columns_of_objects(instances: list, specs: Mapping[str, Any]) -> dict[str, list]:
@@ -110,8 +116,9 @@ def _columns_of_objects(instances: list, specs: Mapping[str, Any]) -> dict[str, 
     return columns
 
 
-def _batch(name: str, values: list, dtype: Any, *, keyed: bool) -> np.ndarray:
+def _batch(name: str, values: list, dtype: Any, budget: ElementBudget, *, keyed: bool) -> np.ndarray:
     """Stack one input's per-instance values; pinpoint the element on failure."""
+    budget.take(dense_shape(values))
     try:
         return json_to_array(values, dtype)
     except status.InvalidArgument as whole:
@@ -141,14 +148,14 @@ def _shape_string(shape: Iterable[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def _from_columns(value: Any, specs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def _from_columns(value: Any, specs: Mapping[str, Any], budget: ElementBudget) -> dict[str, np.ndarray]:
     if not _is_named_object(value):
         if len(specs) > 1:
             raise status.InvalidArgument(
                 "inputs is a plain value/list, but expecting an object as multiple input tensors "
                 "required as per tensorinfo_map")
         name, dtype = next(iter(specs.items()))
-        return {name: json_to_array(value, dtype)}
+        return {name: json_to_array(value, dtype, budget=budget)}
     for key in value:
         if key not in specs:
             raise status.InvalidArgument(f"JSON object: does not have named input: {key}")
@@ -156,7 +163,7 @@ def _from_columns(value: Any, specs: Mapping[str, Any]) -> dict[str, np.ndarray]
     for name, dtype in specs.items():
         if name not in value:
             raise status.InvalidArgument(f"Missing named input: {name} in 'inputs' object.")
-        out[name] = json_to_array(value[name], dtype)
+        out[name] = json_to_array(value[name], dtype, budget=budget)
     return out
 
 

@@ -6,8 +6,9 @@ from typing import Any, Optional
 import numpy as np
 
 from serving.codec._dtypes import DT_HALF, DT_STRING, DType, dtype_from_enum, enum_from_dtype
+from serving.codec._limits import ElementBudget, element_count
 
-__all__ = ["ndarray_to_tensor_proto", "tensor_proto_to_ndarray", "as_bytes"]
+__all__ = ["ndarray_to_tensor_proto", "tensor_proto_to_ndarray", "tensor_proto_shape", "as_bytes"]
 
 
 def as_bytes(value: Any) -> bytes:
@@ -50,19 +51,29 @@ def ndarray_to_tensor_proto(array: Any, proto: Any, *, use_tensor_content: bool 
     return proto
 
 
-def tensor_proto_to_ndarray(proto: Any) -> np.ndarray:
+def tensor_proto_shape(proto: Any) -> tuple[int, ...]:
+    """A TensorProto-shaped message's shape, read without touching its values; ValueError if a dim is negative."""
+    shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"tensor shape has a negative dimension: {list(shape)}")
+    return shape
+
+
+def tensor_proto_to_ndarray(proto: Any, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
     """The numpy array a TensorProto-shaped message holds.
 
     Typed ``*_val`` fields shorter than the shape are padded with their last
     value (TensorFlow's rule: one value fills the whole tensor); empty ones
     give zeros. Strings come back as an object array of ``bytes``. Arrays read
-    from ``tensor_content`` share its buffer and are read-only.
+    from ``tensor_content`` share its buffer and are read-only. A ``budget``
+    is charged from the shape before anything is allocated (the server's
+    ``--max_tensor_elements``); past it, ``status.InvalidArgument``.
     """
     row = dtype_from_enum(proto.dtype)
-    shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"tensor shape has a negative dimension: {list(shape)}")
-    count = int(np.prod(shape, dtype=np.int64))
+    shape = tensor_proto_shape(proto)
+    if budget is not None:
+        budget.take(shape)
+    count = element_count(shape)
     if row.enum != DT_STRING and proto.tensor_content:
         data = np.frombuffer(proto.tensor_content, dtype=row.numpy.newbyteorder("<"))
         if data.size != count:
@@ -88,4 +99,7 @@ def _fill(flat: np.ndarray, count: int, row: DType) -> np.ndarray:
     if flat.size == 0:
         fill: Optional[Any] = b"" if row.enum == DT_STRING else 0
         return np.full(count, fill, dtype=row.numpy)
-    return np.concatenate([flat, np.full(count - flat.size, flat[-1], dtype=row.numpy)])
+    out = np.empty(count, dtype=row.numpy)   # one allocation: the values, then the last one repeated
+    out[:flat.size] = flat
+    out[flat.size:] = flat[-1]
+    return out

@@ -24,6 +24,13 @@ headers, body and keep-alive idle time; 408 or a closed connection),
 and ``--rest_api_max_concurrent_requests`` (default 256; more get 429 at once), and
 ``--bind_address`` (default 127.0.0.1) is the address the gRPC and REST
 listeners bind, where TF Serving binds every interface (0.0.0.0).
+``--grpc_max_concurrent_rpcs`` (0: 4 x ``--grpc_max_threads``) bounds the gRPC
+calls being handled or waiting for a thread; more are refused at once with
+RESOURCE_EXHAUSTED (grpc's ``maximum_concurrent_rpcs``), never queued.
+``--max_tensor_elements`` (0: ``default_max_tensor_elements()``, 2**28 or less
+on a small host) bounds the elements of one request's input tensors together,
+counted from their shapes before anything is allocated; more are refused with
+INVALID_ARGUMENT.
 """
 from __future__ import annotations
 
@@ -51,6 +58,10 @@ __all__ = [
     "DEFAULT_REST_API_READ_TIMEOUT_SECONDS",
     "DEFAULT_REST_API_MAX_CONNECTIONS",
     "DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS",
+    "MAX_TENSOR_ELEMENTS_CAP",
+    "default_max_tensor_elements",
+    "effective_max_tensor_elements",
+    "effective_grpc_max_concurrent_rpcs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +72,8 @@ DEFAULT_REST_API_READ_TIMEOUT_SECONDS = 30
 DEFAULT_REST_API_MAX_CONNECTIONS = 1024
 DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS = 256
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
+MAX_TENSOR_ELEMENTS_CAP = 2**28
+_CONCURRENT_RPCS_PER_THREAD = 4
 
 
 def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
@@ -165,6 +178,13 @@ class ServerFlags:
         DEFAULT_BIND_ADDRESS,
         "EMBEDDED-ONLY extension: IP address (or host name) the gRPC and HTTP/REST ports listen on; "
         "0.0.0.0 listens on every interface, as TF Serving does.")
+    grpc_max_concurrent_rpcs: int = _flag(
+        0, "EMBEDDED-ONLY extension: gRPC calls handled or waiting for a thread at once; more get "
+           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads.")
+    max_tensor_elements: int = _flag(
+        0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
+           "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
+           "0 means 2**28, or physical memory / 64 bytes if less.")
 
 
 @dataclass(frozen=True)
@@ -292,6 +312,11 @@ def validate_flags(flags: ServerFlags) -> None:
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "
             f"not {flags.bind_address!r}.")
 
+    if flags.grpc_max_concurrent_rpcs < 0:
+        raise status.InvalidArgument("--grpc_max_concurrent_rpcs must be positive, or 0 for the default.")
+    if flags.max_tensor_elements < 0:
+        raise status.InvalidArgument("--max_tensor_elements must be positive, or 0 for the default.")
+
 
 def _is_bind_address(text: str) -> bool:
     """An IPv4/IPv6 address or a host name, without a port."""
@@ -302,6 +327,35 @@ def _is_bind_address(text: str) -> bool:
             return False
         return True
     return re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", text) is not None
+
+
+def _physical_memory_bytes() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def default_max_tensor_elements(memory_bytes: Optional[int] = None) -> int:
+    """``--max_tensor_elements=0``: ``MAX_TENSOR_ELEMENTS_CAP`` (2**28), or less on a small host.
+
+    At 8 bytes an element, one request's tensors may then take at most an
+    eighth of physical memory (``memory_bytes``; read from the host when None).
+    """
+    memory = _physical_memory_bytes() if memory_bytes is None else memory_bytes
+    if not memory:
+        return MAX_TENSOR_ELEMENTS_CAP
+    return max(1, min(MAX_TENSOR_ELEMENTS_CAP, memory // 64))
+
+
+def effective_max_tensor_elements(flags: ServerFlags) -> int:
+    """The element cap the server applies: the flag, or ``default_max_tensor_elements()`` for 0."""
+    return flags.max_tensor_elements or default_max_tensor_elements()
+
+
+def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
+    """The gRPC admission bound: the flag, or 4 x ``--grpc_max_threads`` for 0."""
+    return flags.grpc_max_concurrent_rpcs or _CONCURRENT_RPCS_PER_THREAD * max(1, flags.grpc_max_threads)
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

@@ -1,17 +1,23 @@
 """``python -m serving.server``: the embedded ``tensorflow_model_server``.
 
 Parses TF Serving's flags (``serving.server.flags``), starts ``ModelServer``
-and serves until SIGTERM or SIGINT, which drain: the listeners close, running
-requests finish (up to ``DRAIN_GRACE_SECONDS``), then the process exits 0.
+and serves until SIGTERM or SIGINT, which drain: the listeners close at once,
+running requests finish (up to ``DRAIN_GRACE_SECONDS``), then the process exits 0.
+
+The main thread waits for the signal on a ``signal.set_wakeup_fd`` pipe: the
+kernel may deliver a process signal to any thread, and Python runs its handler
+only once the main thread runs again, so a main thread sleeping in a timed
+wait noticed SIGTERM up to a second late (the listeners stayed open that long).
 Exit codes follow ``main.cc``: 0 after ``--version``, ``--help`` or a drain,
 255 (``-1``) for a bad flag value or a server that fails to start.
 """
 from __future__ import annotations
 
 import logging
+import os
+import select
 import signal
 import sys
-import threading
 from importlib import metadata
 from typing import Optional, Sequence
 
@@ -64,12 +70,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _serve(flags: ServerFlags) -> int:
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        logger.info("Received %s; draining", signal.Signals(signum).name)
-        stop_requested.set()
-
     server = ModelServer(flags)
     try:
         validate_flags(flags)
@@ -79,12 +79,41 @@ def _serve(flags: ServerFlags) -> int:
         logger.error("Failed to start server. Error: %s", detail)
         server.stop(grace=0)
         return _FAILED
-    # Installed once serving: a signal during startup ends the process at once, as it does
+    # Waited for once serving: a signal during startup ends the process at once, as it does
     # tensorflow_model_server's (there is nothing to drain yet).
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    while not stop_requested.wait(1.0):
-        pass
+    received = _wait_for_stop_signal()
+    logger.info("Received %s; draining", received.name)
     server.stop(grace=DRAIN_GRACE_SECONDS)
     logger.info("Server stopped")
     return 0
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _wait_for_stop_signal() -> signal.Signals:
+    """Block the main thread until SIGTERM or SIGINT arrives, whichever thread the kernel gives it to.
+
+    Python's C-level handler writes each signal's number to the wakeup fd at
+    once, on any thread; the main thread reads it there instead of waiting for
+    its own Python-level handler to run.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    for signum in _STOP_SIGNALS:  # the handler only has to exist; a later signal, while draining, is ignored
+        signal.signal(signum, _ignore_signal)
+    try:
+        while True:
+            readable, _, _ = select.select([read_fd], [], [], 1.0)
+            for signum in os.read(read_fd, 64) if readable else b"":
+                if signum in _STOP_SIGNALS:
+                    return signal.Signals(signum)
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _ignore_signal(_signum: int, _frame: object) -> None:
+    """Installed for SIGTERM/SIGINT so that Python's C-level handler writes to the wakeup fd."""

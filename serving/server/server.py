@@ -30,7 +30,7 @@ from serving import status
 from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.core.manager import LoaderOptions, ServableManager
-from serving.server.flags import ServerFlags
+from serving.server.flags import ServerFlags, effective_grpc_max_concurrent_rpcs, effective_max_tensor_elements
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
 from serving.server.frontends.rest_limits import RestLimits
@@ -215,10 +215,14 @@ class ModelServer:
         addresses = [listen_address(flags.bind_address, flags.port)] if flags.port else []
         if flags.grpc_socket_path:
             addresses.append(f"unix:{flags.grpc_socket_path}")
+        max_concurrent_rpcs = effective_grpc_max_concurrent_rpcs(flags)
+        logger.info("gRPC admits %d concurrent calls on %d threads; a request's tensors may hold %d elements",
+                    max_concurrent_rpcs, flags.grpc_max_threads, effective_max_tensor_elements(flags))
         self.grpc = GrpcFrontend(
             self.dataplane, addresses, max_threads=flags.grpc_max_threads,
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
-            use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials)
+            use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials,
+            max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags))
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
@@ -232,5 +236,6 @@ class ModelServer:
             num_threads=flags.rest_api_num_threads,
             timeout_ms=flags.rest_api_timeout_in_ms, limits=limits,
             monitoring_path=monitoring_path, metrics=self.metrics,
-            enable_cors=flags.rest_api_enable_cors_support)
+            enable_cors=flags.rest_api_enable_cors_support,
+            max_tensor_elements=effective_max_tensor_elements(flags))
         self.rest.start()

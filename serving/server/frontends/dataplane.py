@@ -26,6 +26,11 @@ Metrics are recorded where TF Serving records them:
   recorded once the result is built, so a model with malformed outputs is not
   counted.
 
+Failures that are not a ``ServingError`` (a Python exception while the model
+runs, e.g. ``MemoryError`` merging a batch) become INTERNAL "Internal error
+while running the model (request id ...); see the server log": the client
+never sees a Python class or message (``status.internal_error``).
+
 Deadlines: a call may carry an absolute ``time.monotonic()`` deadline. It is
 checked before the model runs and is visible to a batching queue through
 ``serving.server.deadline.remaining_seconds()`` (TF Serving turns the client
@@ -211,7 +216,8 @@ class DataPlane:
         session is then the batching session).
         """
         start = time.perf_counter()
-        yield
+        with _model_errors():
+            yield
         if self._metrics is not None:
             self._metrics.record_runtime(model_name, api, (time.perf_counter() - start) * 1e6)
 
@@ -269,7 +275,7 @@ class DataPlane:
         ``multi_inference.cc`` checks them.
         """
         results: list[InferenceResult] = []
-        with self._acquire(spec) as servable, request_deadline(deadline):
+        with self._acquire(spec) as servable, request_deadline(deadline), _model_errors():
             _check_multi_inference_tasks(tasks, servable)
             for task in tasks:
                 signature_name = task.signature_name or DEFAULT_SIGNATURE
@@ -309,6 +315,17 @@ class DataPlane:
     # -- helpers ---------------------------------------------------------
     def _acquire(self, spec: ModelSpec) -> ContextManager[Servable]:
         return self._manager.acquire(spec.name, version=spec.version, label=spec.version_label)
+
+
+@contextlib.contextmanager
+def _model_errors() -> Iterator[None]:
+    """A model run's failure that is not a ``ServingError`` is the server's own: INTERNAL with a request id."""
+    try:
+        yield
+    except status.ServingError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the client gets what failed, the log gets why
+        raise status.internal_error("Internal error while running the model", exc, logger) from None
 
 
 def _example_count(result: Union[ClassificationResult, RegressionResult]) -> int:

@@ -4,8 +4,31 @@ Each handler decodes the request, makes one ``DataPlane`` call and encodes
 the plain answer into TF Serving's response message. Errors leave through one
 place (``_rpc``): the canonical code is copied numerically into the gRPC
 status and the message truncated as ``model_servers/grpc_status_util.cc``
-does. The server accepts messages up to int32 max both ways (``server.cc``
-``SetMaxMessageSize``) and honours the client's deadline.
+does; anything that is not a ``ServingError`` becomes INTERNAL naming the
+method and a request id (``status.internal_error``), the Python exception
+going to the log only. The server accepts messages up to int32 max both ways
+(``server.cc`` ``SetMaxMessageSize``) and honours the client's deadline (none,
+or one beyond ``deadline.MAX_DEADLINE_SECONDS``, is none).
+
+Admission: ``max_concurrent_rpcs`` bounds the calls being handled or waiting
+for one of the ``max_threads`` threads (grpc's ``maximum_concurrent_rpcs``);
+past it a call is refused at once with RESOURCE_EXHAUSTED ("Concurrent RPC
+limit exceeded!") instead of queueing without bound. ``max_tensor_elements``
+bounds the elements of one request's input tensors together, charged from
+their shapes before any array is allocated (``codec.ElementBudget``).
+Without the bound, open-loop overload piled up thousands of calls in the
+server and gRPC core began dropping newly arrived ones before grpc Python had
+taken them: clients saw CANCELLED within a millisecond.
+
+Drain (``stop(grace)``): gRPC core also cancels, with CANCELLED, every call
+that has reached the server but that grpc Python has not yet taken when the
+server shuts down (grpc/grpc#41785). grpc Python takes calls one at a time,
+so a burst that arrived just before SIGTERM came back CANCELLED. So the
+listening sockets are shut first (new connections are refused at once), the
+server keeps taking the calls already sent on open connections until none has
+come for ``_CATCH_UP_QUIET_SECONDS`` (at most ``_CATCH_UP_MAX_SECONDS``), and
+only then does grpc's ``stop(grace)`` send GOAWAY and wait for the calls in
+flight, cancelling them after ``grace`` seconds.
 
 Every listener (TCP and UNIX socket) uses the same credentials, as
 ``server.cc`` does: plaintext, or those ``server_credentials`` builds from an
@@ -20,6 +43,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import socket
 import time
 from concurrent import futures
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
@@ -43,6 +68,7 @@ from tensorflow_serving.apis import (
 
 from serving import codec, status
 from serving.server.core.state import VersionStatus
+from serving.server.deadline import deadline_after
 from serving.server.frontends.dataplane import (
     SIGNATURE_DEF_METADATA_FIELD,
     DataPlane,
@@ -58,6 +84,8 @@ __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "ser
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_LENGTH = 2**31 - 1
+_CATCH_UP_QUIET_SECONDS = 0.1
+_CATCH_UP_MAX_SECONDS = 2.0
 
 Request = TypeVar("Request", bound=message.Message)
 Response = TypeVar("Response", bound=message.Message)
@@ -114,8 +142,8 @@ def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]
         except status.ServingError as exc:
             context.abort(status.to_grpc_status(exc.code), status.truncate_for_grpc(exc.details))
         except Exception as exc:  # noqa: BLE001 - every failure must become a status
-            logger.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, status.truncate_for_grpc(f"{type(exc).__name__}: {exc}"))
+            error = status.internal_error(f"Internal error while handling {method.__name__}", exc, logger)
+            context.abort(grpc.StatusCode.INTERNAL, error.details)
     return handler
 
 
@@ -126,18 +154,23 @@ def _spec(model_spec: model_pb2.ModelSpec) -> ModelSpec:
 
 
 def _deadline(context: grpc.ServicerContext) -> Optional[float]:
-    remaining = context.time_remaining()
-    return None if remaining is None else time.monotonic() + remaining
+    """The client's deadline; a client that sets none gets a huge ``time_remaining()``: none."""
+    return deadline_after(context.time_remaining())
 
 
-def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto]) -> dict[str, np.ndarray]:
-    arrays = {}
+def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto], max_elements: Optional[int]) -> dict[str, np.ndarray]:
+    """Decode every input; InvalidArgument, before anything is allocated, if together they pass ``max_elements``."""
+    budget = codec.ElementBudget(max_elements)
     for name, proto in tensors.items():
-        try:
-            arrays[name] = codec.tensor_proto_to_ndarray(proto)
-        except ValueError as exc:
-            raise status.InvalidArgument(f"Input tensor {name!r} is not a valid TensorProto: {exc}") from exc
-    return arrays
+        budget.take(_checked(name, codec.tensor_proto_shape, proto))
+    return {name: _checked(name, codec.tensor_proto_to_ndarray, proto) for name, proto in tensors.items()}
+
+
+def _checked(name: str, read: Callable[[tensor_pb2.TensorProto], Any], proto: tensor_pb2.TensorProto) -> Any:
+    try:
+        return read(proto)
+    except ValueError as exc:
+        raise status.InvalidArgument(f"Input tensor {name!r} is not a valid TensorProto: {exc}") from exc
 
 
 def _tasks(request: inference_pb2.MultiInferenceRequest) -> tuple[ModelSpec, list[InferenceTask]]:
@@ -188,16 +221,18 @@ def _model_status_response(statuses: Sequence[VersionStatus]) -> get_model_statu
 
 
 class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, dataplane: DataPlane, use_tensor_content: bool) -> None:
+    def __init__(self, dataplane: DataPlane, use_tensor_content: bool, max_tensor_elements: Optional[int]) -> None:
         self._dp = dataplane
         self._use_tensor_content = use_tensor_content
+        self._max_tensor_elements = max_tensor_elements
 
     @_rpc
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
                 ) -> predict_pb2.PredictResponse:
         with self._dp.track(request.model_spec.name, "Predict", "GRPC"):
-            result = self._dp.predict(_spec(request.model_spec), _to_arrays(request.inputs),
-                                      list(request.output_filter), deadline=_deadline(context))
+            inputs = _to_arrays(request.inputs, self._max_tensor_elements)
+            result = self._dp.predict(_spec(request.model_spec), inputs, list(request.output_filter),
+                                      deadline=_deadline(context))
         response = predict_pb2.PredictResponse()
         _fill_spec(response.model_spec, result.name, result.version, result.signature_name)
         for name, array in result.outputs.items():
@@ -264,13 +299,62 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         response = model_management_pb2.ReloadConfigResponse()
         try:
             self._dp.reload_config(request.config)
-        except status.ServingError as exc:
-            logger.error("ReloadConfig failed: %s", exc.details)
-            response.status.error_code = int(exc.code)
-            response.status.error_message = exc.details
-            context.set_code(status.to_grpc_status(exc.code))
-            context.set_details(status.truncate_for_grpc(exc.details))
+        except Exception as exc:  # noqa: BLE001 - every failure must become a status
+            error = exc if isinstance(exc, status.ServingError) else status.internal_error(
+                "Internal error while handling HandleReloadConfigRequest", exc, logger)
+            logger.error("ReloadConfig failed: %s", error.details)
+            response.status.error_code = int(error.code)
+            response.status.error_message = error.details
+            context.set_code(status.to_grpc_status(error.code))
+            context.set_details(status.truncate_for_grpc(error.details))
         return response
+
+
+class _TakingExecutor(futures.ThreadPoolExecutor):
+    """The server's thread pool. grpc submits each call the moment it takes it from gRPC core,
+    so ``last_taken`` (``time.monotonic()``) says when the server last took a call."""
+
+    last_taken = 0.0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "futures.Future[Any]":
+        self.last_taken = time.monotonic()
+        return super().submit(fn, *args, **kwargs)
+
+
+def _shut_listening_sockets(ports: Sequence[int], paths: Sequence[str]) -> int:
+    """``shutdown(SHUT_RD)`` this process's listening sockets on TCP ``ports`` and UNIX ``paths``.
+
+    New connections are refused at once; open connections keep working.
+    Found through ``/proc/self/fd`` (Linux); elsewhere nothing is shut and
+    grpc's own ``stop`` closes the listeners a moment later. Returns how many were shut.
+    """
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return 0
+    shut = 0
+    for descriptor in descriptors:
+        try:
+            duplicate = os.dup(descriptor)
+        except OSError:   # already closed
+            continue
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:   # not a socket
+            os.close(duplicate)
+            continue
+        with sock:
+            try:
+                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    continue
+                address = sock.getsockname()
+                ours = address in paths if sock.family == socket.AF_UNIX else address[1] in ports
+                if ours:
+                    sock.shutdown(socket.SHUT_RD)
+                    shut += 1
+            except OSError:
+                continue
+    return shut
 
 
 class GrpcFrontend:
@@ -278,37 +362,44 @@ class GrpcFrontend:
 
     ``addresses`` are listen addresses (``127.0.0.1:8500``, ``unix:/path``),
     all bound with ``credentials`` (``server_credentials``; None: plaintext).
-    ``stop(grace)`` refuses new RPCs at once and lets running ones finish for
-    up to ``grace`` seconds.
+    ``max_concurrent_rpcs`` (None: unbounded) and ``max_tensor_elements``
+    (None: unbounded) are the admission bounds of the module docstring.
+    ``stop(grace)`` refuses new connections at once, takes the calls already
+    sent (see the module docstring), then lets running ones finish for up to
+    ``grace`` seconds.
     """
 
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
                  channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False,
-                 credentials: Optional[grpc.ServerCredentials] = None) -> None:
+                 credentials: Optional[grpc.ServerCredentials] = None,
+                 max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None) -> None:
         self._dataplane = dataplane
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
+        self._max_concurrent_rpcs = max_concurrent_rpcs
+        self._max_tensor_elements = max_tensor_elements
         self._options = [("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
                          ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
                          ("grpc.so_reuseport", 0), *channel_arguments]
         self._use_tensor_content = use_tensor_content
         self._credentials = credentials
         self._server: Optional[grpc.Server] = None
+        self._executor: Optional[_TakingExecutor] = None
         self.bound_ports: list[int] = []
 
     def start(self) -> None:
         """Bind every address and serve; InvalidArgument when an address cannot be bound."""
-        executor = futures.ThreadPoolExecutor(max_workers=self._max_threads, thread_name_prefix="grpc")
-        server = grpc.server(executor, options=self._options)
+        executor = _TakingExecutor(max_workers=self._max_threads, thread_name_prefix="grpc")
+        server = grpc.server(executor, options=self._options, maximum_concurrent_rpcs=self._max_concurrent_rpcs)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            _PredictionService(self._dataplane, self._use_tensor_content), server)
+            _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), server)
         for address in self._addresses:
             port = self._bind(server, address)
             self.bound_ports.append(port)
             logger.info("Running gRPC ModelServer at %s%s ...", address, " (TLS)" if self._credentials else "")
         server.start()
-        self._server = server
+        self._server, self._executor = server, executor
 
     def _bind(self, server: grpc.Server, address: str) -> int:
         cannot = f"Failed to BuildAndStart gRPC server: cannot bind {address}"
@@ -324,7 +415,27 @@ class GrpcFrontend:
         return port
 
     def stop(self, grace: Optional[float] = None) -> None:
-        """Stop accepting RPCs now; wait up to ``grace`` seconds for running ones."""
-        if self._server is not None:
-            self._server.stop(grace).wait()
-            self._server = None
+        """Refuse new connections now, take the calls already sent, wait up to ``grace`` seconds for them."""
+        server, executor = self._server, self._executor
+        if server is None or executor is None:
+            return
+        self._server = self._executor = None
+        paths = [address[len("unix:"):] for address in self._addresses if address.startswith("unix:")]
+        ports = [port for address, port in zip(self._addresses, self.bound_ports) if not address.startswith("unix:")]
+        _shut_listening_sockets(ports, paths)
+        if grace:
+            _wait_until_quiet(executor, min(grace, _CATCH_UP_MAX_SECONDS))
+        server.stop(grace).wait()
+
+
+def _wait_until_quiet(executor: _TakingExecutor, limit: float) -> None:
+    """Until no call has been taken for ``_CATCH_UP_QUIET_SECONDS`` (counted from now at the
+    earliest), or ``limit`` seconds have passed."""
+    start = time.monotonic()
+    end = start + limit
+    while True:
+        now = time.monotonic()
+        quiet_at = max(start, executor.last_taken) + _CATCH_UP_QUIET_SECONDS
+        if now >= quiet_at or now >= end:
+            return
+        time.sleep(min(quiet_at, end) - now)

@@ -36,7 +36,6 @@ import re
 import threading
 import time
 import urllib.parse
-import uuid
 from concurrent import futures
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
@@ -181,7 +180,8 @@ class RestFrontend:
 
     def __init__(self, dataplane: DataPlane, *, port: int, host: str = "0.0.0.0", num_threads: int = 4,
                  timeout_ms: int = 30000, limits: RestLimits = RestLimits(),
-                 monitoring_path: Optional[str] = None, metrics: Optional[MetricsPage] = None, enable_cors: bool = False) -> None:
+                 monitoring_path: Optional[str] = None, metrics: Optional[MetricsPage] = None, enable_cors: bool = False,
+                 max_tensor_elements: Optional[int] = None) -> None:
         self._dp = dataplane
         self._host, self._port = host, port
         self._pool = futures.ThreadPoolExecutor(max_workers=max(1, num_threads), thread_name_prefix="rest")
@@ -192,6 +192,7 @@ class RestFrontend:
         self._monitoring_path = monitoring_path
         self._metrics = metrics
         self._cors = enable_cors
+        self._max_tensor_elements = max_tensor_elements
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._runner: Optional[web.AppRunner] = None
         self._guard: Optional[ConnectionGuard] = None
@@ -206,7 +207,8 @@ class RestFrontend:
         spec = route.spec(document.get("signature_name", ""))
         signature = self._dp.signature(spec)
         inputs, row_format = codec.rest_request_to_inputs(
-            document, {name: tensor.dtype for name, tensor in signature.inputs.items()})
+            document, {name: tensor.dtype for name, tensor in signature.inputs.items()},
+            max_elements=self._max_tensor_elements)
         result = self._dp.predict(spec, inputs, deadline=deadline)
         return codec.outputs_to_rest_response(result.outputs, row_format)
 
@@ -254,11 +256,9 @@ class RestFrontend:
             return response
         except status.ServingError as exc:
             return self._reply(status.to_http_status(exc.code), codec.json_dumps({"error": exc.details}))
-        except Exception:  # noqa: BLE001 - the server must answer and stay up
-            request_id = uuid.uuid4().hex[:16]
-            logger.exception("REST %s %s failed (request id %s)", request.method, path, request_id)
-            return self._reply(500, codec.json_dumps({"error": f"Internal error (request id {request_id}); "
-                                                                "the details are in the server log"}))
+        except Exception as exc:  # noqa: BLE001 - the server must answer and stay up
+            error = status.internal_error(f"Internal error while handling {request.method} {path}", exc, logger)
+            return self._reply(500, codec.json_dumps({"error": error.details}))
 
     async def _serve_v1(self, request: web.Request, path: str) -> bytes:
         """One ``/v1`` request, counted in the metrics under its model and verb as TF Serving does."""

@@ -165,7 +165,7 @@ def _to_serving_error(exc: Exception) -> status.ServingError:
         return status.error_for(exc.error_code, tf_error_message(exc))
     if isinstance(exc, (ValueError, TypeError)):  # numpy conversion of the feeds
         return status.InvalidArgument(str(exc))
-    return status.Internal(f"{type(exc).__name__}: {exc}")
+    return status.internal_error("Internal error while running the model", exc, log)
 
 
 _PYTHON_PREFIX = "Graph execution error:"

@@ -16,7 +16,7 @@ import pytest
 
 from serving import status
 from serving.server.batching import QUEUE_FULL_MESSAGE, BatchingOptions, BatchingRunWrapper, BatchScheduler
-from serving.server.deadline import request_deadline
+from serving.server.deadline import deadline_after, remaining_seconds, request_deadline
 from serving.server.tensorflow.servable import Servable
 
 WAIT = 60.0  # generous: the machine is shared
@@ -139,6 +139,20 @@ def test_a_deadline_that_expires_while_queued_is_deadline_exceeded_and_never_run
         assert running.result(WAIT)["row"][0] == 1
         servable.close()  # drains the queue: the expired task would run now if it were still in it
     assert run.sizes == [1]
+
+
+@pytest.mark.parametrize("remaining", [None, float("inf"), 9.2e18, 2 * 365 * 24 * 3600.0])
+def test_no_deadline_or_one_beyond_the_platforms_range_waits_like_none(servable, remaining):
+    # gRPC reports a client without a deadline as ~9.2e18 s remaining; waiting that long overflowed time_t.
+    run = StandInRun()
+    with scheduler() as batch_scheduler:
+        batched_run = BatchingRunWrapper(batch_scheduler)(servable, run)
+        with request_deadline(deadline_after(remaining)):
+            assert remaining_seconds() is None
+            assert batched_run(SIGNATURE, rows(7), ["row"])["row"][0] == 7
+        with request_deadline(None if remaining is None else time.monotonic() + remaining):
+            assert remaining_seconds() is None
+            assert batched_run(SIGNATURE, rows(8), ["row"])["row"][0] == 8
 
 
 def test_a_run_error_reaches_every_caller_of_that_batch(servable):

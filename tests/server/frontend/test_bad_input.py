@@ -248,7 +248,7 @@ def test_an_unexpected_exception_is_500_with_a_request_id_and_no_python_internal
         frontend.stop(grace=1)
     message = error_of(response, 500)
     assert "MemoryError" not in message and "GiB" not in message and "Traceback" not in message
-    request_id = re.fullmatch(r"Internal error \(request id ([0-9a-f]{16})\); the details are in the server log",
-                              message).group(1)
+    request_id = re.fullmatch(r"Internal error while handling GET /v1/models/tiny \(request id ([0-9a-f]{16})\); "
+                              r"see the server log", message).group(1)
     assert f"(request id {request_id})" in caplog.text
     assert "MemoryError: Unable to allocate 238. GiB" in caplog.text

@@ -10,7 +10,15 @@ import pytest
 
 from serving import status
 from serving.server import flags as server_flags
-from serving.server.flags import FlagError, ServerFlags, parse_flags, validate_flags
+from serving.server.flags import (
+    FlagError,
+    ServerFlags,
+    default_max_tensor_elements,
+    effective_grpc_max_concurrent_rpcs,
+    effective_max_tensor_elements,
+    parse_flags,
+    validate_flags,
+)
 from tests.support.servers import REPO_ROOT
 
 CPUS = os.cpu_count() or 1
@@ -70,7 +78,8 @@ TF_SERVING_2_17_1_FLAGS = {
 TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
                               "enable_serialization_as_tensor_content": False}
 EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds", "rest_api_max_connections",
-                       "rest_api_max_concurrent_requests", "bind_address"}
+                       "rest_api_max_concurrent_requests", "bind_address", "grpc_max_concurrent_rpcs",
+                       "max_tensor_elements"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():
@@ -187,6 +196,22 @@ def test_ssl_config_file_is_accepted_and_documents_that_rest_stays_plain():
 def test_bind_address_defaults_to_loopback_and_takes_addresses_and_names(address):
     assert ServerFlags().bind_address == "127.0.0.1"
     validate_flags(parse_flags(["--model_base_path=/m", f"--bind_address={address}"]).flags)
+
+
+@pytest.mark.parametrize("flag", ["--grpc_max_concurrent_rpcs=-1", "--max_tensor_elements=-1"])
+def test_negative_admission_bounds_are_refused(flag):
+    with pytest.raises(status.InvalidArgument, match=flag.split("=")[0]):
+        validate_flags(parse_flags(["--model_base_path=/m", flag]).flags)
+
+
+def test_admission_bounds_default_to_the_thread_pool_and_the_hosts_memory():
+    flags = ServerFlags(grpc_max_threads=6)
+    assert effective_grpc_max_concurrent_rpcs(flags) == 24
+    assert effective_max_tensor_elements(flags) == default_max_tensor_elements() <= 2**28
+    assert default_max_tensor_elements(memory_bytes=64 * 1000) == 1000   # one request: 1/8 of memory at 8 B
+    assert default_max_tensor_elements(memory_bytes=1 << 40) == 2**28
+    given = parse_flags(["--grpc_max_concurrent_rpcs=5", "--max_tensor_elements=100"]).flags
+    assert (effective_grpc_max_concurrent_rpcs(given), effective_max_tensor_elements(given)) == (5, 100)
 
 
 def test_batching_parameters_file_with_enable_batching_is_valid():
