@@ -82,8 +82,9 @@ def good_request() -> predict_pb2.PredictRequest:
     return request
 
 
-def broadcast_request(shapes: dict[str, Sequence[int]]) -> predict_pb2.PredictRequest:
-    """A Predict whose every input is one float filling its shape (TensorFlow's broadcast rule)."""
+def broadcast_request(shapes: dict[str, Sequence[int]], values: Sequence[float] = (1.0,)
+                      ) -> predict_pb2.PredictRequest:
+    """A Predict whose every input is ``values`` filling its shape (TensorFlow's rule: the last value repeats)."""
     request = predict_pb2.PredictRequest()
     request.model_spec.name = MODEL
     for name, shape in shapes.items():
@@ -91,7 +92,7 @@ def broadcast_request(shapes: dict[str, Sequence[int]]) -> predict_pb2.PredictRe
         tensor.dtype = DT_FLOAT
         for size in shape:
             tensor.tensor_shape.dim.add().size = size
-        tensor.float_val.append(1.0)
+        tensor.float_val.extend(values)
     return request
 
 
@@ -128,11 +129,14 @@ class AttackCase:
     count: int = 3
     deadline: bool = True
     high_cap: bool = False   # needs the server started with HIGH_CAP_FLAGS
+    past_cap: bool = True    # refused by --max_tensor_elements (else by the model's own checks)
 
 
 CLIENT_ERROR = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 CASES = (
+    AttackCase("issue-bomb", "the issue's 50-byte Predict: one float filling [1000000, 8, 8, 1] (64M floats)",
+               lambda: broadcast_request({"x": [1_000_000, 8, 8, 1]}), CLIENT_ERROR, past_cap=False),
     AttackCase("tensor-bomb", "50-byte Predict: one float filling [2**27, 3] (402M floats, 1.6 GB)",
                lambda: broadcast_request({"x": [2**27, 3]}), CLIENT_ERROR),
     AttackCase("tensor-bomb-768GiB", "one float filling [2**36, 3] (768 GiB as float32)",
@@ -143,9 +147,9 @@ CASES = (
                lambda: broadcast_request({f"x{i}": [2**24, 3] for i in range(6)}), CLIENT_ERROR),
     AttackCase("no-deadline", "a good Predict on the batched model from a client that sets no deadline",
                good_request, frozenset({grpc.StatusCode.OK}), deadline=False),
-    AttackCase("internal-error", "operator raised --max_tensor_elements to 2**40: numpy fails to allocate",
-               lambda: broadcast_request({"x": [2**36, 3]}), frozenset({grpc.StatusCode.INTERNAL}), count=1,
-               high_cap=True),
+    AttackCase("internal-error", "--max_tensor_elements raised to 2**40: two floats filling [2**36, 3], "
+               "numpy cannot allocate 768 GiB", lambda: broadcast_request({"x": [2**36, 3]}, (1.0, 2.0)),
+               frozenset({grpc.StatusCode.INTERNAL}), count=1, high_cap=True),
 )
 
 
