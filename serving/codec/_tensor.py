@@ -65,7 +65,9 @@ def tensor_proto_to_ndarray(proto: Any, *, budget: Optional[ElementBudget] = Non
     Typed ``*_val`` fields shorter than the shape are padded with their last
     value (TensorFlow's rule: one value fills the whole tensor); empty ones
     give zeros. Strings come back as an object array of ``bytes``. Arrays read
-    from ``tensor_content`` share its buffer and are read-only. A ``budget``
+    from ``tensor_content`` share its buffer and are read-only; a tensor filled
+    from one value (or none) is a read-only broadcast view that allocates
+    nothing until something copies it. A ``budget``
     is charged from the shape before anything is allocated (the server's
     ``--max_tensor_elements``); past it, ``status.InvalidArgument``.
     """
@@ -88,18 +90,20 @@ def tensor_proto_to_ndarray(proto: Any, *, budget: Optional[ElementBudget] = Non
         flat = np.asarray(values, dtype=np.int32).astype(np.uint16).view(np.float16)
     else:
         flat = np.asarray(values, dtype=row.numpy)
-    return _fill(flat, count, row).reshape(shape)
+    return _fill(flat, shape, count, row)
 
 
-def _fill(flat: np.ndarray, count: int, row: DType) -> np.ndarray:
+def _fill(flat: np.ndarray, shape: tuple[int, ...], count: int, row: DType) -> np.ndarray:
     if flat.size == count:
-        return flat
+        return flat.reshape(shape)
     if flat.size > count:
         raise ValueError(f"{row.val_field} holds {flat.size} values but the shape needs {count}")
-    if flat.size == 0:
-        fill: Optional[Any] = b"" if row.enum == DT_STRING else 0
-        return np.full(count, fill, dtype=row.numpy)
+    if flat.size <= 1:   # one value (or none: zeros) fills the tensor: a view, nothing allocated
+        fill: Optional[Any] = flat[0] if flat.size else (b"" if row.enum == DT_STRING else 0)
+        scalar = np.empty((), dtype=row.numpy)
+        scalar[()] = fill
+        return np.broadcast_to(scalar, shape)
     out = np.empty(count, dtype=row.numpy)   # one allocation: the values, then the last one repeated
     out[:flat.size] = flat
     out[flat.size:] = flat[-1]
-    return out
+    return out.reshape(shape)

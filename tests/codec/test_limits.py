@@ -84,3 +84,17 @@ def test_json_to_array_charges_its_budget_from_the_values_shape():
     np.testing.assert_array_equal(codec.json_to_array([[1, 2], [3, 4]], np.int32, budget=budget), [[1, 2], [3, 4]])
     with pytest.raises(status.InvalidArgument, match="one of shape \\[1\\] holds 1"):
         codec.json_to_array([5], np.int32, budget=budget)
+
+
+@pytest.mark.parametrize("values", [[2.5], []], ids=["one-value", "no-value"])
+def test_a_tensor_filled_from_one_value_is_a_read_only_view_that_allocates_nothing(values):
+    proto = broadcast([1_000_000, 8, 8, 1])
+    proto.float_val[:] = values
+    tracemalloc.start()
+    try:
+        array = codec.tensor_proto_to_ndarray(proto)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20 and array.shape == (1_000_000, 8, 8, 1) and not array.flags.writeable
+    assert array[123, 4, 5, 0] == (values[0] if values else 0.0) and array.dtype == np.float32

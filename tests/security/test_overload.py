@@ -1,0 +1,55 @@
+"""Overload at 4x saturation for 20 s: every refusal is immediate, every admitted call is answered, none is
+CANCELLED.
+
+A batched model whose batch naps 50 ms (2 x 25 ms, no CPU: ``models.py``) on the embedded server with its
+default admission flags (``--grpc_max_concurrent_rpcs`` 4 x ``--grpc_max_threads``). Saturation is
+measured first, closed loop; then an open loop sends at four times that rate.
+
+Run alone: ``TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH=$PWD .venv/bin/python -m pytest -s tests/security/test_overload.py``
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+from serving.server.launcher import ServerProcess
+from tests.security.attacks import start_server
+from tests.security.load import open_loop, saturation
+from tests.security.models import nap_request
+
+pytestmark = pytest.mark.slow   # ~40 s: a server start, 2 s of saturation, 20 s of overload
+
+NAP_SECONDS = 0.025
+BATCHING = {"max_batch_size": 2, "batch_timeout_micros": 0, "num_batch_threads": 1}
+OVERLOAD = 4.0
+OVERLOAD_SECONDS = 20.0
+REJECTION_LIMIT = 0.1
+REJECTED = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+
+
+@pytest.fixture(scope="module")
+def overload_server(napping: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = start_server(napping, tmp_path_factory.mktemp("overload"), batching=BATCHING)
+    yield process
+    process.stop()
+
+
+def test_four_times_saturation_is_refused_at_once_and_nothing_admitted_is_lost(overload_server):
+    with grpc.insecure_channel(overload_server.grpc_target) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        saturated = saturation(stub, nap_request(NAP_SECONDS))
+        result = open_loop(stub, nap_request(NAP_SECONDS), OVERLOAD * saturated, OVERLOAD_SECONDS)
+    print(f"\nsaturation {saturated:.0f}/s; {result.summary()}")
+    assert not result.overflowed and result.unanswered == 0, "the server queued calls without bound"
+    assert result.late <= 0.01 * result.sent, "the generator fell behind: not a 4x open loop"
+    codes = result.codes()
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}, codes   # no CANCELLED, no deadline hit
+    rejected = result.latencies(*REJECTED)
+    assert codes.get("OK", 0) >= 0.5 * saturated * OVERLOAD_SECONDS, codes   # the model kept working
+    assert len(rejected) >= result.sent / 2, codes                               # 4x: most calls are refused
+    assert rejected[-1] < REJECTION_LIMIT, f"slowest refusal {rejected[-1] * 1000:.0f} ms"
+    assert result.latencies(grpc.StatusCode.OK)[-1] < 5.0   # admitted calls wait a bounded queue, not the whole run
