@@ -1,33 +1,41 @@
-"""Certificates for TLS tests, made with the ``openssl`` CLI into a test's directory (none are committed).
+"""Certificates for TLS tests, made by ``gateway.certs`` (``make certs``) into a test's directory.
 
-``make_pki(directory)`` writes a private CA, a server certificate it signs
-(``localhost`` and ``127.0.0.1``, serverAuth), a client certificate it signs
+``make_pki(directory)`` writes a private CA with a server certificate
+(``localhost`` and ``127.0.0.1``, serverAuth) and a client certificate
 (clientAuth), and a second, untrusted "rogue" CA with its own server and
-client certificates. Keys are P-256 EC keys; certificates last two days.
+client certificates: two ``init_secrets`` folders, ``trusted/`` and ``rogue/``.
+None are committed.
 """
 from __future__ import annotations
 
-import secrets
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.certs import Credentials, init_secrets
+
 __all__ = ["Pki", "make_pki", "ssl_config_text"]
 
-_SUBJECT_PREFIX = "/O=tfs-stack tests/CN="
+_ROGUE = "rogue-"
 
 
 @dataclass(frozen=True)
 class Pki:
-    """Paths of the PEM files ``make_pki`` wrote."""
+    """Paths of the PEM files ``make_pki`` wrote: ``ca``, ``server``, ``client`` and their ``rogue-`` twins."""
 
     directory: Path
 
+    def _folder(self, name: str) -> tuple[Credentials, str]:
+        if name.startswith(_ROGUE):
+            return Credentials(self.directory / "rogue"), name[len(_ROGUE):]
+        return Credentials(self.directory / "trusted"), name
+
     def cert(self, name: str) -> Path:
-        return self.directory / f"{name}.crt"
+        creds, name = self._folder(name)
+        return creds.cert(name)
 
     def key(self, name: str) -> Path:
-        return self.directory / f"{name}.key"
+        creds, name = self._folder(name)
+        return creds.private_key(name)
 
     @property
     def ca(self) -> Path:
@@ -38,37 +46,11 @@ class Pki:
         return self.cert("rogue-ca")
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-def _new_ca(pki: Pki, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-days", "2", "-subj", _SUBJECT_PREFIX + name, "-keyout", str(pki.key(name)), "-out", str(pki.cert(name)),
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-
-
-def _new_leaf(pki: Pki, name: str, ca: str, names: str, usage: str) -> None:
-    csr, extensions = pki.directory / f"{name}.csr", pki.directory / f"{name}.ext"
-    _openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-subj", _SUBJECT_PREFIX + name, "-keyout", str(pki.key(name)), "-out", str(csr))
-    extensions.write_text(f"subjectAltName={names}\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.cert(ca)), "-CAkey", str(pki.key(ca)),
-             "-set_serial", f"0x{secrets.token_hex(8)}", "-days", "2", "-extfile", str(extensions),
-             "-out", str(pki.cert(name)))
-
-
 def make_pki(directory: Path) -> Pki:
     """Write the CA, server, client and rogue certificates into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pki = Pki(directory)
-    for ca in ("ca", "rogue-ca"):
-        _new_ca(pki, ca)
-    _new_leaf(pki, "server", "ca", "DNS:localhost,IP:127.0.0.1", "serverAuth")
-    _new_leaf(pki, "client", "ca", "DNS:client.test", "clientAuth")
-    _new_leaf(pki, "rogue-server", "rogue-ca", "DNS:localhost,IP:127.0.0.1", "serverAuth")
-    _new_leaf(pki, "rogue-client", "rogue-ca", "DNS:client.test", "clientAuth")
-    return pki
+    for folder in ("trusted", "rogue"):
+        init_secrets(directory / folder)
+    return Pki(directory)
 
 
 def _quoted(path: Path) -> str:
