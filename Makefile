@@ -7,6 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# tensorflow-serving-api at its pyproject pin, installed --no-deps: its declared `tensorflow` dependency
+# would pull the CUDA build in beside the CPU-only `tensorflow-cpu` of the `tf` extra (pyproject.toml).
+SERVING_API := $(shell grep -o 'tensorflow-serving-api==[0-9.]*' pyproject.toml | head -1)
 # Debian packages the tests use, as package:tool: prometheus (promtool, prometheus), nginx (the gateway tests).
 DEBIAN_PACKAGES := prometheus:promtool nginx:nginx
 # Where `make certs` writes (git-ignored; .env's GATEWAY_SECRETS_HOST_DIR is where compose reads).
@@ -27,6 +30,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps "$(SERVING_API)"
+	$(PY) -c "import tensorflow_serving.apis, tensorflow"
 	touch $(STAMP)
 
 venv install: $(STAMP)

@@ -165,10 +165,20 @@ def test_images_are_pinned_in_dotenv_and_never_latest(gpu_model_all_profiles):
 
 
 def test_tensorflow_pin_is_the_same_in_dotenv_images_and_pyproject(gpu_model):
-    tf_extra = re.search(r"^tf = \[(.*?)\]", (REPO_ROOT / "pyproject.toml").read_text(), re.S | re.M).group(1)
-    pins = dict(re.findall(r'"([\w-]+)==([\w.]+)"', tf_extra))
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+
+    def extra(name: str) -> list[tuple[str, str]]:
+        body = re.search(rf"^{re.escape(name)} = \[(.*?)\]", pyproject, re.S | re.M).group(1)
+        return re.findall(r'"([\w-]+)==([\w.]+)', body)
+
+    cpu, gpu = extra("tf"), dict(extra("tf-gpu"))
+    # The CPU-only build wherever no GPU is used; the CUDA build and the serving API for the exporter image.
+    assert {name for name, _ in cpu} == {"tensorflow-cpu", "tensorflow"}
+    assert set(gpu) == {"tensorflow", "tensorflow-serving-api"}
+    pins = {version for _, version in cpu} | set(gpu.values())
     env = dotenv()
-    assert env["TF_VERSION"] == env["TF_SERVING_VERSION"] == pins["tensorflow"] == pins["tensorflow-serving-api"]
+    assert pins == {env["TF_VERSION"]} == {env["TF_SERVING_VERSION"]}, pins
+    pins = gpu
     services = gpu_model["services"]
     assert services["tfserving"]["image"] == f"tensorflow/serving:{pins['tensorflow']}-gpu"
     assert services["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{pins['tensorflow']}-gpu"
