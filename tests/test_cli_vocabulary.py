@@ -18,6 +18,7 @@ import pytest
 import benchmarks.codec
 import benchmarks.loadgen
 import benchmarks.server
+import deploy.k8s.__main__
 import exporter.__main__
 import loadtest.__main__
 import monitoring.local
@@ -47,6 +48,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,
+    "python -m deploy.k8s": deploy.k8s.__main__.build_parser,
     "python examples/train_and_export.py": _example_parser,
 }
 # The spellings issue 11 replaced, for the same concepts.

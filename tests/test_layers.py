@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks")
+SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks", "deploy")
 
 # The granularity of the graph: a module belongs to the longest of these that prefixes it;
 # any other module is a node of its own (e.g. serving.up). The modules at the root of
@@ -24,7 +24,7 @@ UNITS = (
     "serving.server.core", "serving.server.tensorflow", "serving.server.batching", "serving.server.frontends",
     "serving.server",
     "serving.status", "serving.wire", "serving.model_repo",
-    "exporter", "loadtest", "monitoring", "benchmarks", "tests",
+    "exporter", "loadtest", "monitoring", "benchmarks", "deploy", "tests",
 )
 SERVER_ROOT = "serving.server"
 

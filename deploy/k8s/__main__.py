@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from deploy.k8s.generate import Checkout, stale_files, write_all
 
@@ -22,17 +22,17 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deploy.k8s", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkout", type=Path, default=CHECKOUT,
-                        help="repository checkout to read and write (default: this one)")
+    parser.add_argument("--checkout", type=Path, default=None, metavar="DIR",
+                        help="the tfs-stack checkout to read and write (default: the one this module is in)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("generate", help="write the generated files")
     sub.add_parser("check", help="exit 1 when a generated file is stale")
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    checkout = Checkout(args.checkout.resolve())
+    checkout = Checkout((args.checkout or CHECKOUT).resolve())
     if args.command == "generate":
         changed = write_all(checkout)
         print("\n".join(f"wrote {p}" for p in changed) or "up to date")

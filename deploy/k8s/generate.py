@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import yaml
 
@@ -28,14 +28,14 @@ __all__ = [
     "Checkout",
     "compose_services",
     "container_patch",
+    "cpu_quantity",
+    "duration_seconds",
     "exporter_patch",
+    "memory_quantity",
     "prometheus_rule",
     "render_all",
     "stale_files",
     "write_all",
-    "duration_seconds",
-    "memory_quantity",
-    "cpu_quantity",
 ]
 
 # Variant → the compose files that describe it (as `docker compose -f ... -f ...`).
@@ -103,7 +103,7 @@ def memory_quantity(limit: str | int) -> str:
     return str(size)
 
 
-def cpu_quantity(cpus: float | int | str) -> str:
+def cpu_quantity(cpus: float | str) -> str:
     """Compose's ``cpus`` as a Kubernetes quantity (``4``, ``500m``)."""
     millis = round(float(cpus) * 1000)
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
