@@ -12,6 +12,7 @@ import subprocess
 import pytest
 import yaml
 
+from deploy.k8s.generate import duration_seconds
 from serving.config import load_monitoring_config
 from tests.k8s.conftest import K8S_DIR, OVERLAYS, VARIANT, objects, pod_specs
 from tests.support.servers import REPO_ROOT
@@ -94,8 +95,10 @@ def test_probes_size_startup_for_warmup_and_check_a_model_available(rendered, co
     # Readiness and startup run compose's healthcheck: the model's status over REST says AVAILABLE.
     assert startup["exec"]["command"] == readiness["exec"]["command"] == healthcheck["test"][1:]
     assert "AVAILABLE" in readiness["exec"]["command"][-1] and "/v1/models/" in readiness["exec"]["command"][-1]
-    # Startup allows compose's start_period (600 s of loading and warmup) plus its retries.
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600 + 6 * 10
+    # Startup allows compose's start_period (loading and warmup: 600 s) plus its retries.
+    allowed = (duration_seconds(healthcheck["start_period"])
+               + healthcheck["retries"] * duration_seconds(healthcheck["interval"]))
+    assert allowed >= 600 and startup["periodSeconds"] * startup["failureThreshold"] >= allowed
     # Liveness asks the gRPC health service that the command line turns on, on the gRPC port.
     assert "--enable_grpc_healthcheck_service=true" in container["args"]
     assert container["livenessProbe"]["grpc"]["port"] == int(_flag(container["args"], "port"))
