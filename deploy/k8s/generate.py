@@ -176,47 +176,36 @@ def _dump(doc: object) -> str:
                      allow_unicode=True)
 
 
-def container_patch(service: Mapping) -> dict:
-    """A strategic-merge patch for the ``tfserving`` Deployment from the compose ``tfserving`` service."""
+def _workload_patch(api_version: str, kind: str, name: str, service: Mapping, **extra: object) -> dict:
+    """A strategic-merge patch giving the workload ``name``'s container (also ``name``) the compose
+    service's image, entrypoint and command, resources and ``/tmp`` size, plus ``extra`` fields."""
     container = {
-        "name": SERVER_SERVICE,
+        "name": name,
         "image": service["image"],
         "command": list(service["entrypoint"]),
         "args": list(service["command"]),
+        **extra,
         "resources": _resources(service),
-        **_probes(service["healthcheck"]),
     }
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": SERVER_SERVICE},
-        "spec": {"template": {"spec": {
-            "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": _tmpfs_size(service)}}],
-        }}},
-    }
+    tmp = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": _tmpfs_size(service)}}
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name},
+            "spec": {"template": {"spec": {"containers": [container], "volumes": [tmp]}}}}
+
+
+def container_patch(service: Mapping) -> dict:
+    """The patch of the ``tfserving`` Deployment from the compose ``tfserving`` service (with its probes)."""
+    return _workload_patch("apps/v1", "Deployment", SERVER_SERVICE, service, **_probes(service["healthcheck"]))
 
 
 def exporter_patch(service: Mapping) -> dict:
-    """A strategic-merge patch for the ``exporter`` Job from the compose ``exporter`` service.
+    """The patch of the ``exporter`` Job from the compose ``exporter`` service (with its environment).
 
     Compose prints a literal ``$`` of the script as ``$$``; Kubernetes reads
     ``$$`` in ``command``/``args`` as an escaped ``$`` too, so the script passes
     through unchanged.
     """
-    container = {
-        "name": EXPORTER_SERVICE,
-        "image": service["image"],
-        "command": list(service["entrypoint"]),
-        "args": list(service["command"]),
-        "env": [{"name": k, "value": str(v)} for k, v in sorted(service.get("environment", {}).items())],
-        "resources": _resources(service),
-    }
-    return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": EXPORTER_SERVICE},
-        "spec": {"template": {"spec": {
-            "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": _tmpfs_size(service)}}],
-        }}},
-    }
+    env = [{"name": k, "value": str(v)} for k, v in sorted(service.get("environment", {}).items())]
+    return _workload_patch("batch/v1", "Job", EXPORTER_SERVICE, service, env=env)
 
 
 def prometheus_rule(rules_dir: Path) -> dict:
