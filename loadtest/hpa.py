@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = [
     "ScalingPolicy",
@@ -35,6 +35,7 @@ __all__ = [
     "HPASpec",
     "HPAController",
     "metric_replicas",
+    "spec_from_manifest",
     "DEFAULT_SCALE_UP",
     "DEFAULT_SCALE_DOWN",
 ]
@@ -89,6 +90,34 @@ class HPASpec:
             raise ValueError("the HPA target must be positive")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError(f"need 1 <= minReplicas <= maxReplicas, got {self.min_replicas}, {self.max_replicas}")
+
+
+def _rules(behavior: Mapping[str, Any], default: ScalingRules) -> ScalingRules:
+    if not behavior:
+        return default
+    policies = tuple(ScalingPolicy(p["type"], int(p["value"]), float(p["periodSeconds"]))
+                     for p in behavior.get("policies") or ()) or default.policies
+    window = behavior.get("stabilizationWindowSeconds")
+    return ScalingRules(default.stabilization_window_s if window is None else float(window), policies,
+                        behavior.get("selectPolicy", "Max"))
+
+
+def spec_from_manifest(hpa: Mapping[str, Any], target: float, *, tolerance: float = 0.1,
+                       sync_period_s: float = 15.0) -> HPASpec:
+    """An ``HPASpec`` from an ``autoscaling/v2`` HorizontalPodAutoscaler object (parsed YAML).
+
+    ``minReplicas``, ``maxReplicas`` and ``behavior`` come from the object,
+    with Kubernetes' defaults for what it leaves out; ``target`` is the
+    per-pod value to simulate (the manifest's may be a placeholder).
+    """
+    if hpa.get("kind") != "HorizontalPodAutoscaler":
+        raise ValueError(f"not a HorizontalPodAutoscaler: kind {hpa.get('kind')!r}")
+    spec = hpa.get("spec") or {}
+    behavior = spec.get("behavior") or {}
+    return HPASpec(target=target, min_replicas=int(spec.get("minReplicas", 1)),
+                   max_replicas=int(spec["maxReplicas"]), tolerance=tolerance, sync_period_s=sync_period_s,
+                   scale_up=_rules(behavior.get("scaleUp") or {}, DEFAULT_SCALE_UP),
+                   scale_down=_rules(behavior.get("scaleDown") or {}, DEFAULT_SCALE_DOWN))
 
 
 def metric_replicas(current: int, metrics: Sequence[float], missing: int, target: float,

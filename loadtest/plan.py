@@ -13,7 +13,9 @@
    = replicas x ``--per-replica`` (CPUs or GPUs) x 24.
 3. Each traffic profile (``loadtest.fleet``: diurnal, a 10x spike in 60 s, a
    slow ramp, peaking at the target rate) is replayed against an HPA
-   (``loadtest.hpa``) with that target; pods start ``--startup-s`` after they
+   (``loadtest.hpa``) with that target and the ``minReplicas``, ``maxReplicas``
+   and ``behavior`` of ``--hpa FILE`` (the manifest you deploy; else Kubernetes'
+   defaults, min 2, max twice the plan); pods start ``--startup-s`` after they
    are asked for (default: the cold start the sweep measured when it started
    the server: process, model load, warmup). Reported per profile: SLO-violation
    minutes (seconds whose p99 was over budget, or whose ready pods were over
@@ -26,15 +28,18 @@ Outputs in ``--out`` (default ``<checkout>/out/plan``): ``plan.json`` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import yaml
+
 from loadtest import REPO_ROOT
 from loadtest.fleet import PROFILES, LatencyModel, SimulationResult, profile, simulate
-from loadtest.hpa import DEFAULT_SCALE_DOWN, DEFAULT_SCALE_UP, HPASpec, ScalingRules
+from loadtest.hpa import HPASpec, ScalingRules, spec_from_manifest
 from loadtest.options import UsageError
 from loadtest.plots import plot_simulation
 
@@ -143,14 +148,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cost.add_argument("--resource", choices=("cpu", "gpu"), default="cpu", help="what a replica is billed in")
     cost.add_argument("--per-replica", type=float, default=None,
                       help="CPUs or GPUs per replica (default: gpu 1; cpu the sweep host's CPU count)")
-    hpa = parser.add_argument_group("HPA (defaults: Kubernetes')")
-    hpa.add_argument("--min-replicas", type=int, default=2, help="minReplicas (default 2)")
+    hpa = parser.add_argument_group("HPA (a flag wins over --hpa, which wins over Kubernetes' defaults)")
+    hpa.add_argument("--hpa", type=Path, default=None,
+                     help="an autoscaling/v2 HPA manifest (YAML): minReplicas, maxReplicas and behavior to simulate, "
+                          "e.g. the rendered deploy/k8s overlay")
+    hpa.add_argument("--min-replicas", type=int, default=None, help="minReplicas (default 2)")
     hpa.add_argument("--max-replicas", type=int, default=None, help="maxReplicas (default 2 x the plan's replicas)")
     hpa.add_argument("--tolerance", type=float, default=0.1, help="the controller's tolerance (default 0.1)")
     hpa.add_argument("--sync-period", type=float, default=15.0, help="controller sync period, s (default 15)")
-    hpa.add_argument("--scale-up-window", type=float, default=DEFAULT_SCALE_UP.stabilization_window_s,
+    hpa.add_argument("--scale-up-window", type=float, default=None,
                      help="scaleUp stabilizationWindowSeconds (default 0)")
-    hpa.add_argument("--scale-down-window", type=float, default=DEFAULT_SCALE_DOWN.stabilization_window_s,
+    hpa.add_argument("--scale-down-window", type=float, default=None,
                      help="scaleDown stabilizationWindowSeconds (default 300)")
     hpa.add_argument("--metric-window", type=float, default=60.0,
                      help="seconds the per-pod rate is averaged over, the adapter's rate[..] (default 60)")
@@ -180,15 +188,40 @@ def _per_replica(args: argparse.Namespace, replica: MeasuredReplica) -> float:
     return 1.0 if args.resource == "gpu" else float(replica.cpus or 1)
 
 
-def _hpa_spec(args: argparse.Namespace, plan: CapacityPlan) -> HPASpec:
-    maximum = args.max_replicas or max(2 * plan.replicas, args.min_replicas)
+def _read_hpa(path: Path) -> dict[str, Any]:
     try:
-        return HPASpec(target=plan.hpa_target_rps, min_replicas=args.min_replicas, max_replicas=maximum,
-                       tolerance=args.tolerance, sync_period_s=args.sync_period,
-                       scale_up=ScalingRules(args.scale_up_window, DEFAULT_SCALE_UP.policies),
-                       scale_down=ScalingRules(args.scale_down_window, DEFAULT_SCALE_DOWN.policies))
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+        documents = list(yaml.safe_load_all(Path(path).read_text()))
+    except (OSError, yaml.YAMLError) as error:
+        raise UsageError(f"--hpa {path}: {error}") from None
+    for doc in documents:
+        if isinstance(doc, dict) and doc.get("kind") == "HorizontalPodAutoscaler":
+            return doc
+    raise UsageError(f"--hpa {path}: no HorizontalPodAutoscaler in the file")
+
+
+def _hpa_spec(args: argparse.Namespace, plan: CapacityPlan) -> HPASpec:
+    try:
+        if args.hpa:
+            spec = spec_from_manifest(_read_hpa(args.hpa), plan.hpa_target_rps, tolerance=args.tolerance,
+                                      sync_period_s=args.sync_period)
+        else:
+            minimum = args.min_replicas or 2
+            spec = HPASpec(target=plan.hpa_target_rps, min_replicas=minimum,
+                           max_replicas=max(2 * plan.replicas, minimum), tolerance=args.tolerance,
+                           sync_period_s=args.sync_period)
+        overrides: dict[str, Any] = {}
+        if args.min_replicas is not None:
+            overrides["min_replicas"] = args.min_replicas
+        if args.max_replicas is not None:
+            overrides["max_replicas"] = args.max_replicas
+        if args.scale_up_window is not None:
+            overrides["scale_up"] = dataclasses.replace(spec.scale_up, stabilization_window_s=args.scale_up_window)
+        if args.scale_down_window is not None:
+            overrides["scale_down"] = dataclasses.replace(spec.scale_down,
+                                                          stabilization_window_s=args.scale_down_window)
+        return dataclasses.replace(spec, **overrides)
+    except (ValueError, KeyError) as error:
+        raise UsageError(f"HPA settings: {error}") from None
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -234,12 +267,18 @@ def _plan_lines(replica: MeasuredReplica, plan: CapacityPlan, spec: HPASpec, sta
         f"{unit}-hours per day at that count: {plan.resource_hours_per_day:g} "
         f"({plan.per_replica:g} {unit} per replica)",
         f"simulated HPA: min {spec.min_replicas}, max {spec.max_replicas}, tolerance {spec.tolerance:g}, "
-        f"sync {spec.sync_period_s:g} s, windows up {spec.scale_up.stabilization_window_s:g} s / down "
-        f"{spec.scale_down.stabilization_window_s:g} s, pod start-up {startup:.1f} s",
+        f"sync {spec.sync_period_s:g} s, pod start-up {startup:.1f} s",
+        f"  scale-up: window {spec.scale_up.stabilization_window_s:g} s, {_policies(spec.scale_up)}",
+        f"  scale-down: window {spec.scale_down.stabilization_window_s:g} s, {_policies(spec.scale_down)}",
     ]
     if replica.generator_limited:
         lines.append("WARNING: some levels were GENERATOR-LIMITED: the replica may do more than measured")
     return lines
+
+
+def _policies(rules: ScalingRules) -> str:
+    each = ", ".join(f"{p.value}{'%' if p.type == 'Percent' else ' pods'} per {p.period_s:g} s" for p in rules.policies)
+    return f"{rules.select_policy} of [{each}]"
 
 
 def _report(args: argparse.Namespace, replica: MeasuredReplica, plan: CapacityPlan, spec: HPASpec,
@@ -248,10 +287,7 @@ def _report(args: argparse.Namespace, replica: MeasuredReplica, plan: CapacityPl
         "sweep": str(args.sweep), "series": replica.series,
         "latency_model": {"rates_rps": list(replica.model.rates), "p99_ms": list(replica.model.p99_ms)},
         "plan": {**asdict(plan), "hpa_average_value": hpa_quantity(plan.hpa_target_rps)},
-        "hpa": {"min_replicas": spec.min_replicas, "max_replicas": spec.max_replicas, "tolerance": spec.tolerance,
-                "sync_period_s": spec.sync_period_s,
-                "scale_up_window_s": spec.scale_up.stabilization_window_s,
-                "scale_down_window_s": spec.scale_down.stabilization_window_s,
+        "hpa": {**asdict(spec), "source": str(args.hpa) if args.hpa else "flags and Kubernetes defaults",
                 "metric_window_s": args.metric_window, "startup_s": startup},
         "profiles": [r.summary() for r in results],
     }

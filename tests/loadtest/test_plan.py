@@ -5,6 +5,7 @@ from the controller's rules (kube-controller-manager ``podautoscaler``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.fleet import LatencyModel, TrafficProfile, profile, simulate
-from loadtest.hpa import HPAController, HPASpec, ScalingPolicy, ScalingRules, metric_replicas
+from loadtest.hpa import HPAController, HPASpec, ScalingPolicy, ScalingRules, metric_replicas, spec_from_manifest
 from loadtest.options import UsageError
 from loadtest.plan import hpa_quantity, load_sweep, plan_capacity
 from loadtest.sweep import LevelResult, Series, write_outputs
@@ -95,6 +96,51 @@ def test_a_disabled_scale_down_never_removes_pods_and_bounds_apply_first():
     assert hpa.sync(0, 4, [10.0] * 4) == 4
     assert hpa.sync(15, 8, [500.0] * 8) == 5  # above maxReplicas: brought to max before any metric
     assert hpa.sync(30, 1, [500.0]) == 2  # below minReplicas: brought to min
+
+
+# The deploy/k8s HPA's shape (base/hpa.yaml): slower, guarded scale-up, a gentle scale-down.
+HPA_MANIFEST = """\
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: tfserving}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: tfserving}
+  minReplicas: 2
+  maxReplicas: 20
+  metrics:
+    - type: Pods
+      pods: {metric: {name: tfserving_requests_per_second}, target: {type: AverageValue, averageValue: "100"}}
+  behavior:
+    scaleUp:
+      stabilizationWindowSeconds: 30
+      policies: [{type: Percent, value: 100, periodSeconds: 30}, {type: Pods, value: 4, periodSeconds: 30}]
+      selectPolicy: Max
+    scaleDown:
+      stabilizationWindowSeconds: 300
+      policies: [{type: Percent, value: 10, periodSeconds: 60}]
+      selectPolicy: Min
+"""
+
+
+def test_a_manifests_behavior_drives_the_steps():
+    import yaml
+
+    spec = spec_from_manifest(yaml.safe_load(HPA_MANIFEST), target=10.0)
+    assert (spec.min_replicas, spec.max_replicas) == (2, 20)
+    assert spec.scale_up == ScalingRules(30.0, (ScalingPolicy("Percent", 100, 30.0), ScalingPolicy("Pods", 4, 30.0)))
+    assert spec.scale_down == ScalingRules(300.0, (ScalingPolicy("Percent", 10, 60.0),), "Min")
+    hpa = HPAController(spec)
+    assert hpa.sync(0, 2, [100.0] * 2) == 6  # proposes 20; limit max(2 * 2, 2 + 4) = 6
+    # t=15: proposes 60, the window's lowest is 20 (t=0); the +4 of t=0 is inside the 30 s period: limit 6
+    assert hpa.sync(15, 6, [100.0] * 6) == 6
+    # t=30: the t=0 event left (0, 30]: start 6, limit max(12, 10) = 12; window (0, 30] holds 60 and 60
+    assert hpa.sync(30, 6, [100.0] * 6) == 12
+    # scale-down, Min of 10 % per 60 s: from 20 at most int(20 * 0.9) = 18 once the window allows
+    down = HPAController(dataclasses.replace(spec, scale_down=dataclasses.replace(spec.scale_down,
+                                                                                  stabilization_window_s=0.0)))
+    assert down.sync(0, 20, [1.0] * 20) == 18
+    assert down.sync(15, 18, [1.0] * 18) == 18  # -2 within the 60 s period: the period started at 20
+    assert down.sync(60, 18, [1.0] * 18) == 16  # int(18 * 0.9) = 16
 
 
 # ---------------------------------------------------------------- the latency model and the plan
@@ -209,6 +255,18 @@ def test_cli_prints_the_plan_and_writes_json_and_one_png_per_profile(tmp_path):
     assert report["plan"]["replicas"] == 10 and report["hpa"]["startup_s"] == 4.5
     assert [p["profile"] for p in report["profiles"]] == ["spike", "ramp"]
     assert (tmp_path / "plan" / "plan-spike.png").read_bytes()[:8] == PNG
+
+
+def test_cli_simulates_the_hpa_manifest_with_flags_winning(tmp_path):
+    sweep = _write_sweep(tmp_path / "sweep", {"off": 4.5})
+    (tmp_path / "hpa.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n---\n" + HPA_MANIFEST)
+    out = _plan_cli("--sweep", str(sweep), "--target-rps", "1000", "--p99-ms", "20", "--profile", "spike",
+                    "--hpa", str(tmp_path / "hpa.yaml"), "--max-replicas", "12", "--out", str(tmp_path / "plan"))
+    assert out.returncode == 0, out.stderr
+    hpa = json.loads((tmp_path / "plan" / "plan.json").read_text())["hpa"]
+    assert (hpa["min_replicas"], hpa["max_replicas"]) == (2, 12)
+    assert hpa["scale_up"]["stabilization_window_s"] == 30.0 and hpa["scale_down"]["select_policy"] == "Min"
+    assert "scale-down: window 300 s, Min of [10% per 60 s]" in out.stdout
 
 
 def test_cli_without_a_measured_cold_start_asks_for_startup_s(tmp_path):
