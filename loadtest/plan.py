@@ -64,6 +64,7 @@ class MeasuredReplica:
     cpus: Optional[int]
     dropped_levels: tuple[float, ...]
     generator_limited: bool
+    unstable_levels: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def load_sweep(path: Path, series: Optional[str] = None) -> MeasuredReplica:
     cold = (meta.get("cold_start_s") or {}).get(chosen.get("batching"))
     return MeasuredReplica(chosen["label"], model, cold, meta.get("cpus"),
                            tuple(lvl["level"] for lvl in levels if lvl["errors"]),
-                           any(lvl.get("generator_limited") for lvl in clean))
+                           any(lvl.get("generator_limited") for lvl in clean),
+                           tuple(lvl["level"] for lvl in clean if not lvl.get("stable", True)))
 
 
 def plan_capacity(model: LatencyModel, *, target_rps: float, p99_budget_ms: float, headroom: float,
@@ -271,6 +273,9 @@ def _plan_lines(replica: MeasuredReplica, plan: CapacityPlan, spec: HPASpec, sta
         f"  scale-up: window {spec.scale_up.stabilization_window_s:g} s, {_policies(spec.scale_up)}",
         f"  scale-down: window {spec.scale_down.stabilization_window_s:g} s, {_policies(spec.scale_down)}",
     ]
+    if replica.unstable_levels:
+        lines.append("WARNING: levels " + ", ".join(f"{v:g}" for v in replica.unstable_levels)
+                     + " never became stable: their numbers are noise-prone; sweep again on a quieter machine")
     if replica.generator_limited:
         lines.append("WARNING: some levels were GENERATOR-LIMITED: the replica may do more than measured")
     return lines

@@ -232,7 +232,7 @@ def _write_sweep(out: Path, cold_start: dict) -> Path:
 def test_load_sweep_reads_what_sweep_writes_and_leaves_out_levels_with_errors(tmp_path):
     replica = load_sweep(_write_sweep(tmp_path, {"off": 4.5}))
     assert replica.model.rates == (100.0, 200.0) and replica.cold_start_s == 4.5 and replica.cpus == 2
-    assert replica.dropped_levels == (8,)
+    assert replica.dropped_levels == (8,) and replica.unstable_levels == ()
     with pytest.raises(UsageError, match="no series 'x'; it has: m/grpc/batching-off"):
         load_sweep(tmp_path / "sweep.json", "x")
     (tmp_path / "bad.json").write_text("{}")
