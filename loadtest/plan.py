@@ -273,6 +273,9 @@ def _plan_lines(replica: MeasuredReplica, plan: CapacityPlan, spec: HPASpec, sta
         f"  scale-up: window {spec.scale_up.stabilization_window_s:g} s, {_policies(spec.scale_up)}",
         f"  scale-down: window {spec.scale_down.stabilization_window_s:g} s, {_policies(spec.scale_down)}",
     ]
+    if spec.max_replicas < plan.replicas:
+        lines.append(f"WARNING: maxReplicas {spec.max_replicas} is below the {plan.replicas} replicas the target "
+                     f"rate needs: the simulated peaks will break the SLO")
     if replica.unstable_levels:
         lines.append("WARNING: levels " + ", ".join(f"{v:g}" for v in replica.unstable_levels)
                      + " never became stable: their numbers are noise-prone; sweep again on a quieter machine")

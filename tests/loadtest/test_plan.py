@@ -267,6 +267,10 @@ def test_cli_simulates_the_hpa_manifest_with_flags_winning(tmp_path):
     assert (hpa["min_replicas"], hpa["max_replicas"]) == (2, 12)
     assert hpa["scale_up"]["stabilization_window_s"] == 30.0 and hpa["scale_down"]["select_policy"] == "Min"
     assert "scale-down: window 300 s, Min of [10% per 60 s]" in out.stdout
+    assert "maxReplicas" not in out.stdout  # 12 >= the 10 the plan needs: no warning
+    low = _plan_cli("--sweep", str(sweep), "--target-rps", "1000", "--p99-ms", "20", "--profile", "spike",
+                    "--hpa", str(tmp_path / "hpa.yaml"), "--max-replicas", "8", "--out", str(tmp_path / "low"))
+    assert "WARNING: maxReplicas 8 is below the 10 replicas" in low.stdout
 
 
 def test_cli_without_a_measured_cold_start_asks_for_startup_s(tmp_path):
