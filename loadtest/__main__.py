@@ -1,4 +1,5 @@
-"""``python -m loadtest run|sweep|tune``: scenarios with SLO gates, perf_analyzer-style sweeps, a batching tuner."""
+"""``python -m loadtest run|sweep|tune|plan``: scenarios with SLO gates, perf_analyzer-style sweeps, a batching
+tuner, a capacity planner."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from loadtest import REPO_ROOT, sweep, tune
+from loadtest import REPO_ROOT, plan, sweep, tune
 from loadtest.options import UsageError, add_target_arguments, targets_from_args
 from loadtest.payloads import PayloadError
 from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     sweep.add_arguments(sub.add_parser("sweep", help="concurrency or request-rate sweep (perf_analyzer style)"))
     tune.add_arguments(sub.add_parser("tune", help="search batching parameters for throughput within a p99 budget"))
+    plan.add_arguments(sub.add_parser("plan", help="replicas, HPA target and autoscaling replayed, from a sweep"))
     return parser
 
 

@@ -349,8 +349,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     protocols = (protocols_for(args.protocol, args.grpc, args.rest) if running
                  else parse_protocols(args.protocol or "grpc"))
     all_series: list[Series] = []
+    cold_starts: dict[str, float] = {}
     for batching in (["running"] if running else args.batching.split(",")):
-        with _server_for(args, batching, targets) as server:
+        started = _server_for(args, batching, targets)
+        with started as server:
+            if started.cold_start_s is not None:
+                cold_starts[batching] = round(started.cold_start_s, 3)
             for target in targets:
                 payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url)
                 print(f"payload {payload.label}: {payload.source}", flush=True)
@@ -368,7 +372,8 @@ def run_sweep(args: argparse.Namespace) -> int:
                     print(format_table(series), flush=True)
     meta = {"settings": asdict(settings), "model": args.model, "batch_size": args.batch_size,
             "cpus": os.cpu_count(), "title": f"{args.model}: throughput vs latency ({mode} sweep)",
-            "batching_config": str(args.batching_config) if args.batching_config else "server defaults"}
+            "batching_config": str(args.batching_config) if args.batching_config else "server defaults",
+            "cold_start_s": cold_starts}
     paths = write_outputs(all_series, args.out, meta, args.name)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
@@ -378,6 +383,7 @@ class _Running:
     """A server someone else runs (``--grpc``/``--rest``/``--metrics-url``): only its addresses."""
 
     pid = None
+    cold_start_s = None  # not started here: not measured
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.grpc_target = grpc_address(args.grpc) if args.grpc else None
@@ -392,14 +398,22 @@ class _Running:
 
 
 class _Started:
-    """A server this sweep starts for one batching mode, stopped on exit."""
+    """A server this sweep starts for one batching mode, stopped on exit.
+
+    ``cold_start_s`` is the time ``start()`` took: process start, model load and
+    warmup until every model was AVAILABLE (the capacity planner's pod start-up time).
+    """
 
     def __init__(self, server: RunningServer) -> None:
         self.server = server
+        self.cold_start_s: Optional[float] = None
 
     def __enter__(self) -> RunningServer:
+        began = time.perf_counter()
         s = self.server.start()
-        print(f"started server ({type(s).__name__}) grpc {s.grpc_target} rest {s.rest_url}", flush=True)
+        self.cold_start_s = time.perf_counter() - began
+        print(f"started server ({type(s).__name__}) grpc {s.grpc_target} rest {s.rest_url} "
+              f"in {self.cold_start_s:.1f} s", flush=True)
         return s
 
     def __exit__(self, *exc: object) -> None:

@@ -134,7 +134,7 @@ def internal_error(what: str, cause: BaseException, log: logging.Logger) -> Serv
     The error's ``.request_id`` is the id.
     """
     request_id = uuid.uuid4().hex[:16]
-    log.error("%s (request id %s)", what, request_id, exc_info=cause)
+    log.error("%s (request id %s)", what, request_id, exc_info=cause, extra={"request_id": request_id})
     error = Internal(f"{what} (request id {request_id}); see the server log")
     error.request_id = request_id
     return error

@@ -7,7 +7,8 @@ file the server polls): each model's ``specific`` version list and its
 already AVAILABLE, as TF Serving requires, so a move is planned as steps:
 load the new version beside the old, move the labels, unload what no label
 names. Works against TF Serving and the embedded server alike, through the
-SDK's ``GrpcClient``.
+SDK's ``GrpcClient``. On Kubernetes, ``serving.rollout.kubernetes`` moves a
+canary Deployment's share of traffic instead (route weight patches).
 """
 from serving.rollout.plan import (
     RolloutError,

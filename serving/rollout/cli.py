@@ -13,6 +13,10 @@ The config and the server default to what the running stack serves
 compose file ``serving/models.config`` on ``127.0.0.1:8500``. ``publish``
 writes into the stack's model repository by default.
 
+``k8s canary`` / ``k8s rollback`` move a Kubernetes canary's traffic instead
+(``serving.rollout.kubernetes``): they print, or apply with ``kubectl``
+(``--apply``), the canary overlay's route weights at each step.
+
 Flags use the project's CLI vocabulary: ``--grpc HOST:PORT`` for the server,
 ``--model-repo DIR`` for the model repository, ``--version N`` and ``--label
 NAME``. Default paths are anchored on the checkout, not the current directory.
@@ -26,7 +30,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from serving import status
 from serving.config.reload import Reloader, ReloadError, version_states
-from serving.config.stack import DEFAULT_WORK_DIR, ServedConfig, served_config, stack_model_repo
+from serving.config.stack import DEFAULT_WORK_DIR, REPO_ROOT, ServedConfig, served_config, stack_model_repo
+from serving.rollout import kubernetes
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -123,6 +128,58 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+_OVERLAYS = {"gateway": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary",
+             "istio": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary-istio"}
+
+
+def _kubernetes(args: argparse.Namespace) -> int:
+    if args.manifest:
+        objects = kubernetes.load_objects(args.manifest.read_text())
+    else:
+        objects = kubernetes.render_overlay(args.overlay or _OVERLAYS[args.mesh], args.kubectl)
+    weights = kubernetes.parse_steps(args.steps) if args.k8s_command == "canary" else (0,)
+    steps = [kubernetes.weight_patches(objects, weight, mesh=args.mesh, stable=args.stable_backend,
+                                       canary=args.canary_backend, namespace=args.namespace) for weight in weights]
+    if args.apply:
+        kubernetes.apply_patches(steps, kubectl=args.kubectl, interval_s=getattr(args, "interval", 0.0))
+        print(f"canary at {weights[-1]}%, stable at {100 - weights[-1]}%")
+        return 0
+    for step in steps:
+        print(f"# canary {step[0].canary_percent}%, stable {100 - step[0].canary_percent}%")
+        for patch in step:
+            print(patch.command(args.kubectl))
+    return 0
+
+
+def _add_kubernetes(sub: argparse._SubParsersAction) -> None:
+    k8s = sub.add_parser("k8s", help="Kubernetes canary: step the route weights, or roll back")
+    k8s_sub = k8s.add_subparsers(dest="k8s_command", required=True)
+    canary = k8s_sub.add_parser("canary", help="canary weights in steps (default 0 -> 10 -> 50 -> 100)")
+    rollback = k8s_sub.add_parser("rollback", help="all traffic back to stable (stable 100, canary 0)")
+    canary.add_argument("--steps", default=",".join(map(str, kubernetes.DEFAULT_STEPS)),
+                        help="canary percentages in order (default 0,10,50,100; one value for one step)")
+    canary.add_argument("--interval", type=float, default=0.0,
+                        help="with --apply: seconds to wait between steps (default 0: watch, then run the next "
+                             "step yourself with --steps N)")
+    for p in (canary, rollback):
+        p.add_argument("--mesh", choices=sorted(kubernetes.MESHES), default="gateway",
+                       help="gateway: Gateway API HTTPRoute/GRPCRoute (overlays/canary); istio: VirtualService "
+                            "(overlays/canary-istio)")
+        source = p.add_mutually_exclusive_group()
+        source.add_argument("--overlay", type=Path, default=None,
+                            help="kustomize overlay to render with kubectl (default <checkout>/deploy/k8s/overlays/"
+                                 "canary, or canary-istio for --mesh istio)")
+        source.add_argument("--manifest", type=Path, default=None, help="the rendered overlay as a YAML file")
+        p.add_argument("--stable-backend", default=kubernetes.DEFAULT_STABLE,
+                       help=f"stable Service name (default {kubernetes.DEFAULT_STABLE})")
+        p.add_argument("--canary-backend", default=kubernetes.DEFAULT_CANARY,
+                       help=f"canary Service name (default {kubernetes.DEFAULT_CANARY})")
+        p.add_argument("--namespace", default=None,
+                       help="namespace of routes that name none (default: the overlay's Deployments')")
+        p.add_argument("--kubectl", default="kubectl", help="kubectl program (default kubectl on PATH)")
+        p.add_argument("--apply", action="store_true", help="run kubectl patch instead of printing the commands")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m serving.rollout", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("canary", "set-label"):
         movers[list(moves).index(name)].add_argument("--version", type=int, metavar="N", required=True)
     movers[list(moves).index("set-label")].add_argument("--label", metavar="NAME", required=True)
+    _add_kubernetes(sub)
     return parser
 
 
@@ -173,6 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _publish(args)
         if args.command == "status":
             return _status(args)
+        if args.command == "k8s":
+            return _kubernetes(args)
         return _move(args)
     except (ReloadError, status.ServingError, FileNotFoundError, FileExistsError) as exc:
         print(f"rollout failed: {exc}", file=sys.stderr)

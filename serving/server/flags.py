@@ -30,7 +30,8 @@ RESOURCE_EXHAUSTED (grpc's ``maximum_concurrent_rpcs``), never queued.
 ``--max_tensor_elements`` (0: ``default_max_tensor_elements()``, 2**28 or less
 on a small host) bounds the elements of one request's input tensors together,
 counted from their shapes before anything is allocated; more are refused with
-INVALID_ARGUMENT.
+INVALID_ARGUMENT. ``--log_format`` (default ``text``, TF Serving's line shape;
+``json``: one JSON object per line, ``serving.server.logs``) sets the log output.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from serving import status
+from serving.server.logs import LOG_FORMATS
 
 __all__ = [
     "ServerFlags",
@@ -62,6 +64,7 @@ __all__ = [
     "default_max_tensor_elements",
     "effective_max_tensor_elements",
     "effective_grpc_max_concurrent_rpcs",
+    "LOG_FORMATS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -185,6 +188,9 @@ class ServerFlags:
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
            "0 means 2**28, or physical memory / 64 bytes if less.")
+    log_format: str = _flag(
+        "text", "EMBEDDED-ONLY extension: log output, text (TF Serving's line shape) or json (one JSON object "
+                "per line: time, level, logger, message, and request_id and exception where present).")
 
 
 @dataclass(frozen=True)
@@ -316,6 +322,9 @@ def validate_flags(flags: ServerFlags) -> None:
         raise status.InvalidArgument("--grpc_max_concurrent_rpcs must be positive, or 0 for the default.")
     if flags.max_tensor_elements < 0:
         raise status.InvalidArgument("--max_tensor_elements must be positive, or 0 for the default.")
+    if flags.log_format not in LOG_FORMATS:
+        raise status.InvalidArgument(f"--log_format must be one of {', '.join(LOG_FORMATS)}, "
+                                     f"not {flags.log_format!r}.")
 
 
 def _is_bind_address(text: str) -> bool:

@@ -22,7 +22,8 @@ from importlib import metadata
 from typing import Optional, Sequence
 
 from serving import status
-from serving.server.flags import FlagError, ServerFlags, log_no_effect, parse_flags, usage, validate_flags
+from serving.server.flags import CommandLine, FlagError, ServerFlags, log_no_effect, parse_flags, usage, validate_flags
+from serving.server.logs import NativeStderrAsJson, configure_logging
 from serving.server.server import ModelServer
 
 __all__ = ["main", "version_text", "DRAIN_GRACE_SECONDS"]
@@ -46,10 +47,9 @@ def version_text() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the server; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s] %(message)s",
-                        datefmt="%Y-%m-%d %H:%M:%S")
+    """Run the server; returns the process exit code. Logs go to stderr in ``--log_format`` (text before the
+    flags are parsed)."""
+    configure_logging("text", sys.stderr)
     arguments = sys.argv[1:] if argv is None else list(argv)
     if "--help" in arguments or "-h" in arguments:
         sys.stdout.write(usage())
@@ -63,6 +63,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if command_line.flags.version:
         sys.stdout.write(version_text())
         return 0
+    if command_line.flags.log_format == "json":
+        with NativeStderrAsJson() as stream:  # TensorFlow's and gRPC's own stderr lines become JSON too
+            configure_logging("json", stream)
+            return _run(command_line)
+    configure_logging(command_line.flags.log_format, sys.stderr)
+    return _run(command_line)
+
+
+def _run(command_line: CommandLine) -> int:
     for argument in command_line.unknown:
         logger.error("unknown argument: %s", argument)
     log_no_effect(command_line)
