@@ -36,14 +36,17 @@ _FAILED = 255
 
 def version_text() -> str:
     """What ``--version`` prints: the TF Serving API and TensorFlow versions this server mirrors."""
-    def version_of(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "unknown"
+    def version_of(*packages: str) -> str:
+        for package in packages:
+            try:
+                return metadata.version(package)
+            except metadata.PackageNotFoundError:
+                continue
+        return "unknown"
 
+    # TensorFlow is the CUDA build (`tensorflow`) or the CPU-only one (`tensorflow-cpu`): same module.
     return (f"TensorFlow ModelServer: {version_of('tensorflow-serving-api')}-embedded (tfs-stack)\n"
-            f"TensorFlow Library: {version_of('tensorflow')}\n")
+            f"TensorFlow Library: {version_of('tensorflow', 'tensorflow-cpu')}\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

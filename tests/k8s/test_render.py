@@ -260,3 +260,15 @@ def test_adapter_queries_are_valid_promql_once_the_adapter_fills_them_in(promtoo
     path.write_text(yaml.safe_dump({"groups": [{"name": "adapter", "rules": rules}]}))
     proc = subprocess.run([promtool, "check", "rules", str(path)], check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+CLUSTER_SCOPED = {"Namespace", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "StorageClass"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_namespaced_object_names_its_namespace(rendered, overlay):
+    # Without one, `kubectl apply -k` creates the object in whatever namespace kubectl points at,
+    # away from the Services in tfs-stack that a route sends to.
+    missing = [f"{doc['kind']}/{doc['metadata']['name']}" for doc in rendered[overlay]
+               if doc["kind"] not in CLUSTER_SCOPED and not doc["metadata"].get("namespace")]
+    assert not missing, f"{overlay}: no metadata.namespace on {missing}"
