@@ -127,21 +127,26 @@ def _batch(name: str, values: list, dtype: Any, budget: ElementBudget, *, keyed:
 
 
 def _raise_element_error(name: str, values: list, dtype: Any, keyed: bool) -> None:
+    """``AddInstanceItem``'s order: each element's own error, then its size, then its shape."""
     where = f" key: {name}" if keyed else ""
-    first_shape: Optional[tuple] = None
+    first: Optional[np.ndarray] = None
     for i, value in enumerate(values):
         try:
-            shape = json_to_array(value, dtype).shape
+            item = json_to_array(value, dtype)
         except status.InvalidArgument as exc:
             raise status.InvalidArgument(
                 f"Failed to process element: {i}{where} of 'instances' list. "
                 f"Error: {status_string(exc)}") from None
-        if first_shape is None:
-            first_shape = shape
-        elif shape != first_shape:
+        if first is None:
+            first = item
+        elif item.size != first.size:
             raise status.InvalidArgument(
                 f"Failed to process element: {i}{where} of 'instances' list. Error: INVALID_ARGUMENT: "
-                f"Expecting shape {_shape_string(first_shape)} but got: {_shape_string(shape)}")
+                f"Expecting tensor size: {first.size} but got: {item.size}")
+        elif item.shape != first.shape:
+            raise status.InvalidArgument(
+                f"Failed to process element: {i}{where} of 'instances' list. Error: INVALID_ARGUMENT: "
+                f"Expecting shape {_shape_string(first.shape)} but got: {_shape_string(item.shape)}")
 
 
 def _shape_string(shape: Iterable[int]) -> str:

@@ -40,6 +40,16 @@ def test_predict_row_and_columnar_formats(http):
     assert strings.json() == {"predictions": [2, 3]}
 
 
+def test_a_row_of_another_size_is_tf_servings_size_error_before_any_shape_error(http):
+    rows = [[1.0, 2.0, 3.0]] * 300 + [[1.0, 2.0], [[1.0, 2.0, 3.0]]]
+    assert error_of(http.post("/v1/models/tiny:predict", json={"instances": rows}), 400) == (
+        "Failed to process element: 300 of 'instances' list. Error: INVALID_ARGUMENT: "
+        "Expecting tensor size: 3 but got: 2")
+    assert error_of(http.post("/v1/models/tiny:predict", json={"instances": [[1.0, 2.0, 3.0], [[1.0], [2.0], [3.0]]]}),
+                    400) == ("Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: "
+                             "Expecting shape [3] but got: [3,1]")
+
+
 def test_classify_and_regress_answer_results(http):
     classified = http.post("/v1/models/tiny:classify", json={"signature_name": "classification",
                                                               "examples": EXAMPLES})
