@@ -75,6 +75,7 @@ certs:
 bench: $(STAMP)
 	$(PY) -m exporter ensure --model-repo models digits resnet50
 	$(PY) -m benchmarks.codec --imports
+	$(PY) -m benchmarks.rest_decode
 	$(PY) -m benchmarks.server --model-repo models
 	$(PY) -m benchmarks.loadgen --model-repo models
 

@@ -15,7 +15,8 @@ This package is the one public codec; the implementation lives in
   ``encode_predict_request`` / ``decode_predict_request``,
   ``encode_predict_response`` / ``decode_predict_response``;
 - JSON text: ``json_loads`` / ``json_dumps`` (NaN and Infinity as TF Serving);
-- REST Predict: ``rest_request_to_inputs`` / ``outputs_to_rest_response`` (server),
+- REST Predict: ``rest_request_loads`` (the body, large numeric tensors parsed
+  straight to numpy) + ``rest_request_to_inputs`` / ``outputs_to_rest_response`` (server),
   ``inputs_to_rest_request`` / ``rest_response_to_outputs`` (client), and one
   tensor's JSON value: ``json_to_array`` / ``array_to_json``;
 - tf.Example: ``example_from_dict`` / ``example_to_dict``; REST Classify/Regress:
@@ -49,6 +50,7 @@ from serving.codec._rest import (
     BYTES_SUFFIX,
     inputs_to_rest_request,
     outputs_to_rest_response,
+    rest_request_loads,
     rest_request_to_inputs,
     rest_response_to_outputs,
 )
@@ -97,6 +99,7 @@ __all__ = [
     "json_to_array",
     "array_to_json",
     "BYTES_SUFFIX",
+    "rest_request_loads",
     "rest_request_to_inputs",
     "outputs_to_rest_response",
     "inputs_to_rest_request",

@@ -20,7 +20,7 @@ import orjson
 
 from serving import status
 
-__all__ = ["MAX_JSON_DEPTH", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
+__all__ = ["MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
 
 # orjson's fixed limit; deeper documents are rejected, never recursed into.
 MAX_JSON_DEPTH = 1024
@@ -29,6 +29,22 @@ _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 _INT64_MIN, _UINT64_MAX = -2**63, 2**64 - 1
 _DOUBLE_MAX_DIGITS = len(str(int(sys.float_info.max)))
 _FRAGMENTS = {token: orjson.Fragment(token) for token in (b"NaN", b"Infinity", b"-Infinity")}
+
+
+class JsonText:
+    """A JSON value kept as its source ``text`` until needed: ``value()`` parses it.
+
+    ``json_dumps`` (and so ``json_value_string``) writes the parsed value, so a
+    document holding one reads in messages exactly as the all-parsed document.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def value(self) -> Any:
+        return json_loads(self.text)
 
 
 def json_loads(body: bytes | bytearray | memoryview | str) -> Any:
@@ -144,6 +160,8 @@ def _array_with_non_finite(arr: np.ndarray, finite: np.ndarray) -> bytes:
 
 
 def _default(obj: Any) -> Any:
+    if isinstance(obj, JsonText):
+        return obj.value()
     if isinstance(obj, np.ndarray):
         return _prepare_array(obj)
     if isinstance(obj, (bytes, bytearray)):

@@ -10,6 +10,11 @@ TF Serving's wording.
 The common path is vectorised (``np.array`` on the nested lists); the exact
 offending value is only searched for once a check has failed. Known leniency:
 a ``true``/``false`` mixed into a list of numbers is taken as 1/0.
+
+A value may also be a ``DenseArray`` (``_json_dense``: numbers parsed straight
+to numpy, no lists). Numeric tensors take it as it is; any other tensor, and
+any check that fails, go through its parsed lists, so results and messages
+are those of the list path.
 """
 from __future__ import annotations
 
@@ -22,12 +27,14 @@ import numpy as np
 from serving import status
 from serving.codec._dtypes import DT_STRING, DType, enum_from_dtype
 from serving.codec._json import json_type_name, json_value_string
+from serving.codec._json_dense import DenseArray
 from serving.codec._limits import ElementBudget
 
 __all__ = [
     "json_to_array",
     "array_to_json",
     "dense_shape",
+    "stack_dense",
     "is_b64_object",
     "decode_b64_object",
     "status_string",
@@ -65,7 +72,19 @@ def dense_shape(value: Any) -> list[int]:
         if not value:
             break
         value = value[0]
+    if isinstance(value, DenseArray):
+        shape.extend(value.shape)
     return shape
+
+
+def stack_dense(values: list) -> Optional[DenseArray]:
+    """One ``DenseArray`` of ``values`` stacked, if all are ``DenseArray`` of one shape; else None."""
+    if not values or not all(isinstance(v, DenseArray) for v in values):
+        return None
+    shape = values[0].shape
+    if any(v.shape != shape for v in values):
+        return None
+    return DenseArray(b"[" + b",".join(v.text for v in values) + b"]", np.stack([v.array for v in values]))
 
 
 def json_to_array(value: Any, dtype: Any, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
@@ -78,6 +97,11 @@ def json_to_array(value: Any, dtype: Any, *, budget: Optional[ElementBudget] = N
     row = enum_from_dtype(dtype)
     if budget is not None:
         budget.take(dense_shape(value))
+    if isinstance(value, DenseArray):
+        array = _numbers(value.array, row)
+        if array is not None:
+            return array
+        value = value.value()
     if row.enum == DT_STRING:
         return _strings(value)
     try:
@@ -92,6 +116,17 @@ def json_to_array(value: Any, dtype: Any, *, budget: Optional[ElementBudget] = N
     if row.numpy.kind in "iu" and arr.dtype.kind not in "iu":
         # Valid ints numpy could not hold in one int type (uint64 beyond int64).
         return np.array(value, dtype=row.numpy)
+    return arr.astype(row.numpy)
+
+
+def _numbers(arr: np.ndarray, row: DType) -> Optional[np.ndarray]:
+    """``arr`` (int64 or float64 from ``DenseArray``) as a numeric tensor; None if any check fails."""
+    if row.enum == DT_STRING or row.numpy.kind == "b":
+        return None
+    try:
+        _check_kind(None, arr, row)  # the value only names an offending leaf; a failure is redone on lists
+    except status.InvalidArgument:
+        return None
     return arr.astype(row.numpy)
 
 

@@ -1,6 +1,7 @@
 """Predict over REST: request and response bodies, both sides (TF Serving's JSON).
 
-Server side: ``rest_request_to_inputs`` (row ``instances`` or columnar
+Server side: ``rest_request_loads`` (the body parsed, large numeric tensors
+straight to numpy), ``rest_request_to_inputs`` (row ``instances`` or columnar
 ``inputs``) and ``outputs_to_rest_response`` (``predictions``/``outputs``).
 Client side: ``inputs_to_rest_request`` and ``rest_response_to_outputs``.
 Wording of errors follows ``util/json_tensor.cc``.
@@ -14,17 +15,20 @@ import numpy as np
 from serving import status
 from serving.codec._dtypes import enum_from_dtype
 from serving.codec._json import json_dumps, json_loads, json_value_string
+from serving.codec._json_dense import DenseArray, json_loads_dense
 from serving.codec._json_tensor import (
     array_to_json,
     decode_b64_object,
     dense_shape,
     is_b64_object,
     json_to_array,
+    stack_dense,
     status_string,
 )
 from serving.codec._limits import ElementBudget
 
 __all__ = [
+    "rest_request_loads",
     "rest_request_to_inputs",
     "outputs_to_rest_response",
     "inputs_to_rest_request",
@@ -38,6 +42,27 @@ _INSTANCES, _INPUTS = "instances", "inputs"
 
 def _format_error(doc: Any, text: str) -> status.InvalidArgument:
     return status.InvalidArgument(f"JSON Value: {json_value_string(doc)} {text}")
+
+
+def rest_request_loads(body: bytes | bytearray | memoryview) -> Any:
+    """A Predict request body parsed for ``rest_request_to_inputs``; errors are ``json_loads``'s.
+
+    Large dense arrays of numbers where tensors go (the ``instances`` or
+    ``inputs`` value, a value of an ``inputs`` object or of an object in
+    ``instances``) come back as ``DenseArray``: parsed straight to numpy, no
+    nested lists. Everything else is what ``json_loads`` returns.
+    """
+    return json_loads_dense(body, _is_tensor_position)
+
+
+def _is_tensor_position(path: tuple) -> bool:
+    if not path or path[0] not in (_INSTANCES, _INPUTS):
+        return False
+    if len(path) == 1:
+        return True
+    if path[0] == _INPUTS:
+        return len(path) == 2 and isinstance(path[1], str)
+    return len(path) == 3 and isinstance(path[1], int) and isinstance(path[2], str)
 
 
 def rest_request_to_inputs(
@@ -79,6 +104,13 @@ def _is_named_object(value: Any) -> bool:
 def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any],
                     budget: ElementBudget) -> dict[str, np.ndarray]:
     instances = request[_INSTANCES]
+    if isinstance(instances, DenseArray):  # a plain list of numbers, never empty
+        if len(specs) > 1:
+            raise status.InvalidArgument(
+                "instances is a plain list, but expecting list of objects as multiple input "
+                "tensors required as per tensorinfo_map")
+        name, dtype = next(iter(specs.items()))
+        return {name: _batch(name, instances, dtype, budget, keyed=False)}
     if not isinstance(instances, list):
         raise _format_error(request, "Excepting 'instances' to be an list/array")
     if not instances:
@@ -116,32 +148,47 @@ def _columns_of_objects(instances: list, specs: Mapping[str, Any]) -> dict[str, 
     return columns
 
 
-def _batch(name: str, values: list, dtype: Any, budget: ElementBudget, *, keyed: bool) -> np.ndarray:
+def _batch(name: str, values: list | DenseArray, dtype: Any, budget: ElementBudget, *,
+           keyed: bool) -> np.ndarray:
     """Stack one input's per-instance values; pinpoint the element on failure."""
     budget.take(dense_shape(values))
+    if isinstance(values, list):
+        stacked = stack_dense(values)
+        whole = stacked if stacked is not None else [_parsed(v) for v in values]
+    else:
+        whole = values
     try:
-        return json_to_array(values, dtype)
-    except status.InvalidArgument as whole:
-        _raise_element_error(name, values, dtype, keyed)
-        raise whole
+        return json_to_array(whole, dtype)
+    except status.InvalidArgument as error:
+        _raise_element_error(name, _parsed(values) if isinstance(values, DenseArray) else values, dtype, keyed)
+        raise error
+
+
+def _parsed(value: Any) -> Any:
+    return value.value() if isinstance(value, DenseArray) else value
 
 
 def _raise_element_error(name: str, values: list, dtype: Any, keyed: bool) -> None:
+    """``AddInstanceItem``'s order: each element's own error, then its size, then its shape."""
     where = f" key: {name}" if keyed else ""
-    first_shape: Optional[tuple] = None
+    first: Optional[np.ndarray] = None
     for i, value in enumerate(values):
         try:
-            shape = json_to_array(value, dtype).shape
+            item = json_to_array(value, dtype)
         except status.InvalidArgument as exc:
             raise status.InvalidArgument(
                 f"Failed to process element: {i}{where} of 'instances' list. "
                 f"Error: {status_string(exc)}") from None
-        if first_shape is None:
-            first_shape = shape
-        elif shape != first_shape:
+        if first is None:
+            first = item
+        elif item.size != first.size:
             raise status.InvalidArgument(
                 f"Failed to process element: {i}{where} of 'instances' list. Error: INVALID_ARGUMENT: "
-                f"Expecting shape {_shape_string(first_shape)} but got: {_shape_string(shape)}")
+                f"Expecting tensor size: {first.size} but got: {item.size}")
+        elif item.shape != first.shape:
+            raise status.InvalidArgument(
+                f"Failed to process element: {i}{where} of 'instances' list. Error: INVALID_ARGUMENT: "
+                f"Expecting shape {_shape_string(first.shape)} but got: {_shape_string(item.shape)}")
 
 
 def _shape_string(shape: Iterable[int]) -> str:

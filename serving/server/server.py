@@ -6,6 +6,9 @@ config (waiting for the first loads, as ``ServerCore::Create`` does), the
 optional config-file poller, then the gRPC and REST front-ends over one
 ``DataPlane``. ``stop(grace)`` drains: both front-ends stop accepting at once
 and finish running requests, then models unload and the scheduler stops.
+From ``start()`` to ``stop()`` Python's heap is frozen after each model load
+(``HeapFreezer``, ``serving.server.collector``), which keeps the garbage
+collector's walks over TensorFlow's objects out of the request path.
 
 Both front-ends listen on ``--bind_address`` (default 127.0.0.1; TF Serving
 binds 0.0.0.0). With ``--ssl_config_file`` the gRPC listeners use TLS or
@@ -29,6 +32,7 @@ from serving import config as config_files
 from serving import status
 from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
+from serving.server.collector import HeapFreezer
 from serving.server.core.manager import LoaderOptions, ServableManager
 from serving.server.flags import ServerFlags, effective_grpc_max_concurrent_rpcs, effective_max_tensor_elements
 from serving.server.frontends.dataplane import DataPlane
@@ -71,6 +75,7 @@ class ModelServer:
         self.grpc: Optional[GrpcFrontend] = None
         self.rest: Optional[RestFrontend] = None
         self._manager: Optional[ServableManager] = None
+        self._heap = HeapFreezer()
         self._scheduler: Optional[BatchScheduler] = None
         self._poll_stop = threading.Event()
         self._poller: Optional[threading.Thread] = None
@@ -82,6 +87,7 @@ class ModelServer:
         monitoring_path = self._monitoring_path()
         grpc_credentials, grpc_security = self._grpc_credentials()
         self.metrics = ServerMetrics(CollectorRegistry())
+        self._heap.start()
         self._manager = self._build_manager()
         self._manager.start()
         self._manager.reload_config(model_config)
@@ -114,6 +120,7 @@ class ModelServer:
             self._manager.stop(drain_timeout=grace)
         if self._scheduler is not None:
             self._scheduler.stop()
+        self._heap.stop()
 
     # -- construction --------------------------------------------------
     def _model_config(self) -> ModelServerConfig:
@@ -169,7 +176,7 @@ class ModelServer:
             file_system_poll_wait_seconds=float(flags.file_system_poll_wait_seconds),
             allow_version_labels=True,
             allow_version_labels_for_unavailable_models=flags.allow_version_labels_for_unavailable_models,
-            metrics=self.metrics)
+            metrics=self.metrics, heap=self._heap)
 
     def _batching_wrapper(self) -> Optional[BatchingRunWrapper]:
         if not self.flags.enable_batching:

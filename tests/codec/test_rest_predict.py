@@ -82,7 +82,14 @@ TWO = {"a": np.float32, "b": object}
     ([1, 2], I32, "Is not object"),
     ({"inputs": [1]}, {}, "Failed to get input map for signature: DEFAULT"),
     ({"instances": [[1, 2], [3]]}, I32,
-     "Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: Expecting shape [2] but got: [1]"),
+     "Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: Expecting tensor size: 2 but got: 1"),
+    ({"instances": [[[1, 2]], [[1], [2]]]}, I32,
+     "Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: Expecting shape [1,2] but got: [2,1]"),
+    ({"instances": [[1, 2], [[3]], ["x"]]}, I32,  # the size check comes before the shape check
+     "Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: Expecting tensor size: 2 but got: 1"),
+    ({"instances": [{"a": [1, 2], "b": "x"}, {"a": [3], "b": "y"}]}, TWO,
+     "Failed to process element: 1 key: a of 'instances' list. Error: INVALID_ARGUMENT: "
+     "Expecting tensor size: 2 but got: 1"),
     ({"inputs": [[1, 2], [3]]}, I32, "Encountered list at unexpected size: 1 at level: 1 expected size: 2"),
     ({"inputs": [[1, 2], 3]}, I32, "found at incorrect level"),
     ({"inputs": [1, [2]]}, I32, "Encountered list at unexpected level: 1 expected < 1"),

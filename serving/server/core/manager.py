@@ -19,6 +19,9 @@ Mirrors TF Serving's ``AspiredVersionsManager`` + ``BasicManager`` +
   holds a servable it is not closed: an unload waits for its holders.
 * ``model_status`` reports every version the manager has seen since
   ``start()``, END ones included, newest first, as ``GetModelStatus`` does.
+* ``heap`` (optional, ``VersionEvents``) hears of each version loaded (after
+  warmup, before it serves) and each unloaded; the server freezes Python's
+  heap there (``serving.server.collector``).
 
 Thread-safety: every public method may be called from any thread.
 """
@@ -28,7 +31,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from serving import status
 from serving.server.core.harness import VersionHarness
@@ -42,11 +45,21 @@ from serving.server.core.state_monitor import ServableStateMonitor
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 from serving.server.tensorflow.servable import Servable
 
-__all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"]
+__all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionEvents", "VersionStatus", "ManagerState"]
 
 log = logging.getLogger(__name__)
 
 _MANAGE_STATE_INTERVAL_S = 0.1  # TF Serving's manage_state_interval_micros default
+
+
+class VersionEvents(Protocol):
+    """What the manager tells about loads and unloads (called on worker threads)."""
+
+    def version_loaded(self) -> None:
+        """A version is loaded and warmed up; it serves right after this returns."""
+
+    def version_unloaded(self) -> None:
+        """A version was closed."""
 
 
 class ServableHandle:
@@ -76,9 +89,10 @@ class ServableManager:
     def __init__(self, *, loader_options: Optional[LoaderOptions] = None,
                  file_system_poll_wait_seconds: float = 1.0, allow_version_labels: bool = True,
                  allow_version_labels_for_unavailable_models: bool = False,
-                 metrics: Optional[Any] = None) -> None:
+                 metrics: Optional[Any] = None, heap: Optional[VersionEvents] = None) -> None:
         self._options = loader_options or LoaderOptions()
         self._loader = SavedModelLoader(self._options, metrics)
+        self._heap = heap
         self._allow_labels = allow_version_labels
         self._allow_unavailable_labels = allow_version_labels_for_unavailable_models
         self._cond = threading.Condition(threading.Lock())
@@ -353,6 +367,8 @@ class ServableManager:
                 self._set_state(harness, HarnessState.DISABLED, ManagerState.END,
                                 status.Cancelled("Loading of servable cancelled"))
             return
+        if self._heap is not None:
+            self._heap.version_loaded()
         with self._cond:
             harness.servable = servable
             self._set_state(harness, HarnessState.READY, ManagerState.AVAILABLE)
@@ -365,6 +381,8 @@ class ServableManager:
             servable, harness.servable = harness.servable, None
         log.info("Unloading servable version %s", harness.id)
         servable.close()
+        if self._heap is not None:
+            self._heap.version_unloaded()
         with self._cond:
             self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
         log.info("Done unloading servable version %s", harness.id)

@@ -129,11 +129,11 @@ def parse_route(http_method: str, path: str) -> RestRoute:
         subresource=(tail or "").lower() if http_method == "GET" else "")
 
 
-def _json_object(body: bytes) -> dict:
+def _json_object(body: bytes, loads: Callable[[bytes], Any] = codec.json_loads) -> dict:
     """The request document, which TF Serving requires to be a JSON object."""
     if not body:
         raise status.InvalidArgument("JSON Parse error: The document is empty")
-    document = codec.json_loads(body)
+    document = loads(body)
     if not isinstance(document, dict):
         # Cut the text, not its UTF-8 bytes: a cut inside a character is not text.
         echoed = codec.json_dumps(document)[:4 * _ECHOED_CHARS].decode("utf-8", errors="ignore")[:_ECHOED_CHARS]
@@ -203,7 +203,7 @@ class RestFrontend:
 
     # -- handlers: decode -> one data-plane call -> encode (run on the pool) --
     def _predict(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
-        document = _json_object(body)
+        document = _json_object(body, codec.rest_request_loads)
         spec = route.spec(document.get("signature_name", ""))
         signature = self._dp.signature(spec)
         inputs, row_format = codec.rest_request_to_inputs(

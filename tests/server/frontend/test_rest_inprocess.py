@@ -5,6 +5,7 @@ from typing import Iterator
 
 import grpc
 import httpx
+import numpy as np
 import pytest
 from google.protobuf import json_format
 from tensorflow_serving.apis import (
@@ -14,6 +15,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from serving import codec
 from tests.server.frontend.conftest import MONITORING_PATH
 
 EXAMPLES = [{"x": [1.0, 2.0, 3.0]}, {"x": [0.0, 0.0, 1.0]}]
@@ -38,6 +40,27 @@ def test_predict_row_and_columnar_formats(http):
     assert columns.json() == {"outputs": {"y": [[2.0, 4.0, 6.0]], "total": [12.0]}}
     strings = http.post("/v1/models/tiny:predict", json={"signature_name": "strings", "instances": ["ab", "xyz"]})
     assert strings.json() == {"predictions": [2, 3]}
+
+
+def test_large_tensors_answer_alike_in_row_and_columnar_bodies(http):
+    x = np.random.default_rng(0).standard_normal((300, 3)).astype(np.float32)  # ~10 kB: parsed without lists
+    for body in (codec.inputs_to_rest_request(x), codec.inputs_to_rest_request({"x": x}),
+                 codec.inputs_to_rest_request(x, row_format=False)):
+        answer = http.post("/v1/models/tiny:predict", content=body)
+        assert answer.status_code == 200, answer.text
+        outputs = codec.rest_response_to_outputs(answer.content, output_dtypes={"y": np.float32,
+                                                                               "total": np.float32})
+        np.testing.assert_array_equal(outputs["y"], 2 * x)
+
+
+def test_a_row_of_another_size_is_tf_servings_size_error_before_any_shape_error(http):
+    rows = [[1.0, 2.0, 3.0]] * 300 + [[1.0, 2.0], [[1.0, 2.0, 3.0]]]
+    assert error_of(http.post("/v1/models/tiny:predict", json={"instances": rows}), 400) == (
+        "Failed to process element: 300 of 'instances' list. Error: INVALID_ARGUMENT: "
+        "Expecting tensor size: 3 but got: 2")
+    assert error_of(http.post("/v1/models/tiny:predict", json={"instances": [[1.0, 2.0, 3.0], [[1.0], [2.0], [3.0]]]}),
+                    400) == ("Failed to process element: 1 of 'instances' list. Error: INVALID_ARGUMENT: "
+                             "Expecting shape [3] but got: [3,1]")
 
 
 def test_classify_and_regress_answer_results(http):
