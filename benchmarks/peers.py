@@ -258,36 +258,48 @@ def rest_load(url: str, model: str, body: bytes) -> Load:
     return load
 
 
+class _Window:
+    """A closed loop's timed window: latencies of calls that end inside it, and every error."""
+
+    def __init__(self, warmup: float, duration: float) -> None:
+        begin = time.perf_counter()
+        self.start, self.end = begin + warmup, begin + warmup + duration
+        self.latencies: list[float] = []
+        self.errors = 0
+        self._lock = threading.Lock()
+
+    def record(self, began: float, ok: bool) -> bool:
+        """Count one call that began at ``began``; whether its caller should stop (the window is over)."""
+        now = time.perf_counter()
+        with self._lock:
+            if not ok:
+                self.errors += 1
+            elif self.start <= now <= self.end:
+                self.latencies.append(now - began)
+        return now >= self.end
+
+
 async def _rest_loop(path: str, body: bytes, concurrency: int, warmup: float,
                      duration: float) -> tuple[list[float], int]:
-    latencies: list[float] = []
-    errors = 0
     headers = {"Content-Type": "application/json"}
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency), timeout=timeout) as session:
-        begin = time.perf_counter()
-        window = (begin + warmup, begin + warmup + duration)
+        window = _Window(warmup, duration)
 
         async def worker() -> None:
-            nonlocal errors
-            while True:
-                start = time.perf_counter()
+            done = False
+            while not done:
+                began = time.perf_counter()
                 try:
                     async with session.post(path, data=body, headers=headers) as response:
                         await response.read()
                         ok = response.status == 200
                 except (aiohttp.ClientError, asyncio.TimeoutError):
                     ok = False
-                end = time.perf_counter()
-                if not ok:
-                    errors += 1
-                elif window[0] <= end <= window[1]:
-                    latencies.append(end - start)
-                if end >= window[1]:
-                    return
+                done = window.record(began, ok)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, errors
+    return window.latencies, window.errors
 
 
 def grpc_load(target: str, payload: bytes) -> Load:
@@ -304,35 +316,25 @@ def sdk_load(client: Any, model: str, inputs: Mapping[str, np.ndarray]) -> Load:
 
 def _threads_loop(call: Callable[[], object], concurrency: int, warmup: float,
                   duration: float) -> tuple[list[float], int]:
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    begin = time.perf_counter()
-    window = (begin + warmup, begin + warmup + duration)
+    window = _Window(warmup, duration)
 
     def loop() -> None:
-        while True:
-            start = time.perf_counter()
+        done = False
+        while not done:
+            began = time.perf_counter()
             try:
                 call()
                 ok = True
             except Exception:  # noqa: BLE001 - any failed call counts as an error, the loop goes on
                 ok = False
-            end = time.perf_counter()
-            with lock:
-                if not ok:
-                    errors[0] += 1
-                elif window[0] <= end <= window[1]:
-                    latencies.append(end - start)
-            if end >= window[1]:
-                return
+            done = window.record(began, ok)
 
     threads = [threading.Thread(target=loop, daemon=True) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return latencies, errors[0]
+    return window.latencies, window.errors
 
 
 # ---------------------------------------------------------------------------- server-side figures
@@ -747,7 +749,8 @@ def render(m: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="digits,resnet50", help="comma-separated models to serve (from --model-repo)")
+    parser.add_argument("--models", default="digits,resnet50",
+                        help="comma-separated models to serve (from --model-repo)")
     parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
                         help="model repository; models without a version are exported there first "
                              "(default: <checkout>/models)")
