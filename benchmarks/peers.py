@@ -176,7 +176,8 @@ def ensure_venv(spec: PeerSpec, root: Path = VENV_ROOT) -> Path:
              [str(venv / "bin" / "python"), "-m", "pip", "install", *BASE_REQUIREMENTS, *spec.requirements]]
     with open(log, "wb") as out:
         for step in steps:
-            if subprocess.run(step, check=False, stdout=out, stderr=subprocess.STDOUT, env=_clean_env()).returncode != 0:
+            done = subprocess.run(step, check=False, stdout=out, stderr=subprocess.STDOUT, env=_clean_env())
+            if done.returncode != 0:
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-5:])
                 raise PeerUnavailable(f"`{' '.join(step[-3:])}` failed (log {log}):\n{tail}")
     stamp.write_text(spec.pinned())
@@ -543,7 +544,8 @@ def _time_peer(bench: Bench, model: str, version_dir: Path, body: bytes, name: s
             differs = answers_agree(reference, answer, tolerance.get("atol", 1e-5), tolerance.get("rtol", 1e-4))
             if differs:
                 raise RuntimeError(f"answer differs from the embedded server's: {differs}")
-        _time_points(bench, model, name, peer.pid if own_tree else None, {"rest": rest_load(peer.rest_url, model, body)})
+        loads = {"rest": rest_load(peer.rest_url, model, body)}
+        _time_points(bench, model, name, peer.pid if own_tree else None, loads)
     except (RuntimeError, TimeoutError) as error:
         raise RuntimeError(f"{error}\n--- log tail ---\n{peer.log_tail()}") from None
     finally:
@@ -735,7 +737,8 @@ def render(m: dict) -> str:
     lines.append("")
     for t in targets:
         sign = ">=" if t.higher_is_better else "<="
-        lines.append(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} (target {sign} {t.limit}{t.unit})")
+        lines.append(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} "
+                     f"(target {sign} {t.limit}{t.unit})")
     for t in stretch:
         lines.append(f"{'MET ' if t.passed else 'NOT MET'}  stretch: {t.name}: {t.ratio:.2f} (target >= {t.limit})")
     for name in unmeasured:
@@ -764,7 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="BatchingParameters of the batching server (default: serving/batching.cpu.config)")
     parser.add_argument("--quick", action="store_true", help="one short round (the smoke test's setting)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the measurements as JSON")
-    parser.add_argument("--render", type=Path, metavar="JSON", help="print the report of a recorded run, measure nothing")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="print the report of a recorded run (--json's file), measure nothing")
     return parser
 
 
