@@ -437,7 +437,7 @@ class Bench:
     models: Sequence[str]
     peers: Sequence[str]
     batching_file: Path
-    warmup: float
+    warmups: Mapping[str, float]
     durations: Mapping[str, float]
     workdir: Path
     measurements: dict = field(default_factory=dict)
@@ -504,7 +504,7 @@ def _time_embedded(bench: Bench, model: str, version_dir: Path, inputs: Mapping[
             high = HIGH_CONCURRENCY.get(model, 32)
             with GrpcClient(server.grpc_target) as grpc_client, RestClient(server.rest_url) as rest_client:
                 for name, client in (("sdk-grpc", grpc_client), ("sdk-rest", rest_client)):
-                    point = measure_point(server.pid, sdk_load(client, model, inputs), high, bench.warmup,
+                    point = measure_point(server.pid, sdk_load(client, model, inputs), high, bench.warmups[model],
                                           bench.durations[model])
                     bench.record(model, label, f"point:{name} c={high}", point)
     except (RuntimeError, TimeoutError) as error:
@@ -557,7 +557,7 @@ def _time_points(bench: Bench, model: str, label: str, pid: Optional[int], loads
     high = HIGH_CONCURRENCY.get(model, 32)
     points = [(protocol, load, concurrency) for protocol, load in loads.items() for concurrency in (1, high)]
     for index, (protocol, load, concurrency) in enumerate(points):
-        point = measure_point(pid, load, concurrency, bench.warmup, bench.durations[model])
+        point = measure_point(pid, load, concurrency, bench.warmups[model], bench.durations[model])
         bench.record(model, label, f"point:{protocol} c={concurrency}", point)
         logger.info("%s %s %s c=%d: %.1f req/s, p50 %s ms, %s CPU-ms/req, %d errors", model, label, protocol,
                     concurrency, point["rps"], _fmt(point["p50_ms"]), _fmt(point["cpu_ms"], 2), point["errors"])
@@ -762,10 +762,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (every server restarted each)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds timed per point")
     parser.add_argument("--resnet50-duration", type=float, default=8.0, help="seconds timed per point, resnet50")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each timed window")
+    parser.add_argument("--warmup", type=float, default=1.0,
+                        help="seconds of load before each timed window (resnet50: at least half its duration, "
+                             "as one of its requests takes seconds under load)")
     parser.add_argument("--batching-config", type=Path, default=REPO_ROOT / "serving" / "batching.cpu.config",
                         help="BatchingParameters of the batching server (default: serving/batching.cpu.config)")
-    parser.add_argument("--quick", action="store_true", help="one short round (the smoke test's setting)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one short round: checks that everything runs, measures nothing reliable")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the measurements as JSON")
     parser.add_argument("--render", type=Path, metavar="JSON",
                         help="print the report of a recorded run (--json's file), measure nothing")
@@ -806,7 +809,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "resnet50_duration_s": args.resnet50_duration, "warmup_s": args.warmup,
         "batching_file": str(args.batching_config), "batch_timeout_micros": timeout_us}}
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
-        bench = Bench(repo, models, peers, args.batching_config, args.warmup,
+        warmups = {m: max(args.warmup, args.resnet50_duration / 2) if m in LARGE_MODELS else args.warmup
+                   for m in models}
+        bench = Bench(repo, models, peers, args.batching_config, warmups,
                       {m: args.resnet50_duration if m in LARGE_MODELS else args.duration for m in models},
                       Path(tmp), measurements)
         for round_index in range(args.rounds):
