@@ -691,6 +691,9 @@ def _server_rows(m: dict, model: str) -> list[str]:
         lines.append(f"{server:<18}{''.join(rates)}{_fmt(_median(entry.get('cold_start_s', []))):>14}"
                      f"{_fmt(_median(entry.get('rss_mb', [])), 0):>9}")
         lines.append(f"{'  CPU/request':<18}{''.join(cpus)}")
+        errors = {key: sum(p.get("errors", 0) for p in entry.get("points", {}).get(key, [])) for key in keys}
+        if any(errors.values()):
+            lines.append(f"{'  failed requests':<18}" + "".join(f"{n or '':>22}" for n in errors.values()))
     return lines
 
 

@@ -99,6 +99,15 @@ def test_served_over_in_process_and_the_spread_are_printed():
     assert "SKIPPED tfserving/digits: tensorflow/serving:2.17.1 needs Docker" in report
 
 
+def test_failed_requests_are_shown_under_their_point():
+    failing = _recorded()
+    failing["servers"]["digits"]["embedded+batching"]["points"]["grpc c=32"][1]["errors"] = 35
+    lines = render(failing).splitlines()
+    row = lines.index(next(line for line in lines if line.startswith("embedded+batching")))
+    assert lines[row + 2].startswith("  failed requests") and lines[row + 2].split() == ["failed", "requests", "35"]
+    assert not any(line.startswith("  failed requests") for line in render(_recorded()).splitlines())
+
+
 def test_resnet50_rest_target_is_against_the_labelled_constant():
     target = _target(_recorded(), "resnet50 REST c=1 / today's")
     assert f"{TODAY_RESNET50_REST_C1} req/s" in target.name
