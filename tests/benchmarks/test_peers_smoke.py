@@ -12,11 +12,16 @@ clean clone. So this test:
   by ``python -m benchmarks.peers``), and skips each otherwise, saying how to build it.
 
 The embedded server (the real one, through ``serving.server.launcher``) answers the same body
-first; each peer's outputs must equal its outputs within the model's manifest tolerance.
+first; each peer's outputs must equal its outputs within the model's manifest tolerance. One
+short ``--quick`` run of the whole benchmark (digits, that one peer) checks its wiring.
 Timed targets are the benchmark's business, not this test's: nothing here is timed.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +36,7 @@ from benchmarks.peers import (
 )
 from exporter.manifest import load_manifest
 from serving import codec
-from serving.server.launcher import ServerProcess
+from serving.server.launcher import REPO_ROOT, ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +78,29 @@ def test_peer_answers_one_predict_like_the_embedded_server(name: str, digits, tm
     tolerance = load_manifest(version_dir).tolerance
     assert answers_agree(reference, answer, tolerance["atol"], tolerance["rtol"]) is None
     assert codec.rest_response_to_outputs(answer)  # a real output, not an empty list
+
+
+def test_a_quick_run_measures_every_figure_the_report_needs(model_repo: Path, tmp_path: Path):
+    """The whole benchmark, once, short (``--quick``), on digits with the one peer built above: the
+    measurements it records are the ones ``render`` reads. Its exit status is the targets', which a
+    short run on a shared machine may miss either way: only 0 or 1 is asserted."""
+    ensure_venv(PEERS[BUILT_HERE])
+    out = tmp_path / "peers.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--quick", "--models", "digits",
+                           "--peers", BUILT_HERE, "--model-repo", str(model_repo), "--json", str(out)],
+                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    measured = json.loads(out.read_text())
+    servers = measured["servers"]["digits"]
+    assert set(servers) == {"embedded", "embedded+batching", BUILT_HERE}, measured.get("skipped")
+    assert {"rest c=1", "rest c=32", "grpc c=1", "grpc c=32", "sdk-grpc c=32", "sdk-rest c=32"} \
+        == set(servers["embedded"]["points"])
+    assert set(servers[BUILT_HERE]["points"]) == {"rest c=1", "rest c=32"}
+    for entry in servers.values():
+        assert entry["cold_start_s"][0] > 0 and entry["rss_mb"][0] > 100
+        for (point,) in entry["points"].values():
+            assert point["requests"] > 0 and point["cpu_ms"] > 0, point
+    assert set(measured["in_process"]["digits"]) == {"b1 t1", f"b1 t{measured['machine']['cores']}",
+                                                    "b8 t1", f"b8 t{measured['machine']['cores']}"}
+    assert f"embedded / peer, rest c=1 (req/s): {BUILT_HERE}" in done.stdout
