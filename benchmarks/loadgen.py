@@ -1,11 +1,13 @@
 """Is the load generator the bottleneck? Measured side by side in one run; prints ratios.
 
-1. The locust gRPC user (``loadtest/locustfiles/steady.py``, ``GrpcUser``) and
-   2. the sweep's thread generator each fire at a trivial gRPC servicer that
-   answers every Predict with one canned PredictResponse (a separate process,
-   pinned to another core, that never decodes the request), so the server is
-   not the limit. Reported: requests/s, the generator's CPU use, and
-   requests per CPU-second of the generator = its maximum rate per core.
+1. The locust gRPC user (``loadtest/locustfiles/steady.py``, ``GrpcUser``), beside
+   the locust REST user (``RestUser``, FastHttpUser) and
+   2. the sweep's thread generator each fire at a trivial servicer that
+   answers every Predict with one canned response (a separate process,
+   pinned to another core, that never decodes the request: gRPC, or an aiohttp
+   REST endpoint for the REST user), so the server is not the limit. Reported:
+   requests/s, the generator's CPU use, and requests per CPU-second of the
+   generator = its maximum rate per core.
 3. The sweep's throughput against the embedded server (a real model) compared
    with an independent measurement at the same concurrency: a plain threaded
    loop over the official ``tensorflow_serving`` stubs (``PredictionServiceStub``
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -35,6 +38,7 @@ from typing import Optional, Sequence
 import grpc
 import numpy as np
 import psutil
+from aiohttp import web
 
 from exporter.export import ensure_model
 from loadtest.generator import grpc_transport
@@ -44,7 +48,8 @@ from serving.codec import ndarray_to_tensor_proto
 from serving.server.launcher import REPO_ROOT, ServerProcess, free_port, wait_for_port
 from serving.wire import apis
 
-__all__ = ["main", "build_parser", "serve_canned", "independent_predict_rate", "CannedServer"]
+__all__ = ["main", "build_parser", "serve_canned", "serve_canned_rest", "independent_predict_rate", "CannedServer",
+           "locust_rate"]
 
 
 # ---------------------------------------------------------------- the canned servicer
@@ -66,15 +71,36 @@ def serve_canned(port: int, threads: int = 16) -> None:
     server.stop(1)
 
 
-class CannedServer:
-    """The canned servicer in its own process, pinned to ``cpus``."""
+def serve_canned_rest(port: int) -> None:
+    """Answer every REST ``POST`` with one canned Predict body (aiohttp, never reads the JSON) until SIGTERM."""
+    canned = json.dumps({"predictions": [[0.1] * 10]}).encode()
 
-    def __init__(self, cpus: set[int]) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=canned, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", answer)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=False)
+
+
+class CannedServer:
+    """The canned servicer in its own process, pinned to ``cpus``: gRPC, or REST with ``rest=True``."""
+
+    def __init__(self, cpus: set[int], rest: bool = False) -> None:
         self.port = free_port()
         self.cpus = cpus
+        self.command = "serve-canned-rest" if rest else "serve-canned"
+
+    @property
+    def address(self) -> str:
+        """What a locust ``--host`` names: ``HOST:PORT`` (gRPC) or ``http://HOST:PORT`` (REST)."""
+        where = f"127.0.0.1:{self.port}"
+        return f"http://{where}" if self.command == "serve-canned-rest" else where
 
     def __enter__(self) -> "CannedServer":
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", "serve-canned", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", self.command, str(self.port)],
                                      cwd=REPO_ROOT, preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
         wait_for_port(self.port, 30.0, alive=lambda: self.proc.poll() is None)
         return self
@@ -86,13 +112,15 @@ class CannedServer:
 
 # ---------------------------------------------------------------- 1. locust gRPC user
 
-def locust_rate(target: str, model_repo: Path, model: str, users: int, duration: int, cpu: int) -> dict:
-    """Run the steady scenario's GrpcUser pinned to ``cpu``; requests/s and CPU over the middle of the run."""
+def locust_rate(target: str, model_repo: Path, model: str, users: int, duration: int, cpu: int,
+                user_class: str = "GrpcUser") -> dict:
+    """Run the steady scenario's ``user_class`` (GrpcUser or RestUser) pinned to ``cpu``; requests/s and
+    CPU over the middle of the run."""
     out = Path(tempfile.mkdtemp(prefix="loadgen-locust-"))
     cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest/locustfiles/steady.py"), "--headless",
            "--host", target, "-u", str(users), "-r", str(users), "--run-time", f"{duration}s", "--stop-timeout", "2",
            "--csv", str(out / "run"), "--csv-full-history", "--model", model, "--model-repo", str(model_repo),
-           "--exit-code-on-error", "0", "GrpcUser"]
+           "--exit-code-on-error", "0", user_class]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
@@ -211,6 +239,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] == ["serve-canned"]:
         serve_canned(int(argv[1]))
         return 0
+    if argv[:1] == ["serve-canned-rest"]:
+        serve_canned_rest(int(argv[1]))
+        return 0
     args = build_parser().parse_args(argv)
     args.model_repo = args.model_repo.resolve()
     ensure_model(args.model, out=args.model_repo)
@@ -224,6 +255,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         loc = locust_rate(target, args.model_repo, args.model, args.users, args.duration + 6, gen_cpu)
         print(f"1. locust GrpcUser x{args.users} -> canned servicer: {loc['rps']:8.1f} req/s at "
               f"{100 * loc['cpu']:5.1f}% of one core = {loc['per_core']:8.1f} req/s per core")
+        with CannedServer(srv_cpus, rest=True) as canned_rest:
+            rest = locust_rate(canned_rest.address, args.model_repo, args.model, args.users, args.duration + 6,
+                               gen_cpu, user_class="RestUser")
+        print(f"   locust RestUser x{args.users} -> canned REST servicer: {rest['rps']:8.1f} req/s at "
+              f"{100 * rest['cpu']:5.1f}% of one core = {rest['per_core']:8.1f} req/s per core "
+              f"({rest['per_core'] / max(loc['per_core'], 1e-9):.2f}x the gRPC user's)")
         os.sched_setaffinity(0, {gen_cpu})
         try:
             gen = sweep_rate(target, payload, args.users, args.duration)
