@@ -18,6 +18,7 @@ import pytest
 import benchmarks.codec
 import benchmarks.loadgen
 import benchmarks.peers
+import benchmarks.rest_decode
 import benchmarks.server
 import deploy.k8s.__main__
 import exporter.__main__
@@ -51,6 +52,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,
     "python -m deploy.k8s": deploy.k8s.__main__.build_parser,
     "python -m benchmarks.peers": benchmarks.peers.build_parser,
+    "python -m benchmarks.rest_decode": benchmarks.rest_decode.build_parser,
     "python examples/train_and_export.py": _example_parser,
 }
 # The spellings issue 11 replaced, for the same concepts.
