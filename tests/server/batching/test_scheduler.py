@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -408,3 +408,58 @@ def test_one_pool_of_num_batch_threads_named_after_the_pool_serves_all_queues():
         names = sorted(t.name for t in threading.enumerate() if t.name.startswith("shared_pool_"))
     assert names == ["shared_pool_0", "shared_pool_1", "shared_pool_2"]
     assert not [t for t in threading.enumerate() if t.name.startswith("shared_pool_")]  # stop() joined them
+
+
+class ThreadRecordingModel(Model):
+    """``Model`` that also records the thread each batch ran on; with ``gated`` only the first batch
+    waits for ``release``."""
+
+    def __init__(self, gated: bool = False) -> None:
+        super().__init__(gated)
+        self.threads: list[str] = []
+
+    def __call__(self, inputs):
+        self.threads.append(threading.current_thread().name)
+        if len(self.threads) > 1:
+            x = inputs["x"]
+            return {"y": 10 * x + 1, "total": x.reshape(len(x), -1).sum(axis=1)}
+        return super().__call__(inputs)
+
+
+def test_a_waiting_caller_alone_in_flight_runs_its_batch_on_its_own_thread_without_the_timeout():
+    model = ThreadRecordingModel()
+    with BatchScheduler(options(max_batch_size=8, batch_timeout_micros=3_600_000_000)) as scheduler:
+        queue = scheduler.queue(model, "m")
+        future = queue.submit(rows(4), caller_waits=True)
+        assert future.done()  # ran inside submit: no batch thread, no one-hour wait
+        assert future.result(0)["total"][0] == 8
+    assert model.threads == [threading.current_thread().name]
+
+
+def test_a_caller_run_batch_holds_a_batch_slot_so_no_more_than_num_batch_threads_batches_run():
+    model = ThreadRecordingModel(gated=True)
+    with BatchScheduler(options(max_batch_size=8)) as scheduler, ThreadPoolExecutor(1) as pool:
+        queue = scheduler.queue(model, "m")
+        held = pool.submit(lambda: queue.submit(rows(1), caller_waits=True).result(WAIT))
+        assert model.entered.wait(WAIT)  # the caller's thread runs the batch and holds the only slot
+        later = queue.submit(rows(2), caller_waits=True)  # ready (timeout 0), but no slot is free
+        assert not later.done() and len(model.batches) == 1
+        model.release.set()
+        assert held.result(WAIT)["total"][0] == 2 and later.result(WAIT)["total"][0] == 4
+    assert model.threads[0] != model.threads[1] == "model_server_batch_threads_0"
+
+
+def test_a_waiting_caller_arriving_while_a_batch_runs_waits_for_the_timeout_or_a_full_batch():
+    model = ThreadRecordingModel(gated=True)
+    with BatchScheduler(options(max_batch_size=2, batch_timeout_micros=3_600_000_000, num_batch_threads=2)) \
+            as scheduler, ThreadPoolExecutor(1) as pool:
+        queue = scheduler.queue(model, "m")
+        held = pool.submit(lambda: queue.submit(rows(1), caller_waits=True).result(WAIT))
+        assert model.entered.wait(WAIT)
+        second = queue.submit(rows(2), caller_waits=True)  # a slot is free, but its batch may still grow
+        assert not second.done() and len(model.batches) == 1
+        third = queue.submit(rows(3), caller_waits=True)  # full: runs now, on this thread (a free slot)
+        assert second.result(0)["total"][0] == 4 and third.result(0)["total"][0] == 6
+        assert model.threads[1] == threading.current_thread().name
+        model.release.set()
+        assert held.result(WAIT)["total"][0] == 2
