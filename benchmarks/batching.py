@@ -137,14 +137,16 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def _servers(repo: Path, model: str, workdir: Path,
-             batching: Mapping[str, int]) -> Iterator[dict[str, ServerProcess]]:
-    """Two servers of ``model``, without and with ``batching``, up at the same time."""
+def _servers(repo: Path, model: str, workdir: Path, batching: Mapping[str, int],
+             server_flags: Sequence[str] = ()) -> Iterator[dict[str, ServerProcess]]:
+    """Two servers of ``model``, without and with ``batching``, up at the same time (both with
+    ``server_flags``)."""
     with contextlib.ExitStack() as stack:
         servers = {}
         for label, parameters in (("off", None), ("on", batching)):
             servers[label] = stack.enter_context(ServerProcess.for_models(
-                {model: repo / model}, workdir=workdir / f"{model}-{label}", batching=parameters, timeout=900))
+                {model: repo / model}, workdir=workdir / f"{model}-{label}", batching=parameters, extra_flags=server_flags,
+                timeout=900))
         yield servers
 
 
@@ -165,10 +167,12 @@ def _payloads(repo: Path, model: str) -> tuple[bytes, bytes]:
 
 
 def measure(repo: Path, cases: Sequence[Case] = DEFAULT_CASES, rounds: int = 5, warmup: float = 1.0,
-            workdir: Path | None = None, batching: Mapping[str, int] | None = None) -> list[Side]:
+            workdir: Path | None = None, batching: Mapping[str, int] | None = None,
+            server_flags: Sequence[str] = ()) -> list[Side]:
     """Every case on both servers, in ``rounds`` interleaved rounds; two ``Side``s per case (off, on).
 
-    ``batching`` is the on side's ``BatchingParameters`` (default ``batching_parameters(cores)``).
+    ``batching`` is the on side's ``BatchingParameters`` (default ``batching_parameters(cores)``);
+    ``server_flags`` go to both servers.
     Servers are started per model (both sides at once) and stopped before the next model.
     """
     batching = batching or batching_parameters(len(os.sched_getaffinity(0)))
@@ -179,7 +183,7 @@ def measure(repo: Path, cases: Sequence[Case] = DEFAULT_CASES, rounds: int = 5, 
         for model in dict.fromkeys(case.model for case in cases):
             model_cases = [case for case in cases if case.model == model]
             payloads = _payloads(repo, model)
-            with _servers(repo, model, workdir, batching) as servers:
+            with _servers(repo, model, workdir, batching, server_flags) as servers:
                 pairs = {case: {label: Side(case, label) for label in servers} for case in model_cases}
                 for index in range(rounds):
                     for case in model_cases:
@@ -277,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", default="digits,resnet50", help="comma-separated: digits, resnet50")
     parser.add_argument("--batch-timeout-micros", type=int, default=BATCHING["batch_timeout_micros"],
                         help="batch_timeout_micros of the batching side (the c=1 target allows it + 0.5 ms)")
+    parser.add_argument("--server-flag", action="append", default=[], metavar="FLAG",
+                        help="a TF Serving flag for both servers, e.g. --server-flag=--tensorflow_intra_op_parallelism=1 "
+                             "(repeatable)")
     return parser
 
 
@@ -290,10 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
              for c in DEFAULT_CASES if c.model in models]
     load_before = os.getloadavg()[0]
     batching = batching_parameters(len(os.sched_getaffinity(0)), args.batch_timeout_micros)
-    sides = measure(args.model_repo.resolve(), cases, rounds=args.rounds, warmup=args.warmup, batching=batching)
+    sides = measure(args.model_repo.resolve(), cases, rounds=args.rounds, warmup=args.warmup, batching=batching,
+                    server_flags=args.server_flag)
     targets = evaluate(sides, args.batch_timeout_micros)
     print_report(sides, targets, [
-        f"NOTE  batching: {batching}",
+        f"NOTE  batching: {batching}; flags of both servers: {args.server_flag or 'defaults'}",
         (f"NOTE  {len(os.sched_getaffinity(0))} cores; 1-min load average {load_before:.1f} at the start, "
          f"{os.getloadavg()[0]:.1f} at the end (ratios are measured side by side, in interleaved rounds)")])
     missed = [t.name for t in targets if not t.passed]
