@@ -120,12 +120,8 @@ def _batch_fn(run: RunFn, signature_name: str, output_keys: Tuple[str, ...]) -> 
 
 def _result(queue: TaskQueue, future: "concurrent.futures.Future[Tensors]") -> Tensors:
     """The batch's answer for this task, within the request's deadline."""
-    timeout = remaining_seconds()
-    if timeout is not None and timeout <= 0:
-        future.cancel()
-        raise status.DeadlineExceeded("Deadline Exceeded")
     try:
-        return queue.result(future, timeout)
+        return queue.result(future, remaining_seconds())  # a deadline already passed: TimeoutError at once
     except concurrent.futures.TimeoutError:
         future.cancel()
         raise status.DeadlineExceeded("Deadline Exceeded") from None

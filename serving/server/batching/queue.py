@@ -132,10 +132,11 @@ class BatchQueue:
         scheduler is not running. A future cancelled before its batch starts
         is left out of the batch.
 
-        ``caller_waits=True`` promises that the calling thread waits on the
-        future next: the caller counts as in flight until the future is done,
-        and a ready batch holding its task may run on this thread before
-        ``submit`` returns (see the module docstring).
+        ``caller_waits=True`` promises that the calling thread waits for the
+        future next, with ``result(future, timeout)``: the caller counts as in
+        flight until the future is done, a ready batch holding its task may run
+        on this thread before ``submit`` returns, and a batch it opens keeps its
+        timeout on this thread (see the module docstring).
         """
         options = self._options
         arrays = {name: value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -183,13 +184,18 @@ class BatchQueue:
         While its task is the first of the open batch, the caller keeps that batch's timeout
         itself: when it expires the batch runs on this thread if a batch slot is free, so no
         batch thread is woken for it. Raises ``concurrent.futures.TimeoutError`` when ``timeout``
-        passes first; the batch threads then take over the batch's timeout.
+        passes first (at once if it is <= 0, running nothing); the batch threads then take over
+        the batch's timeout, and the caller should cancel the future.
         """
         end = None if timeout is None else time.monotonic() + timeout
         leading = True
         while True:
             ready_at = self._lead_ready_time(future) if leading else None
             now = time.monotonic()
+            if end is not None and now >= end and not future.done():
+                if ready_at is not None:
+                    self._scheduler.batch_ready()  # hand the batch's timeout to a batch thread
+                raise concurrent.futures.TimeoutError()
             if ready_at is not None and ready_at <= now:
                 leading = self._scheduler.run_here(self)  # no free slot: a batch thread will run it
                 continue
@@ -199,10 +205,7 @@ class BatchQueue:
             try:
                 return future.result(timeout=None if wait is None else max(0.0, wait))
             except concurrent.futures.TimeoutError:
-                if end is not None and time.monotonic() >= end:
-                    if ready_at is not None:
-                        self._scheduler.batch_ready()  # hand the batch's timeout to a batch thread
-                    raise
+                continue
 
     def close(self) -> None:
         """Stop accepting tasks, wait until every accepted one has been processed, leave the scheduler."""

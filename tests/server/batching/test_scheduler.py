@@ -463,3 +463,36 @@ def test_a_waiting_caller_arriving_while_a_batch_runs_waits_for_the_timeout_or_a
         assert model.threads[1] == threading.current_thread().name
         model.release.set()
         assert held.result(WAIT)["total"][0] == 2
+
+
+def test_the_caller_that_opens_a_batch_runs_it_on_its_own_thread_when_the_timeout_expires():
+    model = ThreadRecordingModel(gated=True)
+    with BatchScheduler(options(max_batch_size=8, batch_timeout_micros=50_000, num_batch_threads=2)) \
+            as scheduler, ThreadPoolExecutor(1) as pool:
+        queue = scheduler.queue(model, "m")
+        held = pool.submit(lambda: queue.result(queue.submit(rows(1), caller_waits=True)))
+        assert model.entered.wait(WAIT)  # a batch runs, so the next one waits for its timeout
+        leader = queue.submit(rows(2), caller_waits=True)
+        assert queue.result(leader, WAIT)["total"][0] == 4
+        assert model.threads[1] == threading.current_thread().name  # not a batch thread
+        model.release.set()
+        held.result(WAIT)
+
+
+def test_a_leading_caller_whose_deadline_passes_hands_its_batch_timeout_to_a_batch_thread():
+    model = ThreadRecordingModel(gated=True)
+    with BatchScheduler(options(max_batch_size=8, batch_timeout_micros=300_000, num_batch_threads=2)) \
+            as scheduler, ThreadPoolExecutor(1) as pool:
+        queue = scheduler.queue(model, "m")
+        held = pool.submit(lambda: queue.result(queue.submit(rows(1), caller_waits=True)))
+        assert model.entered.wait(WAIT)
+        leader = queue.submit(rows(2), caller_waits=True)  # opens a batch and keeps its timeout
+        with pytest.raises(TimeoutError):
+            queue.result(leader, 0.0)  # its deadline has passed: nothing runs on this thread
+        assert leader.cancel()
+        joined = queue.submit(rows(3), caller_waits=True)  # joins that batch, which wakes no one
+        assert joined.result(WAIT)["total"][0] == 6  # a batch thread ran the batch at its timeout
+        assert not model.release.is_set()  # nothing else happened meanwhile
+        model.release.set()
+        held.result(WAIT)
+    assert model.threads[1].startswith("model_server_batch_threads_")
