@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.server import run_grpc, run_rest
+from benchmarks.server import Target, print_targets, run_grpc, run_rest
 from exporter.manifest import load_manifest
 from serving import codec
 from serving.model_repo import model_versions
@@ -108,21 +108,6 @@ class Side:
 
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
-
-
-@dataclass
-class Target:
-    name: str
-    value: float
-    limit: float
-    higher_is_better: bool = True
-    unit: str = "x"
-
-    @property
-    def passed(self) -> bool:
-        if np.isnan(self.value):
-            return False
-        return self.value >= self.limit if self.higher_is_better else self.value <= self.limit
 
 
 def batching_parameters(threads: int, batch_timeout_micros: int = BATCHING["batch_timeout_micros"]) -> dict[str, int]:
@@ -227,25 +212,20 @@ def rate_ratio(off: Side, on: Side) -> float:
 def evaluate(sides: Sequence[Side], batch_timeout_micros: int = BATCHING["batch_timeout_micros"]) -> list[Target]:
     """Issue 14's batching targets, from whichever cases were measured."""
     targets = []
-    pair = _pair(sides, "digits", 32)
-    if pair:
-        off, on = pair
-        targets.append(Target(f"digits {on.case.protocol} c=32: batching on / off (req/s, median of "
-                              f"{len(on.round_rates)} rounds; pooled {on.rate / max(off.rate, 1e-9):.2f}x)",
-                              rate_ratio(off, on), 1.0))
+    for model, concurrency, limit in (("digits", 32, 1.0), ("resnet50", 8, 1.1)):
+        pair = _pair(sides, model, concurrency)
+        if pair:
+            off, on = pair
+            targets.append(Target(
+                f"{model} {on.case.protocol} c={concurrency}: batching on / off (req/s, median of "
+                f"{len(on.round_rates)} rounds; pooled {on.rate / max(off.rate, 1e-9):.2f}x)",
+                rate_ratio(off, on), limit))
     pair = _pair(sides, "digits", 1)
     if pair:
         off, on = pair
-        limit_ms = batch_timeout_micros / 1e3 + 0.5
         targets.append(Target(f"digits {on.case.protocol} c=1: p50 added by batching (pooled rounds)",
-                              (on.percentile(50) - off.percentile(50)) * 1e3, limit_ms,
+                              (on.percentile(50) - off.percentile(50)) * 1e3, batch_timeout_micros / 1e3 + 0.5,
                               higher_is_better=False, unit=" ms"))
-    pair = _pair(sides, "resnet50", 8)
-    if pair:
-        off, on = pair
-        targets.append(Target(f"resnet50 {on.case.protocol} c=8: batching on / off (req/s, median of "
-                              f"{len(on.round_rates)} rounds; pooled {on.rate / max(off.rate, 1e-9):.2f}x)",
-                              rate_ratio(off, on), 1.1))
     return targets
 
 
@@ -261,11 +241,7 @@ def print_report(sides: Sequence[Side], targets: Sequence[Target], remarks: Sequ
               f"{s.rate:>8.1f} {f'±{spread:.0f}%':>8} {s.percentile(50) * 1e3:>8.2f} {s.percentile(99) * 1e3:>8.2f} "
               f"{s.cpu_ms_per_request:>10.2f} {s.errors:>6}")
     print()
-    for t in targets:
-        sign = ">=" if t.higher_is_better else "<="
-        print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.value:.2f}{t.unit} (target {sign} {t.limit:g}{t.unit})")
-    for remark in remarks:
-        print(remark)
+    print_targets(targets, remarks)
 
 
 def build_parser() -> argparse.ArgumentParser:

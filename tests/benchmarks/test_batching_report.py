@@ -25,7 +25,7 @@ def test_all_three_targets_pass_when_batching_never_costs():
     found = targets([1000.0] * 3, [1000.0] * 3, 0.0010, 0.0024, [10.0] * 3, [11.0] * 3)
     assert set(found) == {"digits rest c=32", "digits rest c=1", "resnet50 grpc c=8"}
     assert all(t.passed for t in found.values())
-    assert found["digits rest c=1"].value == pytest.approx(1.4) and found["digits rest c=1"].limit == 1.5
+    assert found["digits rest c=1"].ratio == pytest.approx(1.4) and found["digits rest c=1"].limit == 1.5
 
 
 @pytest.mark.parametrize("missed, args", [

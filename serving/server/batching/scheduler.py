@@ -142,15 +142,7 @@ class BatchScheduler:
             if batch is None:  # not ready, or a batch thread took it first
                 return True
             self._busy += 1
-        try:
-            queue.run_batch(batch)
-        except Exception:  # run_batch hands errors to futures; this is a bug guard
-            logger.exception("batch processing failed in queue %s", queue.name)
-        finally:
-            with self._cond:
-                self._busy -= 1
-                if any(q.holds_tasks() for q in self._queues):
-                    self._cond.notify()  # a slot is free again and a queue holds tasks
+        self._run_in_slot(queue, batch, wake_a_thread=True)
         return True
 
     def queue_closed(self, queue: BatchQueue) -> None:
@@ -193,11 +185,17 @@ class BatchScheduler:
                     self._cond.wait(max(0.0, min(times) - now) if times and self._busy < slots else None)
                 if self._busy < slots and any(t <= now for t in self._ready_times_locked()):
                     self._cond.notify()  # more work: hand it to another thread
-            queue, batch = picked
-            try:
-                queue.run_batch(batch)
-            except Exception:  # run_batch hands errors to futures; this is a bug guard
-                logger.exception("batch processing failed in queue %s", queue.name)
-            finally:
-                with self._cond:
-                    self._busy -= 1
+            self._run_in_slot(*picked, wake_a_thread=False)  # this thread looks for more work itself
+
+    def _run_in_slot(self, queue: BatchQueue, batch: Batch, wake_a_thread: bool) -> None:
+        """Run a batch that holds a slot, then free the slot (waking a batch thread if asked and a
+        queue holds tasks: it may have waited for the slot)."""
+        try:
+            queue.run_batch(batch)
+        except Exception:  # run_batch hands errors to futures; this is a bug guard
+            logger.exception("batch processing failed in queue %s", queue.name)
+        finally:
+            with self._cond:
+                self._busy -= 1
+                if wake_a_thread and any(q.holds_tasks() for q in self._queues):
+                    self._cond.notify()
