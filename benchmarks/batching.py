@@ -17,6 +17,7 @@ Targets (exit status 1 if one is missed, and the report says which):
 
     python -m benchmarks.batching                          # models from <checkout>/models
     python -m benchmarks.batching --model-repo /work/models --rounds 5
+    python -m benchmarks.batching --models digits --server-flag=--tensorflow_intra_op_parallelism=1
 
 Importable without side effects: ``measure(...)`` and ``evaluate(...)`` serve
 other benchmarks (``benchmarks.peers``).
