@@ -63,7 +63,8 @@ from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
-__all__ = ["main", "build_parser", "Point", "measure_in_process", "measure_servers"]
+__all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "print_targets",
+           "run_grpc", "run_rest"]
 
 logger = logging.getLogger("benchmarks.server")
 
@@ -511,6 +512,11 @@ def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Se
               f"{p.percentile(50) * 1e3:>9.2f} {p.percentile(99) * 1e3:>9.2f} {len(p.latencies):>7} "
               f"{p.errors:>6}")
     print()
+    print_targets(targets, remarks)
+
+
+def print_targets(targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
+    """One PASS/FAIL line per target, then the remarks."""
     for t in targets:
         sign = ">=" if t.higher_is_better else "<="
         print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} (target {sign} {t.limit}{t.unit})")

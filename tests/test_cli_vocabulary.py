@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+import benchmarks.batching
 import benchmarks.codec
 import benchmarks.loadgen
 import benchmarks.peers
@@ -47,6 +48,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m serving.up": serving.up.build_parser,
     "python -m loadtest": loadtest.__main__.build_parser,
     "python -m monitoring.local": monitoring.local.build_parser,
+    "python -m benchmarks.batching": benchmarks.batching.build_parser,
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,

@@ -7,7 +7,10 @@ TF Serving wraps each loaded session with a batching session: one queue per
 the loader calls it right after a version loads, before warmup. Queues are
 created on first use and closed when the servable closes.
 
-A full queue raises ``UNAVAILABLE`` at once; a request larger than the
+Every caller blocks on its task's future, and says so (``submit(...,
+caller_waits=True)``): when a caller is alone in flight its batch runs at once,
+on its own thread if a batch slot is free, so batching costs nothing when
+there is nothing to batch. A full queue raises ``UNAVAILABLE`` at once; a request larger than the
 largest batch is refused with ``INVALID_ARGUMENT`` unless the parameters
 enable large-batch splitting (both done by the queue). While a request
 waits in a queue its deadline (``serving.server.deadline.remaining_seconds``) is honoured.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Dict, List, Mapping, Protocol, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -36,8 +39,15 @@ _QueueKey = Tuple[str, Tuple[str, ...], Tuple[str, ...]]  # signature, input ali
 class TaskQueue(Protocol):
     """A batching queue as the adapter uses it."""
 
-    def submit(self, inputs: Mapping[str, np.ndarray]) -> "concurrent.futures.Future[Tensors]":
-        """Queue one task without blocking; the future gets the task's rows of every output."""
+    def submit(self, inputs: Mapping[str, np.ndarray], *,
+               caller_waits: bool = False) -> "concurrent.futures.Future[Tensors]":
+        """Queue one task; the future gets the task's rows of every output. With ``caller_waits``
+        the caller waits on the future next, so the queue may run the task's batch on this thread
+        (and counts the caller in flight until the future is done)."""
+
+    def result(self, future: "concurrent.futures.Future[Tensors]", timeout: Optional[float] = None) -> Tensors:
+        """Wait for a ``caller_waits`` task's rows (``concurrent.futures.TimeoutError`` after ``timeout``);
+        the queue may run the task's batch on this thread meanwhile."""
 
     def close(self) -> None:
         """Refuse new tasks and return once every accepted one has been processed."""
@@ -69,6 +79,9 @@ class BatchingRunWrapper:
         def queue_for(signature_name: str, input_keys: Tuple[str, ...],
                       output_keys: Tuple[str, ...]) -> TaskQueue:
             key = (signature_name, input_keys, output_keys)
+            queue = queues.get(key)  # the common case, without the lock (a dict read is atomic)
+            if queue is not None and not closed:
+                return queue
             with lock:
                 if closed:
                     raise status.Unavailable(
@@ -91,8 +104,8 @@ class BatchingRunWrapper:
         def batched_run(signature_name: str, inputs: Mapping[str, np.ndarray],
                         output_keys: Sequence[str]) -> Tensors:
             queue = queue_for(signature_name, tuple(sorted(inputs)), tuple(output_keys))
-            future = queue.submit(dict(inputs))
-            return _result(future)
+            future = queue.submit(dict(inputs), caller_waits=True)
+            return _result(queue, future)
 
         servable.add_close_callback(close_queues)
         return batched_run
@@ -105,14 +118,10 @@ def _batch_fn(run: RunFn, signature_name: str, output_keys: Tuple[str, ...]) -> 
     return run_batch
 
 
-def _result(future: "concurrent.futures.Future[Tensors]") -> Tensors:
+def _result(queue: TaskQueue, future: "concurrent.futures.Future[Tensors]") -> Tensors:
     """The batch's answer for this task, within the request's deadline."""
-    timeout = remaining_seconds()
-    if timeout is not None and timeout <= 0:
-        future.cancel()
-        raise status.DeadlineExceeded("Deadline Exceeded")
     try:
-        return future.result(timeout=timeout)
+        return queue.result(future, remaining_seconds())  # a deadline already passed: TimeoutError at once
     except concurrent.futures.TimeoutError:
         future.cancel()
         raise status.DeadlineExceeded("Deadline Exceeded") from None

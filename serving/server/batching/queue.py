@@ -20,6 +20,20 @@ Rules (``shared_batch_scheduler.h``):
   share a batch: the open batch is closed and the task starts a new one. With
   ``pad_variable_length_inputs`` tasks only need equal names, dtypes and ranks.
 
+Two rules for callers that block on their future anyway (``submit(...,
+caller_waits=True)``, what ``BatchingRunWrapper`` does), so that batching never
+costs when nothing can be batched (TF Serving's ``batch_timeout_micros`` is a
+maximum wait, and these only shorten it):
+
+- the open batch is also ready at once when it holds every waiting caller of
+  the queue and the queue is otherwise idle (no other batch queued or running):
+  no task the queue knows of can join it, so waiting the timeout would only add
+  latency (with one request in flight, a batch of one runs at once);
+- when the caller's own task is in the only batch and that batch is ready, the
+  batch runs on the caller's thread if the scheduler has a free batch slot
+  (``QueueScheduler.run_here``): no hand-off to a batch thread and back. Batches
+  run on callers' threads count against ``num_batch_threads`` like any other.
+
 The queue and its scheduler meet through a small interface, and neither
 touches the other's state:
 
@@ -39,6 +53,7 @@ queue never calls the scheduler while holding its own, except
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import math
 import threading
 import time
@@ -78,6 +93,11 @@ class QueueScheduler(Protocol):
     def queue_closed(self, queue: "BatchQueue") -> None:
         """Forget ``queue``: it is closed and every task it accepted has been processed."""
 
+    def run_here(self, queue: "BatchQueue") -> bool:
+        """Run ``queue``'s ready batch on the calling thread if a batch slot is free; otherwise leave
+        it to the batch threads (whoever frees a slot looks for ready batches). False when no slot was
+        free. Called without locks."""
+
 
 class BatchQueue:
     """One batching queue; made by ``BatchScheduler.queue``. See the module docstring for the rules.
@@ -97,19 +117,26 @@ class BatchQueue:
         self._cond = threading.Condition()
         self._batches: Deque[Batch] = collections.deque([Batch()])
         self._in_flight = 0
+        self._waiting_callers = 0  # submit(caller_waits=True) whose futures are not done yet
         self._closed = False
 
     def __repr__(self) -> str:
         return f"BatchQueue({self.name!r})"
 
     # -- client side ------------------------------------------------------------------------
-    def submit(self, inputs: Mapping[str, np.ndarray]) -> "Future[Tensors]":
+    def submit(self, inputs: Mapping[str, np.ndarray], *, caller_waits: bool = False) -> "Future[Tensors]":
         """Queue one task; its future gets this task's rows of every output.
 
         Raises at once (never blocks): ``InvalidArgument`` for malformed or
         too-large tasks, ``Unavailable`` when the queue is full, closed, or its
         scheduler is not running. A future cancelled before its batch starts
         is left out of the batch.
+
+        ``caller_waits=True`` promises that the calling thread waits for the
+        future next, with ``result(future, timeout)``: the caller counts as in
+        flight until the future is done, a ready batch holding its task may run
+        on this thread before ``submit`` returns, and a batch it opens keeps its
+        timeout on this thread (see the module docstring).
         """
         options = self._options
         arrays = {name: value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -133,12 +160,52 @@ class BatchQueue:
                 self._enqueue_split_locked(task)
             else:
                 self._enqueue_locked(task)
+            if caller_waits:
+                self._waiting_callers += 1
             open_batch = self._batches[-1]
-            wake = self._next_ready_time_locked() <= now or (
-                options.batch_timeout_micros > 0 and len(open_batch.tasks) == 1)
-        if wake:
+            ready = self._next_ready_time_locked() <= now
+            run_here = caller_waits and ready and len(self._batches) == 1 and open_batch.tasks[-1] is task
+            # A waiting caller that opens a batch keeps its timeout itself (``result``); otherwise a
+            # batch thread must learn of the new timeout.
+            opened = len(open_batch.tasks) == 1 and open_batch.tasks[0] is task
+            wake = ready or (options.batch_timeout_micros > 0 and len(open_batch.tasks) == 1
+                             and not (caller_waits and opened))
+        if caller_waits:
+            future.add_done_callback(self._caller_done)
+        if run_here:
+            self._scheduler.run_here(self)
+        elif wake:
             self._scheduler.batch_ready()
         return future
+
+    def result(self, future: "Future[Tensors]", timeout: Optional[float] = None) -> Tensors:
+        """Wait up to ``timeout`` seconds (None: no limit) for the rows of a ``caller_waits`` task.
+
+        While its task is the first of the open batch, the caller keeps that batch's timeout
+        itself: when it expires the batch runs on this thread if a batch slot is free, so no
+        batch thread is woken for it. Raises ``concurrent.futures.TimeoutError`` when ``timeout``
+        passes first (at once if it is <= 0, running nothing); the batch threads then take over
+        the batch's timeout, and the caller should cancel the future.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        leading = True
+        while True:
+            ready_at = self._lead_ready_time(future) if leading else None
+            now = time.monotonic()
+            if end is not None and now >= end and not future.done():
+                if ready_at is not None:
+                    self._scheduler.batch_ready()  # hand the batch's timeout to a batch thread
+                raise concurrent.futures.TimeoutError()
+            if ready_at is not None and ready_at <= now:
+                leading = self._scheduler.run_here(self)  # no free slot: a batch thread will run it
+                continue
+            wait = None if end is None else end - now
+            if ready_at is not None:
+                wait = ready_at - now if wait is None else min(wait, ready_at - now)
+            try:
+                return future.result(timeout=None if wait is None else max(0.0, wait))
+            except concurrent.futures.TimeoutError:
+                continue
 
     def close(self) -> None:
         """Stop accepting tasks, wait until every accepted one has been processed, leave the scheduler."""
@@ -155,6 +222,11 @@ class BatchQueue:
             if len(self._batches) == 1 and not self._batches[0].tasks:
                 return None
             return self._next_ready_time_locked()
+
+    def holds_tasks(self) -> bool:
+        """Whether a task is queued (not yet taken). Takes no lock: a hint for waking batch threads,
+        exact for tasks queued before the caller took its own lock."""
+        return len(self._batches) > 1 or bool(self._batches[0].tasks)
 
     def take_batch(self, now: float) -> Optional[Batch]:
         """The oldest batch if it is ready at ``now``, counted in flight until ``run_batch`` ends."""
@@ -192,7 +264,21 @@ class BatchQueue:
         open_batch = self._batches[-1]
         if len(self._batches) > 1 or self._closed or open_batch.size >= self._options.execution_batch_size:
             return -math.inf
+        if self._in_flight == 0 and 0 < self._waiting_callers == len(open_batch.tasks):
+            return -math.inf  # it holds every waiting caller and nothing else runs: nothing can join it
         return open_batch.started + self._options.batch_timeout_seconds
+
+    def _lead_ready_time(self, future: Future) -> Optional[float]:
+        """The open batch's ready time if ``future``'s task opened it and it is still queued."""
+        with self._cond:
+            open_batch = self._batches[-1]
+            if len(self._batches) == 1 and open_batch.tasks and open_batch.tasks[0].future is future:
+                return self._next_ready_time_locked()
+            return None
+
+    def _caller_done(self, _: Future) -> None:
+        with self._cond:
+            self._waiting_callers -= 1
 
     def _drained_locked(self) -> bool:
         return self._in_flight == 0 and len(self._batches) == 1 and not self._batches[0].tasks

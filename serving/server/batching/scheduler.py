@@ -2,7 +2,9 @@
 
 ``num_batch_threads`` threads (named ``<thread_pool_name>_<i>``) take ready
 batches from the queues round-robin, so a busy queue cannot starve the
-others. The server makes one queue per model version and signature
+others. A queue may also run a ready batch on the thread of a caller waiting
+for it (``run_here``); batches run anywhere share ``num_batch_threads`` slots,
+so at most that many run at once, as in TF Serving. The server makes one queue per model version and signature
 (``BatchingRunWrapper``); each queue is TF Serving's ``BatchingSession`` for
 one signature (``queue.BatchQueue``; batch formation in ``batch.Batch``).
 
@@ -60,6 +62,7 @@ class BatchScheduler:
         self._queues: List[BatchQueue] = []
         self._next = 0
         self._threads: List[threading.Thread] = []
+        self._busy = 0  # batches running, on batch threads or callers' threads (run_here)
         self._state = "new"  # new -> running -> stopping -> stopped
 
     def queue(self, run: BatchFn, name: str) -> BatchQueue:
@@ -127,6 +130,21 @@ class BatchScheduler:
         with self._cond:
             self._cond.notify()
 
+    def run_here(self, queue: BatchQueue) -> bool:
+        """Run ``queue``'s ready batch on this thread if fewer than ``num_batch_threads`` batches run.
+
+        Otherwise (False) nothing happens: a batch thread, woken by whoever frees a slot, takes it.
+        """
+        with self._cond:
+            if self._busy >= self.options.num_batch_threads:
+                return False
+            batch = queue.take_batch(time.monotonic())
+            if batch is None:  # not ready, or a batch thread took it first
+                return True
+            self._busy += 1
+        self._run_in_slot(queue, batch, wake_a_thread=True)
+        return True
+
     def queue_closed(self, queue: BatchQueue) -> None:
         """Forget a closed, drained queue."""
         with self._cond:
@@ -151,21 +169,33 @@ class BatchScheduler:
         return [t for t in (q.next_ready_time() for q in self._queues) if t is not None]
 
     def _thread_logic(self) -> None:
+        slots = self.options.num_batch_threads
         while True:
             with self._cond:
                 while True:
                     now = time.monotonic()
-                    picked = self._pick_locked(now)
+                    picked = self._pick_locked(now) if self._busy < slots else None
                     if picked is not None:
+                        self._busy += 1
                         break
                     if self._state == "stopped":
                         return
                     times = self._ready_times_locked()
-                    self._cond.wait(max(0.0, min(times) - now) if times else None)
-                if any(t <= now for t in self._ready_times_locked()):
+                    # Every slot taken: whoever frees one notifies, so wait without a timeout.
+                    self._cond.wait(max(0.0, min(times) - now) if times and self._busy < slots else None)
+                if self._busy < slots and any(t <= now for t in self._ready_times_locked()):
                     self._cond.notify()  # more work: hand it to another thread
-            queue, batch = picked
-            try:
-                queue.run_batch(batch)
-            except Exception:  # run_batch hands errors to futures; this is a bug guard
-                logger.exception("batch processing failed in queue %s", queue.name)
+            self._run_in_slot(*picked, wake_a_thread=False)  # this thread looks for more work itself
+
+    def _run_in_slot(self, queue: BatchQueue, batch: Batch, wake_a_thread: bool) -> None:
+        """Run a batch that holds a slot, then free the slot (waking a batch thread if asked and a
+        queue holds tasks: it may have waited for the slot)."""
+        try:
+            queue.run_batch(batch)
+        except Exception:  # run_batch hands errors to futures; this is a bug guard
+            logger.exception("batch processing failed in queue %s", queue.name)
+        finally:
+            with self._cond:
+                self._busy -= 1
+                if wake_a_thread and any(q.holds_tasks() for q in self._queues):
+                    self._cond.notify()

@@ -80,15 +80,19 @@ def servable():
 
 
 def test_concurrent_calls_are_merged_into_one_run_and_each_caller_gets_its_own_rows(servable):
-    run = StandInRun()
+    run = StandInRun(gated=True)
     with scheduler(max_batch_size=6, batch_timeout_micros=ONE_HOUR_MICROS) as batch_scheduler, \
-            ThreadPoolExecutor(3) as pool:
+            ThreadPoolExecutor(4) as pool:
         batched_run = BatchingRunWrapper(batch_scheduler)(servable, run)
+        first = pool.submit(batched_run, SIGNATURE, rows(-1), ["row"])
+        assert run.entered.wait(WAIT)  # alone in flight, it runs at once and holds the only batch slot
         calls = {base: pool.submit(batched_run, SIGNATURE, rows(*range(base, base + n)), ["y", "row"])
                  for base, n in ((100, 1), (200, 2), (300, 3))}
+        run.release.set()
         outputs = {base: call.result(WAIT) for base, call in calls.items()}
-    assert run.sizes == [6]  # one run for the three callers: the batch ran only once it was full
-    assert run.calls == [(SIGNATURE, ["y", "row"])]
+        assert first.result(WAIT)["row"][0] == -1
+    assert run.sizes == [1, 6]  # one run for the three callers: their batch ran only once it was full
+    assert run.calls == [(SIGNATURE, ["row"]), (SIGNATURE, ["y", "row"])]
     for base, n in ((100, 1), (200, 2), (300, 3)):
         np.testing.assert_array_equal(outputs[base]["row"], np.arange(base, base + n))
         np.testing.assert_array_equal(outputs[base]["y"], 10 * rows(*range(base, base + n))["x"] + 1)
@@ -156,13 +160,17 @@ def test_no_deadline_or_one_beyond_the_platforms_range_waits_like_none(servable,
 
 
 def test_a_run_error_reaches_every_caller_of_that_batch(servable):
-    run = StandInRun(error=status.InvalidArgument("input x is bad"))
+    run = StandInRun(gated=True, error=status.InvalidArgument("input x is bad"))
     with scheduler(max_batch_size=3, batch_timeout_micros=ONE_HOUR_MICROS) as batch_scheduler, \
-            ThreadPoolExecutor(3) as pool:
+            ThreadPoolExecutor(4) as pool:
         batched_run = BatchingRunWrapper(batch_scheduler)(servable, run)
+        first = pool.submit(batched_run, SIGNATURE, rows(-1), ["row"])
+        assert run.entered.wait(WAIT)  # alone in flight, it runs at once and holds the only batch slot
         calls = [pool.submit(batched_run, SIGNATURE, rows(i), ["row"]) for i in range(3)]
+        run.release.set()
         errors = [call.exception(WAIT) for call in calls]
-    assert run.sizes == [3]  # one batch, and its error went to each of its three callers
+        assert isinstance(first.exception(WAIT), status.InvalidArgument)
+    assert run.sizes == [1, 3]  # one batch of three, and its error went to each of its three callers
     for error in errors:
         assert isinstance(error, status.InvalidArgument) and error.details == "input x is bad"
     assert len({id(error) for error in errors}) == 3  # each caller owns its error

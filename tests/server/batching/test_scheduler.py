@@ -6,9 +6,10 @@ exactly which tasks are queued together — no sleeps, no timing races.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -408,3 +409,81 @@ def test_one_pool_of_num_batch_threads_named_after_the_pool_serves_all_queues():
         names = sorted(t.name for t in threading.enumerate() if t.name.startswith("shared_pool_"))
     assert names == ["shared_pool_0", "shared_pool_1", "shared_pool_2"]
     assert not [t for t in threading.enumerate() if t.name.startswith("shared_pool_")]  # stop() joined them
+
+
+class ThreadRecordingModel(Model):
+    """``Model`` that also records the thread each batch ran on; with ``gated`` only the first batch
+    waits for ``release``."""
+
+    def __init__(self, gated: bool = False) -> None:
+        super().__init__(gated)
+        self.threads: list[str] = []
+
+    def __call__(self, inputs):
+        self.threads.append(threading.current_thread().name)
+        if len(self.threads) > 1:
+            x = inputs["x"]
+            return {"y": 10 * x + 1, "total": x.reshape(len(x), -1).sum(axis=1)}
+        return super().__call__(inputs)
+
+
+@contextlib.contextmanager
+def one_slot_held(**kwargs):
+    """Queue "m" of a scheduler with ``options(**kwargs)``, and a waiting caller alone in flight whose
+    batch runs at once on its own (pool) thread and stays inside the gated model, holding one slot.
+    Yields ``(queue, model)``; on exit the model is released and the held caller gets its rows."""
+    model = ThreadRecordingModel(gated=True)
+    with BatchScheduler(options(**kwargs)) as scheduler, ThreadPoolExecutor(1) as pool:
+        queue = scheduler.queue(model, "m")
+        held = pool.submit(lambda: queue.result(queue.submit(rows(1), caller_waits=True), WAIT))
+        assert model.entered.wait(WAIT)
+        yield queue, model
+        model.release.set()
+        assert held.result(WAIT)["total"][0] == 2
+
+
+def test_a_waiting_caller_alone_in_flight_runs_its_batch_on_its_own_thread_without_the_timeout():
+    model = ThreadRecordingModel()
+    with BatchScheduler(options(max_batch_size=8, batch_timeout_micros=3_600_000_000)) as scheduler:
+        queue = scheduler.queue(model, "m")
+        future = queue.submit(rows(4), caller_waits=True)
+        assert future.done()  # ran inside submit: no batch thread, no one-hour wait
+        assert future.result(0)["total"][0] == 8
+    assert model.threads == [threading.current_thread().name]
+
+
+def test_a_caller_run_batch_holds_a_batch_slot_so_no_more_than_num_batch_threads_batches_run():
+    with one_slot_held(max_batch_size=8) as (queue, model):
+        later = queue.submit(rows(2), caller_waits=True)  # ready (timeout 0), but no slot is free
+        assert not later.done() and len(model.batches) == 1
+        model.release.set()
+        assert later.result(WAIT)["total"][0] == 4
+    assert model.threads[0] != model.threads[1] == "model_server_batch_threads_0"
+
+
+def test_a_waiting_caller_arriving_while_a_batch_runs_waits_for_the_timeout_or_a_full_batch():
+    with one_slot_held(max_batch_size=2, batch_timeout_micros=3_600_000_000, num_batch_threads=2) as (queue, model):
+        second = queue.submit(rows(2), caller_waits=True)  # a slot is free, but its batch may still grow
+        assert not second.done() and len(model.batches) == 1
+        third = queue.submit(rows(3), caller_waits=True)  # full: runs now, on this thread (a free slot)
+        assert second.result(0)["total"][0] == 4 and third.result(0)["total"][0] == 6
+        assert model.threads[1] == threading.current_thread().name
+
+
+def test_the_caller_that_opens_a_batch_runs_it_on_its_own_thread_when_the_timeout_expires():
+    with one_slot_held(max_batch_size=8, batch_timeout_micros=50_000, num_batch_threads=2) as (queue, model):
+        leader = queue.submit(rows(2), caller_waits=True)  # a batch runs, so this one waits for its timeout
+        assert queue.result(leader, WAIT)["total"][0] == 4
+        assert model.threads[1] == threading.current_thread().name  # not a batch thread
+
+
+def test_a_leading_caller_whose_deadline_passes_hands_its_batch_timeout_to_a_batch_thread():
+    with one_slot_held(max_batch_size=8, batch_timeout_micros=300_000, num_batch_threads=2) as (queue, model):
+        leader = queue.submit(rows(2), caller_waits=True)  # opens a batch and keeps its timeout
+        with pytest.raises(TimeoutError):
+            queue.result(leader, 0.0)  # its deadline has passed: nothing runs on this thread
+        assert leader.cancel()
+        joined = queue.submit(rows(3), caller_waits=True)  # joins that batch, which wakes no one
+        assert joined.result(WAIT)["total"][0] == 6  # a batch thread ran the batch at its timeout
+        assert not model.release.is_set()  # nothing else happened meanwhile
+    assert model.threads[1].startswith("model_server_batch_threads_")
