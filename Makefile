@@ -74,11 +74,12 @@ certs:
 # Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
 bench: $(STAMP)
 	$(PY) -m exporter ensure --model-repo models digits resnet50
-	$(PY) -m benchmarks.codec --imports
-	$(PY) -m benchmarks.rest_decode
-	$(PY) -m benchmarks.server --model-repo models
-	$(PY) -m benchmarks.loadgen --model-repo models
-	$(PY) -m benchmarks.peers --model-repo models
+	@status=0; \
+	for cmd in "benchmarks.codec --imports" "benchmarks.rest_decode" "benchmarks.server --model-repo models" \
+	           "benchmarks.loadgen --model-repo models" "benchmarks.batching --model-repo models" \
+	           "benchmarks.peers --model-repo models"; do \
+	  echo "== python -m $$cmd"; $(PY) -m $$cmd || { echo "!! python -m $$cmd missed a target"; status=1; }; \
+	done; exit $$status
 
 # Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or
 # the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--rest=http://HOST:PORT").
