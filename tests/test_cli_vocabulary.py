@@ -17,6 +17,7 @@ import pytest
 
 import benchmarks.codec
 import benchmarks.loadgen
+import benchmarks.protocols
 import benchmarks.server
 import exporter.__main__
 import loadtest.__main__
@@ -47,6 +48,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,
+    "python -m benchmarks.protocols": benchmarks.protocols.build_parser,
     "python examples/train_and_export.py": _example_parser,
 }
 # The spellings issue 11 replaced, for the same concepts.
