@@ -22,7 +22,7 @@ SERVER_NAMES ?=
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
-	@echo "make bench  speed ratios: codec, embedded server, load generator"
+	@echo "make bench  speed ratios: codec, embedded server, load generator, gRPC vs REST"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
 
@@ -77,6 +77,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.codec --imports
 	$(PY) -m benchmarks.server --model-repo models
 	$(PY) -m benchmarks.loadgen --model-repo models
+	$(PY) -m benchmarks.protocols --model-repo models
 
 # Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or
 # the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--rest=http://HOST:PORT").
