@@ -19,6 +19,12 @@ def test_the_legacy_poller_is_the_default():
     assert environ["GRPC_EXPERIMENTS"] == GRPC_CORE_EXPERIMENTS
 
 
+def test_an_empty_setting_asks_for_nothing_and_gets_the_default():
+    environ = {"GRPC_EXPERIMENTS": ""}
+    grpc_core_environment(environ)
+    assert environ == {"GRPC_EXPERIMENTS": GRPC_CORE_EXPERIMENTS}
+
+
 def test_an_operator_setting_wins():
     environ = {"GRPC_EXPERIMENTS": "event_engine_listener"}
     grpc_core_environment(environ)
