@@ -41,7 +41,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import grpc
 import numpy as np
 
-from benchmarks.server import Target
+from benchmarks.server import Target, print_verdicts
 from exporter.manifest import load_manifest
 from serving import codec, wire
 from serving.client import GrpcClient, RestClient
@@ -239,12 +239,7 @@ def print_report(runs: Sequence[Run], targets: Sequence[Target], remarks: Sequen
     if lean_grpc and lean_rest:
         print(f"info  server CPU per request, gRPC / REST (lean clients): "
               f"{lean_grpc.ms_per_request(lean_grpc.server_cpu) / lean_rest.ms_per_request(lean_rest.server_cpu):.2f}x")
-    print()
-    for t in targets:
-        sign = ">=" if t.higher_is_better else "<="
-        print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} (target {sign} {t.limit}{t.unit})")
-    for remark in remarks:
-        print(remark)
+    print_verdicts(targets, remarks)
 
 
 def build_parser() -> argparse.ArgumentParser:
