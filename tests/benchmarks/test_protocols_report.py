@@ -10,13 +10,16 @@ import pytest
 from benchmarks.protocols import Run, evaluate, print_report, process_cpu_seconds
 
 
+def _run(client: str, protocol: str, rate: float, cpu_ms: float) -> Run:
+    """8 s at ``rate`` with the server spending ``cpu_ms`` per request."""
+    requests = int(rate * 8)
+    return Run(client, protocol, requests, 8.0, requests * cpu_ms / 1e3, requests * 0.1 / 1e3)
+
+
 def _runs(grpc_rate: float, rest_rate: float, grpc_cpu_ms: float, rest_cpu_ms: float) -> list[Run]:
-    """SDK and lean runs of 8 s each with the given rates and server CPU-ms per request."""
-    def run(client: str, protocol: str, rate: float, cpu_ms: float) -> Run:
-        requests = int(rate * 8)
-        return Run(client, protocol, requests, 8.0, requests * cpu_ms / 1e3, requests * 0.1 / 1e3)
-    return [run("sdk", "grpc", grpc_rate, grpc_cpu_ms), run("sdk", "rest", rest_rate, rest_cpu_ms),
-            run("lean", "grpc", grpc_rate, grpc_cpu_ms), run("lean", "rest", rest_rate, rest_cpu_ms)]
+    """SDK and lean runs with the given rates and server CPU-ms per request."""
+    return [_run("sdk", "grpc", grpc_rate, grpc_cpu_ms), _run("sdk", "rest", rest_rate, rest_cpu_ms),
+            _run("lean", "grpc", grpc_rate, grpc_cpu_ms), _run("lean", "rest", rest_rate, rest_cpu_ms)]
 
 
 def test_runs_pool_by_adding_requests_seconds_and_cpu():
@@ -43,8 +46,22 @@ def test_rate_target_fails_when_the_grpc_client_is_slower():
     assert cpu.passed and not rate.passed
 
 
-def test_no_targets_without_both_sdk_runs():
-    assert evaluate(_runs(1500, 900, 0.5, 0.6)[2:]) == []
+def test_server_cpu_is_compared_under_the_lean_clients_when_they_ran():
+    runs = [_run("sdk", "grpc", 1500, 0.50), _run("sdk", "rest", 900, 0.70),     # httpx inflates REST's cost
+            _run("lean", "grpc", 2000, 0.45), _run("lean", "rest", 2000, 0.40)]
+    cpu, rate = evaluate(runs)
+    assert "lean clients" in cpu.name and cpu.ratio == pytest.approx(0.45 / 0.40) and not cpu.passed
+    assert rate.passed
+
+
+def test_server_cpu_falls_back_to_the_sdk_clients():
+    (cpu, _) = evaluate(_runs(1500, 900, 0.5, 0.6)[:2])
+    assert "sdk clients" in cpu.name and cpu.ratio == pytest.approx(0.5 / 0.6)
+
+
+def test_lean_runs_alone_give_only_the_server_cpu_target():
+    (cpu,) = evaluate(_runs(1500, 900, 0.5, 0.6)[2:])
+    assert "lean clients" in cpu.name
 
 
 def test_report_prints_the_lean_ratio_and_a_verdict_per_target(capsys: pytest.CaptureFixture[str]):
@@ -52,6 +69,7 @@ def test_report_prints_the_lean_ratio_and_a_verdict_per_target(capsys: pytest.Ca
     print_report(runs, evaluate(runs))
     out = capsys.readouterr().out
     assert "server CPU per request, gRPC / REST (lean clients): 1.25x" in out
+    assert "server CPU per request, gRPC / REST (sdk clients): 1.25x" in out
     assert "FAIL  server CPU per request, gRPC / REST" in out
     assert "PASS  GrpcClient / RestClient requests/s" in out
 
