@@ -22,7 +22,7 @@ SERVER_NAMES ?=
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
-	@echo "make bench  speed ratios: codec, embedded server, load generator, the embedded server beside its peers"
+	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
 
@@ -76,7 +76,8 @@ bench: $(STAMP)
 	$(PY) -m exporter ensure --model-repo models digits resnet50
 	@status=0; \
 	for cmd in "benchmarks.codec --imports" "benchmarks.rest_decode" "benchmarks.server --model-repo models" \
-	           "benchmarks.loadgen --model-repo models" "benchmarks.batching --model-repo models" \
+	           "benchmarks.loadgen --model-repo models" "benchmarks.protocols --model-repo models" \
+	           "benchmarks.batching --model-repo models" \
 	           "benchmarks.peers --model-repo models"; do \
 	  echo "== python -m $$cmd"; $(PY) -m $$cmd || { echo "!! python -m $$cmd missed a target"; status=1; }; \
 	done; exit $$status

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.server import Target, print_targets, run_grpc, run_rest
+from benchmarks.server import Target, print_verdicts, run_grpc, run_rest
 from exporter.manifest import load_manifest
 from serving import codec
 from serving.model_repo import model_versions
@@ -242,7 +242,7 @@ def print_report(sides: Sequence[Side], targets: Sequence[Target], remarks: Sequ
               f"{s.rate:>8.1f} {f'±{spread:.0f}%':>8} {s.percentile(50) * 1e3:>8.2f} {s.percentile(99) * 1e3:>8.2f} "
               f"{s.cpu_ms_per_request:>10.2f} {s.errors:>6}")
     print()
-    print_targets(targets, remarks)
+    print_verdicts(targets, remarks)
 
 
 def build_parser() -> argparse.ArgumentParser:

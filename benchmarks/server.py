@@ -63,7 +63,7 @@ from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
-__all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "print_targets",
+__all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "print_verdicts",
            "run_grpc", "run_rest"]
 
 logger = logging.getLogger("benchmarks.server")
@@ -425,6 +425,12 @@ class Target:
             return False
         return self.ratio >= self.limit if self.higher_is_better else self.ratio <= self.limit
 
+    def verdict(self) -> str:
+        """``PASS  name: ratio (target >= limit)``, or FAIL."""
+        sign = ">=" if self.higher_is_better else "<="
+        return (f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.ratio:.2f}{self.unit} "
+                f"(target {sign} {self.limit}{self.unit})")
+
 
 def _find(points: Sequence[Point], **match) -> list[Point]:
     return [p for p in points if all(getattr(p, k) == v for k, v in match.items())]
@@ -500,6 +506,15 @@ def notes(points: Sequence[Point]) -> list[str]:
     return lines
 
 
+def print_verdicts(targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
+    """A blank line, one PASS/FAIL line per target, then the remarks."""
+    print()
+    for t in targets:
+        print(t.verdict())
+    for remark in remarks:
+        print(remark)
+
+
 def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
     header = f"{'model':<10} {'path':<11} {'batching':<8} {'load':>5} {'rows/s':>10} {'p50 ms':>9} " \
              f"{'p99 ms':>9} {'calls':>7} {'errors':>6}"
@@ -511,17 +526,7 @@ def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Se
         print(f"{p.model:<10} {p.path:<11} {p.batching:<8} {load:>5} {p.rows_per_s:>10.1f} "
               f"{p.percentile(50) * 1e3:>9.2f} {p.percentile(99) * 1e3:>9.2f} {len(p.latencies):>7} "
               f"{p.errors:>6}")
-    print()
-    print_targets(targets, remarks)
-
-
-def print_targets(targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
-    """One PASS/FAIL line per target, then the remarks."""
-    for t in targets:
-        sign = ">=" if t.higher_is_better else "<="
-        print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.ratio:.2f}{t.unit} (target {sign} {t.limit}{t.unit})")
-    for remark in remarks:
-        print(remark)
+    print_verdicts(targets, remarks)
 
 
 # ---------------------------------------------------------------------------- main

@@ -19,6 +19,7 @@ import benchmarks.batching
 import benchmarks.codec
 import benchmarks.loadgen
 import benchmarks.peers
+import benchmarks.protocols
 import benchmarks.rest_decode
 import benchmarks.server
 import deploy.k8s.__main__
@@ -55,6 +56,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m deploy.k8s": deploy.k8s.__main__.build_parser,
     "python -m benchmarks.peers": benchmarks.peers.build_parser,
     "python -m benchmarks.rest_decode": benchmarks.rest_decode.build_parser,
+    "python -m benchmarks.protocols": benchmarks.protocols.build_parser,
     "python examples/train_and_export.py": _example_parser,
 }
 # The spellings issue 11 replaced, for the same concepts.

@@ -49,7 +49,8 @@ class ClientApi:
         """Run the model: ``{output name: array}`` with the signature's dtypes.
 
         A bare array is sent as the signature's only input. Arrays decoded
-        from gRPC share the response buffer and are read-only.
+        from gRPC are read-only; from a response of 64 KiB or more they share
+        its buffer (``codec._wire.ZERO_COPY_BYTES``).
         """
         gen = self._protocol.predict(ModelRef(model, version, label), inputs, signature, output_filter)
         return self._drive(gen, timeout)

@@ -7,6 +7,7 @@ from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import predict_pb2
 
 from serving import codec
+from serving.codec._wire import ZERO_COPY_BYTES
 from tests.codec.conftest import NUMERIC_DTYPES, sample
 
 
@@ -75,12 +76,35 @@ def test_decodes_official_responses(tf, typed):
         np.testing.assert_array_equal(decoded[key], value)
 
 
-def test_decoded_tensor_content_shares_the_buffer_without_copying():
+def test_decoded_tensor_content_is_read_only_and_not_copied_again():
     x = sample(np.float32, (4, 4))
     wire = codec.encode_predict_request("m", {"x": x})
     decoded = codec.decode_predict_request(wire)["x"]
     assert not decoded.flags.writeable
     assert not decoded.flags.owndata
+
+
+def test_a_large_message_is_decoded_without_copying_its_tensors():
+    x = sample(np.float32, (ZERO_COPY_BYTES // 4,))
+    wire = memoryview(codec.encode_predict_request("m", {"x": x}))
+    decoded = codec.decode_predict_request(wire)["x"]
+    assert np.shares_memory(decoded, np.frombuffer(wire, np.uint8))
+    np.testing.assert_array_equal(decoded, x)
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["tensor_content", "typed_val"])
+def test_small_and_large_messages_decode_alike(typed):
+    small = {"y": sample(np.float32, (2, 3)), "s": np.array([b"a", b"b"], dtype=object), "n": np.array(3, np.int64)}
+    big = {**small, "pad": np.zeros(ZERO_COPY_BYTES // 4, np.float32)}
+    for outputs in (small, big):
+        response = predict_pb2.PredictResponse()
+        for key, value in outputs.items():
+            codec.ndarray_to_tensor_proto(value, response.outputs[key], use_tensor_content=not typed)
+        decoded = codec.decode_predict_response(response.SerializeToString())
+        assert set(decoded) == set(outputs)
+        for key, value in outputs.items():
+            assert decoded[key].dtype == value.dtype
+            np.testing.assert_array_equal(decoded[key], value)
 
 
 def test_encoded_response_parses_with_the_official_message(tf):
@@ -105,8 +129,9 @@ def test_non_contiguous_input_is_encoded_by_value(tf):
     np.testing.assert_array_equal(tf.make_ndarray(parsed.inputs["x"]), x)
 
 
-def test_truncated_bytes_raise_value_error():
-    wire = codec.encode_predict_request("m", {"x": sample(np.float32, (8,))})
+@pytest.mark.parametrize("elements", [8, ZERO_COPY_BYTES], ids=["small", "large"])
+def test_truncated_bytes_raise_value_error(elements):
+    wire = codec.encode_predict_request("m", {"x": sample(np.float32, (elements,))})
     with pytest.raises(ValueError, match="truncated"):
         codec.decode_predict_request(wire[:-3])
 
