@@ -24,9 +24,11 @@ headers, body and keep-alive idle time; 408 or a closed connection),
 and ``--rest_api_max_concurrent_requests`` (default 256; more get 429 at once), and
 ``--bind_address`` (default 127.0.0.1) is the address the gRPC and REST
 listeners bind, where TF Serving binds every interface (0.0.0.0).
-``--grpc_max_concurrent_rpcs`` (0: 4 x ``--grpc_max_threads``) bounds the gRPC
-calls being handled or waiting for a thread; more are refused at once with
-RESOURCE_EXHAUSTED (grpc's ``maximum_concurrent_rpcs``), never queued.
+``--grpc_max_concurrent_rpcs`` (0: 4 x ``--grpc_max_threads``, at least 256 like
+REST's bound, so that a load test holding a few dozen calls in flight is never
+refused) bounds the gRPC calls being handled or waiting for a thread; more are
+refused at once with RESOURCE_EXHAUSTED (grpc's ``maximum_concurrent_rpcs``),
+never queued.
 ``--max_tensor_elements`` (0: ``default_max_tensor_elements()``, 2**28 or less
 on a small host) bounds the elements of one request's input tensors together,
 counted from their shapes before anything is allocated; more are refused with
@@ -77,6 +79,7 @@ DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS = 256
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
 _CONCURRENT_RPCS_PER_THREAD = 4
+_CONCURRENT_RPCS_FLOOR = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
 
 
 def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
@@ -183,7 +186,7 @@ class ServerFlags:
         "0.0.0.0 listens on every interface, as TF Serving does.")
     grpc_max_concurrent_rpcs: int = _flag(
         0, "EMBEDDED-ONLY extension: gRPC calls handled or waiting for a thread at once; more get "
-           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads.")
+           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads, at least 256.")
     max_tensor_elements: int = _flag(
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
@@ -363,8 +366,13 @@ def effective_max_tensor_elements(flags: ServerFlags) -> int:
 
 
 def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
-    """The gRPC admission bound: the flag, or 4 x ``--grpc_max_threads`` for 0."""
-    return flags.grpc_max_concurrent_rpcs or _CONCURRENT_RPCS_PER_THREAD * max(1, flags.grpc_max_threads)
+    """The gRPC admission bound: the flag, or 4 x ``--grpc_max_threads`` (at least 256) for 0.
+
+    The floor: grpc frees a slot only after the handler's future completes, so with 4 x 8 threads on
+    a 2-core host a client holding exactly 32 calls in flight was refused now and then.
+    """
+    return flags.grpc_max_concurrent_rpcs or max(_CONCURRENT_RPCS_FLOOR,
+                                                 _CONCURRENT_RPCS_PER_THREAD * max(1, flags.grpc_max_threads))
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

@@ -206,7 +206,8 @@ def test_negative_admission_bounds_are_refused(flag):
 
 def test_admission_bounds_default_to_the_thread_pool_and_the_hosts_memory():
     flags = ServerFlags(grpc_max_threads=6)
-    assert effective_grpc_max_concurrent_rpcs(flags) == 24
+    assert effective_grpc_max_concurrent_rpcs(flags) == 256                  # the floor: REST's bound
+    assert effective_grpc_max_concurrent_rpcs(ServerFlags(grpc_max_threads=100)) == 400
     assert effective_max_tensor_elements(flags) == default_max_tensor_elements() <= 2**28
     assert default_max_tensor_elements(memory_bytes=64 * 1000) == 1000   # one request: 1/8 of memory at 8 B
     assert default_max_tensor_elements(memory_bytes=1 << 40) == 2**28
