@@ -17,11 +17,18 @@ SavedModel with ``tf.saved_model.load`` and calls it, both on tensorflow-cpu:
 - glibc keeps freed memory in its arenas; ``malloc_trim(0)`` after each load
   (and its warmup) and each unload returns the free pages to the OS
   (``release_free_memory``). ``HeapFreezer`` calls it right after its collection.
+- glibc gives threads up to 8 arenas per core, and each keeps the high-water
+  mark of the requests that ran on it: with the gRPC, REST and TensorFlow
+  thread pools, serving resnet50 one image at a time grew the heap by ~65 MB
+  more than with ``MALLOC_ARENA_MAX=2``, at the same CPU per request.
+  ``limit_malloc_arenas()`` sets one arena per usable core (``mallopt``),
+  unless the operator set ``MALLOC_ARENA_MAX``.
 
 ``configure_tensorflow_environment()`` sets both variables' defaults (an
 operator's own values win). TensorFlow reads them when it is imported or first
-allocates, so ``main()`` calls it when the process starts, before TensorFlow
-loads; importing this module changes nothing.
+allocates, so ``main()`` calls it and ``limit_malloc_arenas()`` when the
+process starts, before TensorFlow loads and the thread pools start; importing
+this module changes nothing.
 """
 from __future__ import annotations
 
@@ -29,10 +36,12 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+import os
 import sys
 from typing import MutableMapping, Optional
 
-__all__ = ["TENSORFLOW_ENVIRONMENT", "configure_tensorflow_environment", "release_free_memory"]
+__all__ = ["TENSORFLOW_ENVIRONMENT", "configure_tensorflow_environment", "limit_malloc_arenas",
+           "release_free_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,27 @@ def configure_tensorflow_environment(environ: MutableMapping[str, str]) -> dict[
     return applied
 
 
+_M_ARENA_MAX = -8  # malloc.h
+
+
+def limit_malloc_arenas(environ: MutableMapping[str, str], arenas: Optional[int] = None) -> Optional[int]:
+    """At most ``arenas`` malloc arenas (default: one per usable core, at least 2); the limit set.
+
+    None when ``MALLOC_ARENA_MAX`` is in ``environ`` (glibc applied the
+    operator's value at process start) or the C library is not glibc. Threads
+    that start later share the arenas; ones that exist keep theirs.
+    """
+    if "MALLOC_ARENA_MAX" in environ:
+        return None
+    libc = _glibc()
+    if libc is None:
+        return None
+    limit = arenas if arenas is not None else max(2, len(os.sched_getaffinity(0)))
+    if limit < 1:
+        raise ValueError(f"arenas must be >= 1, not {limit}")
+    return limit if libc.mallopt(_M_ARENA_MAX, limit) == 1 else None
+
+
 @functools.cache
 def _glibc() -> Optional[ctypes.CDLL]:
     """The C library when it has ``malloc_trim`` (glibc), else None; loaded on first use."""
@@ -68,6 +98,7 @@ def _glibc() -> Optional[ctypes.CDLL]:
     if libc is None or not hasattr(libc, "malloc_trim"):
         return None
     libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return libc
 
 

@@ -1,20 +1,21 @@
 """The server's native-memory rules (``serving.server.memory``): TensorFlow's environment is set before
-TensorFlow loads, never over an operator's value, and freed malloc memory goes back to the OS."""
+TensorFlow loads, never over an operator's value; freed malloc memory goes back to the OS; arenas are
+limited unless the operator chose. The server process itself: tests/server/frontend/test_server_memory.py."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import importlib.util
 import platform
 import sys
-from pathlib import Path
 
 import pytest
 
-from serving.server.memory import TENSORFLOW_ENVIRONMENT, configure_tensorflow_environment, release_free_memory
-from tests.server.frontend.conftest import tiny_flags  # noqa: F401 - the fixture below is re-exported
-from tests.server.frontend.conftest import tiny_repo  # noqa: F401
-from tests.support.servers import EmbeddedServer
+from serving.server.memory import (
+    TENSORFLOW_ENVIRONMENT,
+    configure_tensorflow_environment,
+    limit_malloc_arenas,
+    release_free_memory,
+)
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
 
@@ -49,13 +50,9 @@ def test_free_malloc_memory_inside_the_heap_is_returned_to_the_os():
         libc.free(pin)
 
 
-@pytest.mark.slow
-def test_the_server_process_loads_no_keras_and_trims_after_its_load(tiny_repo, tmp_path):  # noqa: F811
-    if importlib.util.find_spec("sklearn") is None:
-        pytest.skip("scikit-learn is not installed: Keras would not load it either way")
-    with EmbeddedServer(tiny_flags(tiny_repo), wait_for=["tiny"], log_path=tmp_path / "server.log") as server:
-        mapped = Path(f"/proc/{server.pid}/maps").read_text()
-        log = server.log_tail(200)
-    assert "TF_USE_LEGACY_KERAS=1" in log and "TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1" in log
-    assert "/sklearn/" not in mapped, "Keras 3 imports scikit-learn when it is installed: Keras was loaded"
-    assert "After load:" in log and "native memory" in log
+@glibc_only
+def test_malloc_arenas_are_limited_unless_the_operator_set_malloc_arena_max():
+    assert limit_malloc_arenas({"MALLOC_ARENA_MAX": "4"}) is None
+    assert limit_malloc_arenas({}, arenas=64) == 64  # a limit this process never reaches
+    with pytest.raises(ValueError, match="arenas must be >= 1"):
+        limit_malloc_arenas({}, arenas=0)
