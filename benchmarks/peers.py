@@ -90,6 +90,7 @@ __all__ = [
     "sdk_load",
     "tree_cpu_seconds",
     "tree_rss_mb",
+    "tree_rss_anon_mb",
     "wait_for_answer",
 ]
 
@@ -370,6 +371,25 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1e6
 
 
+def tree_rss_anon_mb(pid: int) -> float:
+    """Anonymous resident memory (``RssAnon``: heap, stacks, arenas) of ``pid`` and its descendants, MB.
+
+    What a server allocates itself. RSS adds file-backed pages, mostly the shared, clean text of
+    ``libtensorflow_cc.so``, and how much of it a process maps depends on the page cache: the same
+    ``import tensorflow`` maps ~220 MB of the dev venv's copy and ~160 MB of a peer venv's byte-identical
+    copy (issue 14). Both figures are printed.
+    """
+    total = 0.0
+    for member in _descendants(pid):
+        try:
+            fields = dict(line.split(":", 1) for line in Path(f"/proc/{member}/status").read_text().splitlines()
+                          if line.startswith("RssAnon"))
+        except OSError:
+            continue
+        total += int(fields.get("RssAnon", "0 kB").split()[0]) / 1e3
+    return total
+
+
 def measure_point(pid: Optional[int], load: Load, concurrency: int, warmup: float, duration: float) -> dict:
     """One closed-loop point: req/s, p50/p99 ms and the server tree's CPU-ms per request in the window."""
     samples: dict[str, float] = {}
@@ -563,6 +583,7 @@ def _time_points(bench: Bench, model: str, label: str, pid: Optional[int], loads
                     concurrency, point["rps"], _fmt(point["p50_ms"]), _fmt(point["cpu_ms"], 2), point["errors"])
         if index == 0 and pid is not None:
             bench.record(model, label, "rss_mb", tree_rss_mb(pid))
+            bench.record(model, label, "rss_anon_mb", tree_rss_anon_mb(pid))
 
 
 def _time_in_process(bench: Bench, model: str, version_dir: Path) -> None:
@@ -675,7 +696,7 @@ def _server_rows(m: dict, model: str) -> list[str]:
     servers = m.get("servers", {}).get(model, {})
     keys = sorted({k for s in servers.values() for k in s.get("points", {})},
                   key=lambda k: (k.split()[0] != "rest", k.split()[0], int(k.split("=")[1])))
-    head = f"{'server':<18}" + "".join(f"{k:>22}" for k in keys) + f"{'cold start s':>14}{'RSS MB':>9}"
+    head = f"{'server':<18}" + "".join(f"{k:>22}" for k in keys) + f"{'cold start s':>14}{'RSS MB':>9}{'anon MB':>9}"
     lines = [f"{model}: req/s (p50 ms) ±spread over rounds; CPU-ms per request on the line below", head,
              "-" * len(head)]
     for server, entry in servers.items():
@@ -689,7 +710,7 @@ def _server_rows(m: dict, model: str) -> list[str]:
             cpu = _median([p["cpu_ms"] for p in points])
             cpus.append(f"{'' if cpu is None else f'{cpu:.2f} ms':>22}")
         lines.append(f"{server:<18}{''.join(rates)}{_fmt(_median(entry.get('cold_start_s', []))):>14}"
-                     f"{_fmt(_median(entry.get('rss_mb', [])), 0):>9}")
+                     f"{_fmt(_median(entry.get('rss_mb', [])), 0):>9}{_fmt(_median(entry.get('rss_anon_mb', [])), 0):>9}")
         lines.append(f"{'  CPU/request':<18}{''.join(cpus)}")
         errors = {key: sum(p.get("errors", 0) for p in entry.get("points", {}).get(key, [])) for key in keys}
         if any(errors.values()):

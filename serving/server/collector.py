@@ -20,10 +20,12 @@ What ``HeapFreezer`` does, all process-wide (``gc`` has one state per process):
   exists (``gc.freeze``: moved to a permanent generation no collection walks).
 - ``version_loaded()``: after a version is loaded and warmed up, before it
   serves: one full collection (the load's own garbage), then ``gc.freeze()``
-  so the model's objects are never walked again.
+  so the model's objects are never walked again, then ``release()``
+  (``serving.server.memory.release_free_memory``: ``malloc_trim``) so the
+  native memory the load and its warmup freed goes back to the OS.
 - ``version_unloaded()``: a frozen object is never collected, so a closed
   version's reference cycles stay until unfrozen: ``gc.unfreeze()``, one full
-  collection, ``gc.freeze()`` again. A hot swap pays one collection when the
+  collection, ``gc.freeze()`` again, ``release()``. A hot swap pays one collection when the
   new version is ready and one when the old one is gone, never per request.
 - ``stop()``: unfreezes and restores the thresholds found at ``start()``.
 
@@ -37,7 +39,9 @@ import gc
 import logging
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
+
+from serving.server.memory import release_free_memory
 
 __all__ = ["HeapFreezer", "YOUNG_THRESHOLD"]
 
@@ -47,12 +51,18 @@ YOUNG_THRESHOLD = 10_000  # CPython's default is 700
 
 
 class HeapFreezer:
-    """Freezes the heap after each load; see the module docstring. ``start()`` then ``stop()``."""
+    """Freezes the heap after each load; see the module docstring. ``start()`` then ``stop()``.
 
-    def __init__(self, young_threshold: int = YOUNG_THRESHOLD) -> None:
+    ``release`` returns freed native memory to the OS after each collection
+    (True when it released some); the default trims glibc's malloc arenas.
+    """
+
+    def __init__(self, young_threshold: int = YOUNG_THRESHOLD, *,
+                 release: Callable[[], bool] = release_free_memory) -> None:
         if young_threshold < 1:
             raise ValueError("young_threshold must be >= 1 (0 would disable the collector)")
         self._young_threshold = young_threshold
+        self._release = release
         self._previous: Optional[tuple[int, int, int]] = None
         self._lock = threading.Lock()
 
@@ -91,5 +101,7 @@ class HeapFreezer:
                 gc.unfreeze()
             collected = gc.collect()
             gc.freeze()
-            log.info("After %s: collected %d objects, froze %d, in %.0f ms", event, collected,
-                     gc.get_freeze_count(), (time.perf_counter() - start) * 1e3)
+            released = self._release()
+            log.info("After %s: collected %d objects, froze %d, %s, in %.0f ms", event, collected,
+                     gc.get_freeze_count(), "returned free native memory to the OS" if released
+                     else "no native memory to return", (time.perf_counter() - start) * 1e3)

@@ -8,6 +8,9 @@ The main thread waits for the signal on a ``signal.set_wakeup_fd`` pipe: the
 kernel may deliver a process signal to any thread, and Python runs its handler
 only once the main thread runs again, so a main thread sleeping in a timed
 wait noticed SIGTERM up to a second late (the listeners stayed open that long).
+Before the server is built, ``serving.server.memory`` sets TensorFlow's
+environment defaults (no Keras import, oneDNN tensors on malloc), which
+TensorFlow reads once, when it loads, and limits glibc's malloc arenas.
 Exit codes follow ``main.cc``: 0 after ``--version``, ``--help`` or a drain,
 255 (``-1``) for a bad flag value or a server that fails to start.
 """
@@ -24,6 +27,7 @@ from typing import Optional, Sequence
 from serving import status
 from serving.server.flags import CommandLine, FlagError, ServerFlags, log_no_effect, parse_flags, usage, validate_flags
 from serving.server.logs import NativeStderrAsJson, configure_logging
+from serving.server.memory import configure_tensorflow_environment, limit_malloc_arenas
 from serving.server.server import ModelServer
 
 __all__ = ["main", "version_text", "DRAIN_GRACE_SECONDS"]
@@ -82,6 +86,13 @@ def _run(command_line: CommandLine) -> int:
 
 
 def _serve(flags: ServerFlags) -> int:
+    # Before anything imports TensorFlow, which reads these once, or starts a thread pool (serving.server.memory).
+    applied = configure_tensorflow_environment(os.environ)
+    if applied:
+        logger.info("TensorFlow environment: %s", " ".join(f"{k}={v}" for k, v in applied.items()))
+    arenas = limit_malloc_arenas(os.environ)
+    if arenas is not None:
+        logger.info("At most %d malloc arenas (MALLOC_ARENA_MAX overrides)", arenas)
     server = ModelServer(flags)
     try:
         validate_flags(flags)

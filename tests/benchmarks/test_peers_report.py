@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 
@@ -17,6 +18,8 @@ from benchmarks.peers import (
     evaluate,
     exit_code,
     render,
+    tree_rss_anon_mb,
+    tree_rss_mb,
 )
 
 
@@ -51,7 +54,8 @@ def _recorded() -> dict:
         "skipped": {"tfserving/digits": "tensorflow/serving:2.17.1 needs Docker: no engine"},
         "servers": {
             "digits": {
-                "embedded": {"points": digits_embedded, "cold_start_s": [6.8, 7.0], "rss_mb": [480, 480]},
+                "embedded": {"points": digits_embedded, "cold_start_s": [6.8, 7.0], "rss_mb": [480, 480],
+                             "rss_anon_mb": [190, 192]},
                 "embedded+batching": {"points": digits_batching, "cold_start_s": [7.0, 7.0], "rss_mb": [490, 490]},
                 "flask-1w": {"points": {"rest c=1": [_point(200), _point(180)],
                                         "rest c=32": [_point(400), _point(380)]},
@@ -176,3 +180,13 @@ def test_answers_agree_within_tolerance_and_name_the_output_that_differs():
     differs = answers_agree(reference, b'{"predictions": [[0.2, 0.8]]}', atol=1e-5, rtol=1e-4)
     assert differs is not None and "max difference 0.1" in differs
     assert "shape" in answers_agree(reference, b'{"predictions": [[0.1, 0.9, 0.0]]}', atol=1e-5, rtol=1e-4)
+
+
+def test_anonymous_rss_is_printed_beside_rss_and_is_part_of_it():
+    lines = render(_recorded()).splitlines()
+    head = next(line for line in lines if line.startswith("server") and "RSS MB" in line)
+    assert head.endswith("anon MB")
+    row = next(line for line in lines if line.startswith("embedded ") and line.rstrip().endswith("191"))
+    assert "480" in row
+    own = os.getpid()  # this process: a real /proc reading, no server needed
+    assert 0 < tree_rss_anon_mb(own) < tree_rss_mb(own)

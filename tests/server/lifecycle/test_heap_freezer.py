@@ -1,4 +1,5 @@
-"""Python's heap is frozen after each load and refrozen after each unload, with the real collector."""
+"""Python's heap is frozen after each load and refrozen after each unload, with the real collector;
+free native memory goes back to the OS at the same moments."""
 from __future__ import annotations
 
 import gc
@@ -6,6 +7,7 @@ import threading
 import weakref
 
 from serving.server.collector import YOUNG_THRESHOLD, HeapFreezer
+from serving.server.memory import release_free_memory
 from tests.server.lifecycle.helpers import model_server_config, states, wait_for
 from tests.server.lifecycle.tiny_models import publish
 
@@ -77,3 +79,34 @@ def test_manager_reports_a_load_before_the_version_serves_and_each_unload(make_m
     wait_for(lambda: states(manager, "affine").get(1) == "END", what="version 1 unloaded")
     assert [event for event, _ in recorder.events] == ["loaded", "loaded", "unloaded"]
     assert recorder.events[1][1][2] == "LOADING" and recorder.events[2][1][2] == "AVAILABLE"
+
+
+class ReleaseRecorder:
+    """The real ``release_free_memory``, noting the version states the manager shows each time it runs."""
+
+    def __init__(self, manager_ref: list) -> None:
+        self.calls: list[dict] = []
+        self._manager_ref = manager_ref
+
+    def __call__(self) -> bool:
+        self.calls.append(states(self._manager_ref[0], "affine") if self._manager_ref else {})
+        return release_free_memory()
+
+
+def test_native_memory_is_returned_after_a_load_and_its_warmup_before_the_version_serves(
+        make_manager, tmp_path, affine_templates):
+    base = tmp_path / "affine"
+    publish(affine_templates[1.0], base, 1)
+    manager_ref: list = []
+    release = ReleaseRecorder(manager_ref)
+    freezer = HeapFreezer(release=release)
+    freezer.start()
+    try:
+        manager_ref.append(make_manager(poll=0.05, heap=freezer))
+        manager_ref[0].reload_config(model_server_config(("affine", base)))
+        assert release.calls == [{1: "LOADING"}], "one release, after the load, before AVAILABLE"
+        assert states(manager_ref[0], "affine") == {1: "AVAILABLE"}
+        freezer.version_unloaded()
+        assert len(release.calls) == 2, "an unload returns the closed version's memory too"
+    finally:
+        freezer.stop()
