@@ -10,7 +10,7 @@ PUBLIC = {
     "tensorflow.loader": {"LoaderOptions", "SavedModelLoader"},
     "core.source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
                "list_versions"},
-    "core.manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState"},
+    "core.manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState", "VersionEvents"},
     "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"},
     "tensorflow.inference": {"DEFAULT_SIGNATURE", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
                   "CLASSIFY_OUTPUT_SCORES", "REGRESS_INPUTS", "REGRESS_OUTPUTS", "Class", "Classifications",
