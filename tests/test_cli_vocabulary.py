@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 import pytest
 
 import benchmarks.codec
+import benchmarks.gpu
 import benchmarks.loadgen
 import benchmarks.server
 import exporter.__main__
@@ -45,6 +46,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m loadtest": loadtest.__main__.build_parser,
     "python -m monitoring.local": monitoring.local.build_parser,
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
+    "python -m benchmarks.gpu": benchmarks.gpu.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,
     "python examples/train_and_export.py": _example_parser,
