@@ -155,6 +155,9 @@ def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) 
                      f"{_gain(row.get('gain_pct'), row.get('spread_pct', 0.0))} | "
                      f"{_ms(row.get('cpu_before_ms'))} → {_ms(row.get('cpu_after_ms'))} | {row['verdict']} | "
                      f"{tried or '-'} |")
+    knobs = [k for k in space.BATCHING_KNOBS if len(grid_of(summary, k)) > 1]
+    if knobs and summary["search_best"]["batching"] == "off":
+        lines += ["", f"Batching parameters ({', '.join(knobs)}) were not searched: batching stayed off."]
     lines += ["", "## Combined best against the default", ""]
     rounds = total["rounds"]
     per_round = "; ".join(f"{r['candidate_rps']:.1f} vs {r['baseline_rps']:.1f}" for r in rounds)
@@ -194,6 +197,10 @@ def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) 
         lines += [f"- {name}: {reason}" for name, reason in summary["skipped"].items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def grid_of(summary: Mapping[str, Any], dimension: str) -> list[Any]:
+    return list(summary.get("grid", {}).get(dimension, []))
 
 
 def _load(summary: Mapping[str, Any]) -> str:

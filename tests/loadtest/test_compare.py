@@ -41,10 +41,11 @@ def test_a_loss_within_the_measured_window_spread_is_noise(tmp_path):
 
 
 def test_latency_gets_worse_upwards_and_rounds_give_the_mean_and_spread(tmp_path):
-    doc = {"series": [{"label": "peer/rest", "levels": [
-        {"level": "c8", "rounds": [{"p50_ms": 10.0, "throughput_rps": 100}, {"p50_ms": 12.0, "throughput_rps": 100}]}]}]}
-    worse = {"series": [{"label": "peer/rest", "levels": [
-        {"level": "c8", "rounds": [{"p50_ms": 20.0, "throughput_rps": 100}, {"p50_ms": 21.0, "throughput_rps": 100}]}]}]}
+    def result(*p50s):
+        rounds = [{"p50_ms": p50, "throughput_rps": 100} for p50 in p50s]
+        return {"series": [{"label": "peer/rest", "levels": [{"level": "c8", "rounds": rounds}]}]}
+
+    doc, worse = result(10.0, 12.0), result(20.0, 21.0)
     (tmp_path / "a.json").write_text(json.dumps(doc))
     (tmp_path / "b.json").write_text(json.dumps(worse))
     base, cand = compare.load_result(tmp_path / "a.json"), compare.load_result(tmp_path / "b.json")

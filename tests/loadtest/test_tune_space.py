@@ -110,7 +110,8 @@ def _summary(best, trials, final):
 def test_report_has_a_measured_row_per_setting_even_without_gain_then_combined_and_flags(tmp_path):
     xla = {**START, "variant": "xla"}
     best = {**xla, "batching": "on", "batch_timeout_micros": 1000}
-    trials = [_trial(0, {**START, "intra_op": 1}, "intra_op", 0.6), _trial(1, {**START, "intra_op": 4}, "intra_op", 1.02),
+    trials = [_trial(0, {**START, "intra_op": 1}, "intra_op", 0.6),
+              _trial(1, {**START, "intra_op": 4}, "intra_op", 1.02),
               _trial(2, {**START, "inter_op": 1}, "inter_op", 0.97), _trial(3, xla, "variant", 1.2),
               _trial(4, {**xla, "batching": "on"}, "batching", 1.5),
               _trial(5, best, "batch_timeout_micros", 1.7)]
