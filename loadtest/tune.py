@@ -352,6 +352,7 @@ class _Bench:
             payload = self._payload(self.default["variant"], self._default_server)
             print(f"payload {payload.label}: {payload.source}", flush=True)
             if self.budget_ms is None:
+                self._warm(self._default_server, self.default["variant"])
                 first = self._sweep(self._default_server, self.default["variant"], levels=(1,))[2][0]
                 self.budget_ms = round(max(4 * first.p99_ms, 10 * first.p50_ms, 5.0), 1)
                 print(f"p99 budget {self.budget_ms} ms: the larger of 4 x p99 ({first.p99_ms:.1f} ms) and 10 x p50 "
