@@ -48,7 +48,8 @@ def plot_tune_rows(rows: Sequence[Mapping[str, Any]], total: Mapping[str, Any], 
     """The tuner's table as a picture: throughput gain ± spread per setting (left) and p50 at concurrency 1,
     default against tuned (right); the combined config is the last bar. Rows without numbers are left out."""
     measured = [r for r in rows if r.get("gain_pct") is not None]
-    labels = [f"{r['setting'].split(' (')[0]}: {r['tuned']}" for r in measured] + ["combined (final rounds)"]
+    final = "default vs itself (noise floor)" if total.get("is_default") else "combined best"
+    labels = [f"{r['setting'].split(' (')[0]}: {r['tuned']}" for r in measured] + [f"{final} (final rounds)"]
     gains = [r["gain_pct"] for r in measured] + [total.get("gain_pct") or 0.0]
     spreads = [r.get("spread_pct", 0.0) for r in measured] + [total.get("spread_pct", 0.0)]
     before = [r.get("p50_before_ms") or 0.0 for r in measured] + [total.get("p50_before_ms") or 0.0]

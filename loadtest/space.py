@@ -104,7 +104,7 @@ def default_grid(cpus: int, start: Mapping[str, Any], variants: tuple[str, ...] 
                  floor: int = 0) -> dict[str, tuple[Any, ...]]:
     """Every dimension's values: thread counts around the core count, every variant, batching on/off and a
     grid of batching parameters (``max_batch_size`` never under ``floor``, the largest warmup batch)."""
-    threads = tuple(sorted({0, 1, max(1, cpus // 2), cpus, 2 * cpus}))
+    threads = tuple(sorted({0, 1, max(1, cpus // 2), 2 * cpus}))  # 0 (auto) is the core count already
     sizes = tuple(v for v in (8, 16, 32, 64, 128, 256) if v >= floor) or (floor,)
     return {"gpu_memory_fraction": (0.0, 0.3, 0.5, 0.8), "intra_op": threads, "inter_op": threads,
             "variant": variants, "batching": ("off", "on"), "max_batch_size": sizes,

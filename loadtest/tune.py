@@ -279,8 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``tune`` subcommand's flags (it starts its own servers: no --grpc/--rest)."""
     add_target_arguments(parser)
     parser.add_argument("--p99-budget-ms", type=float, default=None,
-                        help="p99 latency budget (ms); default 4 x the default config's p99 at concurrency 1, "
-                             "measured first")
+                        help="p99 latency budget (ms); default the larger of 4 x p99 and 10 x p50 of the default "
+                             "config at concurrency 1, measured first")
     parser.add_argument("--objective", choices=("throughput", "latency"), default="throughput",
                         help="what a move must improve: req/s within the budget (default) or p50 at concurrency 1")
     parser.add_argument("--batching-config", type=Path, default=REPO_ROOT / "serving" / "batching.cpu.config",
