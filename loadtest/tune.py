@@ -10,20 +10,22 @@ exported) are skipped and the report says why.
 The default is TF Serving's: threads auto, the fp32 model, no XLA, no
 batching. A server with the default stays up for the whole run; each
 candidate gets its own server, and the two are swept in turn, ``rounds``
-times (default, candidate, default, candidate, ...): a busy minute on a
+times (default then candidate, candidate then default, ...): a busy minute on a
 shared machine hits both sides. A sweep gives two numbers: the highest
 throughput of any concurrency level whose p99 is within the budget (no
 errors), and the p50 latency at concurrency 1. A candidate scores the mean of
 its rounds over the default's mean in the same rounds (``--objective``
 throughput, or latency: default p50 over candidate p50); its spread is half
-the range of the per-round ratios.
+the range of the per-round ratios, and the search scores it by the ratio
+minus the spread, so a gain the rounds disagree on is not a gain.
 
 The search is coordinate descent over the dimensions in ``space.DIMENSIONS``
 order: thread counts, variants and batching on/off try every value, the
 batching parameters walk their grid while the score improves. A move needs a
 gain above ``--min-gain`` over the best so far. At the end the winner is
 restarted and compared with the default again in ``final_rounds`` fresh paired
-rounds; it is recommended only if it still wins by more than ``--min-gain``.
+rounds; it is recommended only if it still wins by more than ``--min-gain``
+beyond the spread of those rounds.
 
 Outputs (``loadtest.tune_report``): ``tune.md`` (the table: setting, default,
 tuned, p50 before → after, throughput gain ± spread; then the combined best
@@ -116,6 +118,7 @@ class Trial:
     cpu_ms_per_request: Optional[float] = None           # the server's CPU per request at the top level
     baseline_cpu_ms_per_request: Optional[float] = None  # (noise-robust on a shared machine)
     ratio: float = 0.0                    # the objective's ratio
+    score: float = 0.0                    # what the search compares: ratio minus the objective's spread
     best_level: Optional[float] = None
     p99_at_best_ms: Optional[float] = None
     rounds: list[dict[str, Any]] = field(default_factory=list)
@@ -477,7 +480,10 @@ def _summarise_trial(trial: Trial, objective: str) -> None:
     trial.latency_spread = spread(round_ratios(rounds, "candidate_p50_c1_ms", "baseline_p50_c1_ms", False))
     trial.cpu_ms_per_request = _mean([r["candidate_cpu_ms"] for r in rounds])
     trial.baseline_cpu_ms_per_request = _mean([r["baseline_cpu_ms"] for r in rounds])
-    trial.ratio = trial.throughput_ratio if objective == "throughput" else trial.latency_ratio
+    if objective == "throughput":
+        trial.ratio, trial.score = trial.throughput_ratio, trial.throughput_ratio - trial.throughput_spread
+    else:
+        trial.ratio, trial.score = trial.latency_ratio, trial.latency_ratio - trial.latency_spread
 
 
 def describe_config(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
@@ -547,7 +553,7 @@ def run_tune(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with _Bench(args, target, backend, base, default) as bench:
         best, _ = coordinate_descent(
-            default, grid, lambda config: bench.compare(config, args.rounds).ratio,
+            default, grid, lambda config: bench.compare(config, args.rounds).score,
             max_trials=args.max_trials, min_gain=args.min_gain, start_score=1.0, exhaustive=_EXHAUSTIVE,
             normalize=lambda config: space.normalize(config, default),
             on_dimension=lambda name: setattr(bench, "dimension", name))

@@ -32,7 +32,16 @@ __all__ = [
 
 
 def _by_ratio(trial: Mapping[str, Any]) -> float:
-    return trial["ratio"] if not trial.get("error") else -1.0
+    return _score(trial) if not trial.get("error") else -1.0
+
+
+def _score(trial: Mapping[str, Any]) -> float:
+    """The objective's ratio minus its spread over the rounds (what the search compares)."""
+    if "score" in trial:
+        return trial["score"]
+    spread = trial.get("throughput_spread", 0.0) if trial.get("ratio") == trial.get("throughput_ratio") else \
+        trial.get("latency_spread", 0.0)
+    return trial["ratio"] - spread
 
 
 def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -65,7 +74,8 @@ def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         on_top = [f"{k}={v}" for k, v in rest.items() if v != default.get(k)
                   and not (k in space.BATCHING_KNOBS and rest.get("batching") == "off")]
         verdict = "adopted" if adopted else ("error: " + shown["error"] if shown.get("error") else
-                                             "no gain: default kept")
+                                             "within noise: default kept" if shown["ratio"] > 1 + summary["min_gain"]
+                                             else "no gain: default kept")
         rows.append({**row, "tuned": space.describe_value(dim, shown["config"][dim], cpus), "verdict": verdict,
                      "p50_before_ms": shown.get("baseline_p50_c1_ms"), "p50_after_ms": shown.get("p50_c1_ms"),
                      "throughput_before_rps": shown.get("baseline_rps"), "throughput_after_rps": shown.get("score_rps"),
@@ -84,7 +94,7 @@ def combined(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The final paired check: the search's winner (or the default against itself) in fresh rounds."""
     final, default = summary["final"], summary["default"]
     is_default = space.normalize(final["config"], default) == space.normalize(default, default)
-    holds = not is_default and not final.get("error") and final["ratio"] > 1 + summary["min_gain"]
+    holds = not is_default and not final.get("error") and _score(final) > 1 + summary["min_gain"]
     return {"config": final["config"], "is_default": is_default, "holds": holds,
             "baseline_rps": final["baseline_rps"], "tuned_rps": final["score_rps"],
             "gain_pct": 100 * (final["throughput_ratio"] - 1) if final["throughput_ratio"] else None,
@@ -141,7 +151,9 @@ def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) 
              f"{summary.get('seconds', 0):.0f} s. Throughput = the most req/s of any concurrency level "
              f"({','.join(map(str, summary['levels']))}) with p99 <= {summary['p99_budget_ms']} ms and no errors; "
              f"latency = p50 at concurrency 1. Every candidate was swept in turn with the default "
-             f"({summary['rounds']} paired rounds); gain ± half the range of the per-round ratios.", "",
+             f"({summary['rounds']} paired rounds); gain ± half the range of the per-round ratios. A setting is "
+             f"adopted when its gain beyond that spread exceeds --min-gain ({100 * summary['min_gain']:.0f} %); "
+             "each row was measured on top of the rows adopted above it.", "",
              "Server CPU ms/request (at the top level) is the noise-robust check on a shared machine.", "",
              "| setting | default | tuned | latency (ms) p50 c=1 | throughput gain | server CPU ms/req | verdict "
              "| values tried (x req/s) |",
@@ -173,13 +185,14 @@ def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) 
               f"Per round (tuned vs default req/s): {per_round or '-'}.", ""]
     if total["holds"]:
         lines.append(f"Verdict: the tuned config beats the default by more than --min-gain "
-                     f"({100 * summary['min_gain']:.0f} %) in fresh rounds; use it.")
+                     f"({100 * summary['min_gain']:.0f} %) beyond the spread of fresh rounds; use it.")
     elif total["is_default"]:
         lines.append("Verdict: no setting beat TF Serving's defaults by more than --min-gain on this host; "
                      "keep them.")
     else:
-        lines.append(f"Verdict: the search's winner did not hold up in fresh rounds (x{total['ratio']:.2f}, "
-                     f"needs > x{1 + summary['min_gain']:.2f}); keep TF Serving's defaults.")
+        lines.append(f"Verdict: the search's winner did not hold up in fresh rounds (x{total['ratio']:.2f} ± "
+                     f"{total['spread_pct'] / 100:.2f}; it needs more than x{1 + summary['min_gain']:.2f} beyond the "
+                     "spread); keep TF Serving's defaults.")
     flags = recommended_flags(summary, config)
     lines += ["", "## Flags to use", "",
               f"Serve `{name}` (its `models.config` entry: `name: \"{name}\"`, base path `/models/{name}`), with:",

@@ -145,3 +145,11 @@ def test_a_winner_that_fails_the_final_rounds_is_not_recommended(tmp_path):
     assert "Batching stays off" in text
     tune_report.write_report(summary, tmp_path)
     assert not (tmp_path / "batching.config").exists()
+
+
+def test_a_final_gain_that_the_rounds_disagree_on_is_noise():
+    best = {**START, "intra_op": 4}
+    noisy = _trial(1, best, "", 1.1, label="final", rounds=((100.0, 140.0), (100.0, 80.0)))  # x1.4 then x0.8
+    summary = _summary(best, [_trial(0, best, "intra_op", 1.3)], noisy)
+    assert not tune_report.combined(summary)["holds"] and tune_report.chosen_config(summary) == START
+    assert "x1.10 ± 0.30" in tune_report.render_markdown(summary)
