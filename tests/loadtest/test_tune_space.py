@@ -153,3 +153,14 @@ def test_a_final_gain_that_the_rounds_disagree_on_is_noise():
     summary = _summary(best, [_trial(0, best, "intra_op", 1.3)], noisy)
     assert not tune_report.combined(summary)["holds"] and tune_report.chosen_config(summary) == START
     assert "x1.10 ± 0.30" in tune_report.render_markdown(summary)
+
+
+def test_a_round_where_one_side_had_nothing_within_the_budget_is_left_out_of_the_ratio():
+    trial = tune.Trial(0, dict(START))
+    trial.rounds = [{"baseline_rps": 100.0, "candidate_rps": 120.0, "baseline_p50_c1_ms": 2.0,
+                     "candidate_p50_c1_ms": 1.0, "baseline_cpu_ms": None, "candidate_cpu_ms": None},
+                    {"baseline_rps": 0.0, "candidate_rps": 900.0, "baseline_p50_c1_ms": 2.0,
+                     "candidate_p50_c1_ms": 1.0, "baseline_cpu_ms": None, "candidate_cpu_ms": None}]
+    tune._summarise_trial(trial, "throughput")
+    assert trial.throughput_ratio == pytest.approx(1.2) and trial.score == pytest.approx(1.2)
+    assert trial.note.startswith("1 of 2 rounds left out")
