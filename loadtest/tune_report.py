@@ -70,9 +70,7 @@ def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         adopted = best[dim] != default[dim]
         shown = max((t for t in mine if t["config"][dim] == best[dim]), key=_by_ratio) if adopted else \
             max(mine, key=_by_ratio)
-        rest = {k: v for k, v in shown["config"].items() if k != dim}
-        on_top = [f"{k}={v}" for k, v in rest.items() if v != default.get(k)
-                  and not (k in space.BATCHING_KNOBS and rest.get("batching") == "off")]
+        on_top = _on_top(shown["config"], default, dim)
         verdict = "adopted" if adopted else ("error: " + shown["error"] if shown.get("error") else
                                              "within noise: default kept" if shown["ratio"] > 1 + summary["min_gain"]
                                              else "no gain: default kept")
@@ -85,9 +83,17 @@ def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                      "cpu_after_ms": shown.get("cpu_ms_per_request"),
                      "on_top_of": on_top,
                      "tried": [{"value": space.describe_value(dim, t["config"][dim], cpus),
+                                "on_top_of": _on_top(t["config"], default, dim),
                                 "throughput_ratio": t["throughput_ratio"], "latency_ratio": t["latency_ratio"],
                                 "error": t.get("error")} for t in mine]})
     return rows
+
+
+def _on_top(config: Mapping[str, Any], default: Mapping[str, Any], dim: str) -> list[str]:
+    """The other dimensions ``config`` sets away from the default (``name=value``): what a row was measured on."""
+    rest = {k: v for k, v in config.items() if k != dim}
+    return [f"{k}={v}" for k, v in rest.items() if v != default.get(k)
+            and not (k in space.BATCHING_KNOBS and rest.get("batching") == "off")]
 
 
 def combined(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,7 +165,8 @@ def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) 
              "| values tried (x req/s) |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        tried = ", ".join(f"{t['value']}: " + ("error" if t.get("error") else f"x{t['throughput_ratio']:.2f}")
+        tried = ", ".join(f"{t['value']}" + (f" (with {' '.join(t['on_top_of'])})" if t.get("on_top_of") else "")
+                          + ": " + ("error" if t.get("error") else f"x{t['throughput_ratio']:.2f}")
                           for t in row.get("tried", []))
         on_top = f" (with {' '.join(row['on_top_of'])})" if row.get("on_top_of") else ""
         lines.append(f"| {row['setting']} | {row['default']} | {row['tuned']}{on_top} | "
