@@ -72,7 +72,8 @@ def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
             max(mine, key=_by_ratio)
         on_top = _on_top(shown["config"], default, dim)
         verdict = "adopted" if adopted else ("error: " + shown["error"] if shown.get("error") else
-                                             "within noise: default kept" if shown["ratio"] > 1 + summary["min_gain"]
+                                             "not adopted: within noise, or no better than the rows above"
+                                             if shown["ratio"] > 1 + summary["min_gain"]
                                              else "no gain: default kept")
         rows.append({**row, "tuned": space.describe_value(dim, shown["config"][dim], cpus), "verdict": verdict,
                      "p50_before_ms": shown.get("baseline_p50_c1_ms"), "p50_after_ms": shown.get("p50_c1_ms"),
