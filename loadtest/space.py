@@ -194,7 +194,8 @@ def skipped_dimensions(backend: Backend, model: str, model_repo: Path,
         name = published_name(model, variant)
         if not model_versions(Path(model_repo) / name):
             skipped[f"variant:{variant}"] = (f"no {name} in {model_repo}: export it with `python -m exporter export "
-                                             f"--model {model} --variant {variant}`" if variant != "fp32" else
+                                             f"(--model ZOO | --from PATH --name {model}) --variant {variant} "
+                                             f"--model-repo {model_repo}`" if variant != "fp32" else
                                              f"no {name} in {model_repo}")
         elif variant in GPU_ONLY_VARIANTS and not backend.gpu:
             skipped[f"variant:{variant}"] = (f"{name} needs TF Serving's GPU image and the GPU its TensorRT "
