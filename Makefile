@@ -17,13 +17,14 @@ GATEWAY_SECRETS ?= gateway/secrets
 # Extra names for the gateway's server certificate, e.g. make certs SERVER_NAMES="gpu-host 10.0.0.5".
 SERVER_NAMES ?=
 
-.PHONY: help up test install debs venv clean bench monitor certs
+.PHONY: help up test install debs venv clean bench monitor certs gpu-report
 
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
 	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
+	@echo "make gpu-report  on an NVIDIA GPU host with Docker: preflight, trt-fp16 export, tuner and fp32/xla/trt-fp16 sweep (out/gpu-report/)"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
 
 $(STAMP): pyproject.toml
@@ -81,6 +82,12 @@ bench: $(STAMP)
 	           "benchmarks.peers --model-repo models"; do \
 	  echo "== python -m $$cmd"; $(PY) -m $$cmd || { echo "!! python -m $$cmd missed a target"; status=1; }; \
 	done; exit $$status
+
+# On a host with an NVIDIA GPU and Docker: preflight (driver, compute capability, NVIDIA container runtime;
+# exit 3 with the fix when one fails), then the trt-fp16 export, the compose stack, the fp32/xla/trt-fp16
+# sweep and the tuner on resnet50, written to out/gpu-report/ (python -m benchmarks.gpu --help).
+gpu-report: $(STAMP)
+	$(PY) -m benchmarks.gpu $(GPU_REPORT_ARGS)
 
 # Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or
 # the embedded server on 127.0.0.1:8501 (e.g. make monitor MONITOR_ARGS="--rest=http://HOST:PORT").

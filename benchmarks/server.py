@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import json
 import logging
 import os
 import sys
@@ -63,8 +64,8 @@ from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
-__all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "print_verdicts",
-           "run_grpc", "run_rest"]
+__all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "points_to_json",
+           "print_verdicts", "run_grpc", "run_rest"]
 
 logger = logging.getLogger("benchmarks.server")
 
@@ -531,6 +532,24 @@ def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Se
 
 # ---------------------------------------------------------------------------- main
 
+def points_to_json(points: Sequence[Point]) -> dict:
+    """The points in ``python -m loadtest compare``'s generic shape: one series per model, path and batching,
+    one level per load (``b8``: rows per call in-process, ``c8``: client concurrency), repeated points as rounds."""
+    series: dict[str, dict[str, list[dict]]] = {}
+    for p in points:
+        label = f"{p.model}/{p.path}/{p.batching}"
+        level = f"{'b' if p.path == 'in-process' else 'c'}{p.load}"
+        series.setdefault(label, {}).setdefault(level, []).append(
+            {"throughput_rps": p.rows_per_s, "p50_ms": p.percentile(50) * 1e3, "p99_ms": p.percentile(99) * 1e3,
+             "errors": p.errors})
+    return {"kind": "benchmark", "benchmark": "benchmarks.server",
+            "series": [{"label": label, "levels": [
+                {"level": level, **{k: float(np.mean([r[k] for r in rounds])) for k in ("throughput_rps", "p50_ms",
+                                                                                       "p99_ms")},
+                 "errors": sum(r["errors"] for r in rounds), "rounds": rounds}
+                for level, rounds in levels.items()]} for label, levels in series.items()]}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.server", description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="digits,resnet50", help="comma-separated zoo models")
@@ -553,6 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--skip-floor", action="store_true",
                         help="skip the canned gRPC servicer (the front-end's ceiling) at concurrency 32")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT",
+                        help="also write every point to OUT in `python -m loadtest compare`'s shape")
     parser.add_argument("--side-by-side-rounds", type=int, default=3,
                         help="rounds of in-process then server, in turn, for the resnet50 and added-latency targets")
     return parser
@@ -612,6 +633,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                f"at the start, {load_after[0]:.1f} at the end (other work on the machine skews "
                                f"absolute numbers; ratios are measured side by side)"]
     print_report(points, targets, remarks)
+    if args.json is not None:
+        args.json.write_text(json.dumps(points_to_json(points), indent=2))
+        print(f"wrote {args.json}")
     return 0 if all(t.passed for t in targets) else 1
 
 

@@ -1,5 +1,5 @@
-"""``python -m loadtest run|sweep|tune|plan``: scenarios with SLO gates, perf_analyzer-style sweeps, a batching
-tuner, a capacity planner."""
+"""``python -m loadtest run|sweep|tune|compare|plan``: scenarios with SLO gates, perf_analyzer-style sweeps, a
+serving-config tuner, a regression gate between two results, a capacity planner."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from loadtest import REPO_ROOT, plan, sweep, tune
+from loadtest import REPO_ROOT, compare, plan, sweep, tune
 from loadtest.options import UsageError, add_target_arguments, targets_from_args
 from loadtest.payloads import PayloadError
 from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
@@ -72,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     sweep.add_arguments(sub.add_parser("sweep", help="concurrency or request-rate sweep (perf_analyzer style)"))
-    tune.add_arguments(sub.add_parser("tune", help="search batching parameters for throughput within a p99 budget"))
+    tune.add_arguments(sub.add_parser("tune", help="search threads, variant (XLA), batching (and GPU memory) for "
+                                                  "throughput within a p99 budget and p50 at concurrency 1"))
+    compare.add_arguments(sub.add_parser("compare", help="compare two sweep/tune/benchmark JSON results level by "
+                                                        "level; exit 1 on a regression beyond the measured spread"))
     plan.add_arguments(sub.add_parser("plan", help="replicas, HPA target and autoscaling replayed, from a sweep"))
     return parser
 
@@ -86,6 +89,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     locust_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = build_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.locust_args = locust_args
+    args.argv = argv
     try:
         return int(args.func(args) or 0)
     except (UsageError, PayloadError) as error:

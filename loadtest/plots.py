@@ -1,9 +1,9 @@
 """Load-test plots (matplotlib's object API, Agg canvas, PNG): throughput against latency, and a
-capacity plan's simulated timeline."""
+capacity plan's simulated timeline, and the tuner's table."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # loadtest.sweep imports this module
     from loadtest.fleet import SimulationResult
     from loadtest.sweep import Series
 
-__all__ = ["plot_throughput_latency", "plot_simulation"]
+__all__ = ["plot_throughput_latency", "plot_simulation", "plot_tune_rows"]
 
 
 def plot_throughput_latency(all_series: Sequence["Series"], path: Path, *,
@@ -71,6 +71,42 @@ def plot_simulation(result: "SimulationResult", path: Path, *, p99_budget_ms: fl
     p99_ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"{result.profile}: {result.violation_minutes:.1f} SLO-violation minutes, "
                  f"{result.replica_hours:.1f} replica-hours")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def plot_tune_rows(rows: Sequence[Mapping[str, Any]], total: Mapping[str, Any], path: Path, *,
+                   title: str = "tuned vs default") -> Path:
+    """The tuner's table as a picture: throughput gain ± spread per setting (left) and p50 at concurrency 1,
+    default against tuned (right); the combined config is the last bar. Rows without numbers are left out."""
+    measured = [r for r in rows if r.get("gain_pct") is not None]
+    final = "default vs itself (noise floor)" if total.get("is_default") else "combined best"
+    labels = [f"{r['setting'].split(' (')[0]}: {r['tuned']}" for r in measured] + [f"{final} (final rounds)"]
+    gains = [r["gain_pct"] for r in measured] + [total.get("gain_pct") or 0.0]
+    spreads = [r.get("spread_pct", 0.0) for r in measured] + [total.get("spread_pct", 0.0)]
+    before = [r.get("p50_before_ms") or 0.0 for r in measured] + [total.get("p50_before_ms") or 0.0]
+    after = [r.get("p50_after_ms") or 0.0 for r in measured] + [total.get("p50_after_ms") or 0.0]
+    fig = Figure(figsize=(11, 0.45 * len(labels) + 2.2), dpi=110)
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, sharey=True)
+    ys = list(range(len(labels)))
+    colors = ["C2" if g > 0 else "C3" for g in gains]
+    left.barh(ys, gains, xerr=spreads, color=colors, alpha=0.8, capsize=3)
+    left.axvline(0, color="black", linewidth=0.8)
+    left.set_yticks(ys, labels, fontsize=7)
+    left.invert_yaxis()
+    left.set_xlabel("throughput gain vs default (%), ± spread over rounds")
+    height = 0.38
+    right.barh([y - height / 2 for y in ys], before, height, label="default", color="C7")
+    right.barh([y + height / 2 for y in ys], after, height, label="tuned", color="C0")
+    right.set_xlabel("p50 latency at concurrency 1 (ms)")
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,16 +52,20 @@ class RunningServer(Protocol):
 
 def start_server(models: Mapping[str, Path], *, workdir: Optional[Path] = None,
                  batching: Optional[BatchingSpec] = None, extra_flags: Sequence[str] = (),
-                 docker_engine: bool = False, ready_timeout: float = 300.0) -> RunningServer:
+                 docker_engine: bool = False, gpu: bool = False, ready_timeout: float = 300.0) -> RunningServer:
     """A server (not started yet) for ``name → base_path``: the embedded one, or TF Serving in Docker.
 
     Config files and the log go to ``workdir`` (a new temp directory by default).
-    ``batching=None`` serves without batching.
+    ``batching=None`` serves without batching. ``gpu`` (Docker only) runs TF
+    Serving's ``-gpu`` image with the host's GPUs; the embedded server runs
+    TensorFlow's CPU build, so it refuses ``gpu``.
     """
     workdir = Path(workdir or tempfile.mkdtemp(prefix="loadtest-server-"))
     if docker_engine:
         return DockerServer(models, workdir=workdir, batching=batching, extra_flags=extra_flags,
-                            ready_timeout=ready_timeout)
+                            ready_timeout=ready_timeout, gpu=gpu)
+    if gpu:
+        raise ValueError("gpu=True needs docker_engine=True: the embedded server runs TensorFlow's CPU build")
     return ServerProcess.for_models(models, workdir=workdir, batching=batching, extra_flags=extra_flags,
                                     timeout=ready_timeout)
 
@@ -73,16 +77,19 @@ class DockerServer(LoopbackAddresses):
     written to the docker SDK's documented API and kept small. The model
     repository and the config directory are bind-mounted read-only at the
     same paths inside the container, so every path in the configs holds.
+    ``gpu`` uses the ``-gpu`` image and requests every GPU of the host
+    (``docker run --gpus all``; needs the NVIDIA container runtime).
     """
 
     def __init__(self, models: Mapping[str, Path], *, workdir: Path, batching: Optional[BatchingSpec] = None,
                  extra_flags: Sequence[str] = (), image: str = "tensorflow/serving:2.17.1",
-                 ready_timeout: float = 300.0) -> None:
+                 ready_timeout: float = 300.0, gpu: bool = False) -> None:
         self.models = {name: Path(path).resolve() for name, path in models.items()}
         self.workdir = Path(workdir)
         self.batching = batching
         self.extra_flags = list(extra_flags)
-        self.image = image
+        self.gpu = gpu
+        self.image = image + "-gpu" if gpu and not image.endswith("-gpu") else image
         self.ready_timeout = ready_timeout
         self.grpc_port = free_port()
         self.rest_port = free_port()
@@ -100,7 +107,8 @@ class DockerServer(LoopbackAddresses):
         self.container = docker.from_env().containers.run(
             self.image, command=flags, entrypoint=["tensorflow_model_server"], detach=True, auto_remove=False,
             ports={"8500/tcp": ("127.0.0.1", self.grpc_port), "8501/tcp": ("127.0.0.1", self.rest_port)},
-            volumes=mounts)
+            volumes=mounts,
+            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if self.gpu else None)
         try:
             wait_until_available(self.rest_url, list(self.models), self.ready_timeout, alive=self._running)
         except Exception:

@@ -103,6 +103,8 @@ class LevelResult:
     late_starts: int = 0
     generator_limited: bool = False
     server: dict[str, Optional[float]] = field(default_factory=dict)
+    window_rps: list[float] = field(default_factory=list)       # each counted window's throughput
+    window_p50_ms: list[float] = field(default_factory=list)    # and p50 (``loadtest.compare``'s spread)
 
 
 @dataclass
@@ -216,6 +218,8 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
         client_cpu_pct=100.0 * sum(w.cpu for w in windows) / span,
         server_cpu_pct=None if None in server_cpu else 100.0 * sum(server_cpu) / span,
         late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict(),
+        window_rps=[round(w.throughput, 3) for w in windows],
+        window_p50_ms=[round(float(np.percentile(w.ok_latencies, 50)) * 1000.0, 4) for w in windows if w.ok_latencies],
         generator_limited=_generator_limited(windows, span, late, len(records)))
 
 

@@ -17,6 +17,7 @@ import pytest
 
 import benchmarks.batching
 import benchmarks.codec
+import benchmarks.gpu
 import benchmarks.loadgen
 import benchmarks.peers
 import benchmarks.protocols
@@ -51,6 +52,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m monitoring.local": monitoring.local.build_parser,
     "python -m benchmarks.batching": benchmarks.batching.build_parser,
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
+    "python -m benchmarks.gpu": benchmarks.gpu.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,
     "python -m benchmarks.loadgen": benchmarks.loadgen.build_parser,
     "python -m deploy.k8s": deploy.k8s.__main__.build_parser,

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from serving.config import load_batching_parameters
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -56,31 +57,30 @@ def test_rate_sweep_holds_the_requested_rate(digits_server, model_repo, tmp_path
         assert lvl["throughput_rps"] == pytest.approx(lvl["level"], rel=0.2)
 
 
-def test_tuner_restarts_the_server_with_the_candidate_and_writes_the_config(model_repo, tmp_path):
-    from serving.config import load_batching_parameters
-
-    out = run_cli("tune", "--model-repo", str(model_repo), "--p99-budget-ms", "2000", "--max-trials", "1",
-                  "--concurrency", "1,2", "--window", "0.5", "--max-level-time", "3", "--rounds", "1",
-                  "--final-rounds", "1", "--out", str(tmp_path),
-                  timeout=400)
+def test_tuner_restarts_the_server_per_candidate_and_reports_every_setting(model_repo, tmp_path):
+    out = run_cli("tune", "--model-repo", str(model_repo), "--p99-budget-ms", "2000", "--max-trials", "2",
+                  "--dimensions", "intra_op,batching", "--grid", '{"intra_op": [0, 1]}',
+                  "--concurrency", "1,2", "--window", "0.5", "--max-level-time", "2", "--rounds", "1",
+                  "--final-rounds", "1", "--out", str(tmp_path), timeout=400)
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((tmp_path / "tune.json").read_text())
-    search, off = summary["trials"][0], summary["trials"][1]
-    # each candidate was swept in turn with the baseline server, which stayed up
-    assert search["label"] == "search" and search["score_rps"] > 0 and search["baseline_rps"] > 0, out.stdout
-    assert search["ratio"] == pytest.approx(search["score_rps"] / search["baseline_rps"])
-    assert (tmp_path / "trials" / "baseline" / "batching.config").exists()
-    # the server of trial 0 ran with the candidate written as a BatchingParameters file
-    trial_config = load_batching_parameters(tmp_path / "trials" / "00" / "batching.config")
-    assert trial_config.max_batch_size.value == search["params"]["max_batch_size"]
-    # serving without batching is a candidate too: its server got no batching file
-    assert off["label"] == "off" and off["params"] == {} and off["score_rps"] > 0
-    assert not (tmp_path / "trials" / "01" / "batching.config").exists()
-    assert summary["final"] and isinstance(summary["enable_batching"], bool)
-    written = tmp_path / "batching.config"
-    text = written.read_text()
-    assert text.startswith("# Tuned by `python -m loadtest tune`") and "Measured table" in text
-    assert "Final check of" in text
-    best = load_batching_parameters(written)
-    assert best.max_batch_size.value == summary["chosen"]["max_batch_size"]
-    assert (tmp_path / "tune.csv").read_text().startswith("trial,label,num_batch_threads")
+    threads, batching = summary["trials"][0], summary["trials"][1]
+    # each candidate was swept in turn with the default server, which stayed up (TF Serving's defaults)
+    assert threads["dimension"] == "intra_op" and threads["config"]["intra_op"] == 1
+    assert threads["score_rps"] > 0 and threads["baseline_rps"] > 0 and threads["p50_c1_ms"] > 0
+    assert threads["throughput_ratio"] == pytest.approx(threads["score_rps"] / threads["baseline_rps"])
+    assert not (tmp_path / "trials" / "default" / "batching.config").exists()
+    # the candidate's flag reached its server's TensorFlow session
+    assert "intra_op_parallelism_threads=1" in (tmp_path / "trials" / "00" / "server.log").read_text()
+    # the batching candidate's server got the BatchingParameters file (from serving/batching.cpu.config)
+    assert batching["dimension"] == "batching" and batching["config"]["batching"] == "on"
+    assert load_batching_parameters(tmp_path / "trials" / "01" / "batching.config").max_batch_size.value >= 64
+    assert summary["final"]["label"] == "final" and summary["final"]["rounds"]
+    rows = {r["dimension"]: r for r in summary["rows"]}
+    assert rows["intra_op"]["p50_before_ms"] > 0 and rows["intra_op"]["gain_pct"] is not None
+    assert rows["gpu_memory_fraction"]["verdict"].startswith("skipped: no GPU")
+    text = (tmp_path / "tune.md").read_text()
+    assert "| intra-op threads (--tensorflow_intra_op_parallelism) | auto (" in text
+    assert "## Combined best against the default" in text and "## Flags to use" in text
+    assert (tmp_path / "batching.config").exists() == (summary["recommended"]["batching_config"] is not None)
+    assert (tmp_path / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -102,7 +102,9 @@ class SavedModelLoader:
         except Exception as exc:
             session.close()
             raise _load_error(exc, path, self.options.saved_model_tags) from exc
-        log.info("Loaded SavedModel %s version %d from %s", name, version, path)
+        log.info("Loaded SavedModel %s version %d from %s (session intra_op_parallelism_threads=%d, "
+                 "inter_op_parallelism_threads=%d; 0: TensorFlow picks)", name, version, path,
+                 config.intra_op_parallelism_threads, config.inter_op_parallelism_threads)
         return Servable(name, version, path, session, meta_graph.signature_def)
 
 
