@@ -72,6 +72,7 @@ from serving.server.launcher import REPO_ROOT, ServerProcess, free_port
 from serving.up import docker_runtimes
 
 __all__ = [
+    "comparable_series",
     "PEERS",
     "TODAY_RESNET50_REST_C1",
     "PeerProcess",
@@ -739,6 +740,23 @@ def _ratio_rows(m: dict, model: str) -> list[str]:
     return lines
 
 
+def comparable_series(measurements: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The points in ``python -m loadtest compare``'s generic shape: one series per model and server
+    (``digits/embedded``), one level per point (``rest c=32``), each round a sample. Pure."""
+    series = []
+    for model, servers in measurements.get("servers", {}).items():
+        for server, record in servers.items():
+            levels = []
+            for point, rounds in record.get("points", {}).items():
+                samples = [{"throughput_rps": r["rps"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+                           for r in rounds if r.get("requests")]
+                if samples:
+                    levels.append({"level": point, "rounds": samples})
+            if levels:
+                series.append({"label": f"{model}/{server}", "levels": levels})
+    return series
+
+
 def render(m: dict) -> str:
     """The report of a measurements dict (``--json``'s content): tables, ratios, targets. Pure."""
     machine, settings = m.get("machine", {}), m.get("settings", {})
@@ -843,7 +861,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             run_round(bench, round_index)
     measurements["machine"]["load_after"] = os.getloadavg()[0]
     if args.json:
-        args.json.write_text(json.dumps(measurements, indent=1))
+        args.json.write_text(json.dumps({**measurements, "series": comparable_series(measurements)}, indent=1))
     print(render(measurements))
     return exit_code(measurements)
 

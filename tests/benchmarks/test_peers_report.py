@@ -12,9 +12,12 @@ import os
 
 import pytest
 
+from loadtest.compare import compare_results, load_result
+
 from benchmarks.peers import (
     TODAY_RESNET50_REST_C1,
     answers_agree,
+    comparable_series,
     evaluate,
     exit_code,
     render,
@@ -190,3 +193,22 @@ def test_anonymous_rss_is_printed_beside_rss_and_is_part_of_it():
     assert "480" in row
     own = os.getpid()  # this process: a real /proc reading, no server needed
     assert 0 < tree_rss_anon_mb(own) < tree_rss_mb(own)
+
+
+def test_the_json_feeds_loadtest_compare_which_flags_a_slower_embedded_server(tmp_path):
+    baseline = _recorded()
+    slower = copy.deepcopy(baseline)
+    for rounds in slower["servers"]["digits"]["embedded"]["points"].values():
+        for point in rounds:
+            point["rps"] /= 2
+    paths = []
+    for name, measurements in (("baseline", baseline), ("candidate", slower)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**measurements, "series": comparable_series(measurements)}))
+        paths.append(path)
+    same = compare_results(load_result(paths[0]), load_result(paths[0]))
+    assert same and not [v for v in same if v.verdict == "regression"]
+    worse = {(v.series, v.level) for v in compare_results(load_result(paths[0]), load_result(paths[1]))
+             if v.verdict == "regression"}
+    assert ("digits/embedded", "rest c=32") in worse
+    assert all(label == "digits/embedded" for label, _ in worse)
