@@ -232,6 +232,15 @@ class ServerMetrics:
         with self._lock:
             self._wrapped_run_count.add((), 1)
 
+    def record_batch_run(self, thread_pool_name: str, queuing_latencies_us: Sequence[float]) -> None:
+        """One run on a merged batch and its tasks' queuing latencies, under one lock acquisition
+        (what the batcher records per batch)."""
+        labels = (thread_pool_name,)
+        with self._lock:
+            self._wrapped_run_count.add((), 1)
+            for latency_us in queuing_latencies_us:
+                self._queuing_latency.observe(labels, latency_us)
+
     # -- exposition ---------------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
         """prometheus_client's collector protocol; one snapshot taken under the lock."""
