@@ -18,8 +18,10 @@ batch's largest non-batch dims with its own first element (TF Serving's
 (``enable_large_batch_splitting``); a ``SplitJoin`` concatenates the pieces'
 outputs back, in order, into the caller's future.
 
-Metrics are recorded once per batch (``BatchingMetrics.record_batch``), not
-once per task.
+Metrics are recorded per batch (``BatchingMetrics.record_tasks``, ``record_batch``,
+``record_wrapped_run``), not per task: a task's input batch size is recorded
+with its batch (with its first piece's batch when split), and only a rejected
+task records it on its own.
 
 Thread-safety: a ``Batch`` is filled under its queue's lock and processed by
 one batch thread after it has left the queue; a ``SplitJoin`` is shared by the
@@ -73,14 +75,18 @@ class BatchingMetrics(Protocol):
     """
 
     def record_input_batch_size(self, size: int) -> None:
-        """0th-dim size of one input tensor of a submitted task."""
+        """0th-dim size of one input tensor of a task refused at submit."""
+
+    def record_tasks(self, thread_pool_name: str, queuing_latencies_us: Sequence[float],
+                     input_batch_sizes: Sequence[int]) -> None:
+        """A batch's tasks, as it starts: how long each waited between submit and now, and the
+        0th-dim size of each input tensor of each task (of the whole task for a split one)."""
 
     def record_batch(self, processed_size: int, padding_size: int) -> None:
         """One merged batch: its size after padding, and how many padding rows it got."""
 
-    def record_batch_run(self, thread_pool_name: str, queuing_latencies_us: Sequence[float]) -> None:
-        """One run of the batch function on a merged batch, and how long each of its tasks waited
-        between submit and the batch starting (TF's ``wrapped_run_count`` and ``queuing_latency``)."""
+    def record_wrapped_run(self) -> None:
+        """One run of the batch function on a merged batch."""
 
 
 _PENDING, _RUNNING, _CANCELLED, _FINISHED = "PENDING", "RUNNING", "CANCELLED", "FINISHED"
@@ -98,9 +104,10 @@ class TaskFuture:
     on a second lock, held until the future is settled.
     """
 
-    __slots__ = ("_started", "_settled", "_state", "_value", "_error")
+    __slots__ = ("_started", "_settled", "_state", "_value", "_error", "opened_batch")
 
     def __init__(self) -> None:
+        self.opened_batch = False  # set by the queue: the task opened its batch (it may lead it)
         self._started = threading.Lock()  # taken once: by the batch starting, or by cancel
         self._settled = threading.Lock()  # held until settled (finished or cancelled)
         self._settled.acquire()
@@ -175,8 +182,9 @@ class TaskFuture:
 class SplitJoin:
     """The pieces of one split task: resolves the caller's future once all are done."""
 
-    def __init__(self, future: TaskFuture, pieces: int) -> None:
+    def __init__(self, future: TaskFuture, pieces: int, size: int = 0) -> None:
         self.future = future
+        self.size = size  # the whole task's rows
         self.results: List[Optional[Mapping[str, np.ndarray]]] = [None] * pieces
         self.remaining = pieces
         self.claimed: Optional[bool] = None
@@ -276,6 +284,10 @@ class Batch:
         the batch's failure belongs to its tasks.
         """
         dequeued = time.monotonic()
+        if metrics is not None:
+            metrics.record_tasks(_QUEUING_LATENCY_POOL_LABEL, [(dequeued - task.enqueued) * 1e6 for task in self.tasks],
+                                 [task.size if task.join is None else task.join.size
+                                  for task in self.tasks if task.index == 0 for _ in task.inputs])
         tasks = [task for task in self.tasks if task.claim()]
         if not tasks:
             return
@@ -288,8 +300,7 @@ class Batch:
                 outputs = run(merged)
             finally:
                 if metrics is not None:
-                    metrics.record_batch_run(_QUEUING_LATENCY_POOL_LABEL,
-                                             [(dequeued - task.enqueued) * 1e6 for task in self.tasks])
+                    metrics.record_wrapped_run()
             pieces = split_outputs(outputs, [t.size for t in tasks], padded)
         except Exception as exc:  # the batch's failure belongs to its tasks, not to the thread
             for task in tasks:
@@ -324,9 +335,10 @@ def task_size(inputs: Mapping[str, np.ndarray]) -> int:
 
 def batch_key(inputs: Mapping[str, np.ndarray], pad_variable_length: bool) -> BatchKey:
     """Names and dtypes, plus non-batch dims (or, when padding variable lengths, only ranks)."""
+    items = inputs.items() if len(inputs) == 1 else sorted(inputs.items())
     if pad_variable_length:
-        return tuple(sorted((name, a.dtype.str, a.ndim) for name, a in inputs.items()))
-    return tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in inputs.items()))
+        return tuple([(name, a.dtype.str, a.ndim) for name, a in items])
+    return tuple([(name, a.dtype.str, a.shape[1:]) for name, a in items])
 
 
 def split_task(task: Task, first_piece: int, limit: int) -> List[Task]:
@@ -334,7 +346,7 @@ def split_task(task: Task, first_piece: int, limit: int) -> List[Task]:
     at most ``limit`` rows; their outputs join back, in order, into ``task.future``."""
     bounds = ([0, first_piece] if first_piece else [0]) + list(range(first_piece + limit, task.size, limit))
     bounds.append(task.size)
-    join = SplitJoin(task.future, len(bounds) - 1)
+    join = SplitJoin(task.future, len(bounds) - 1, task.size)
     last = len(bounds) - 2
     return [Task({name: array[start:stop] for name, array in task.inputs.items()}, stop - start, task.key,
                  task.enqueued, task.future, join, index, task.waits and index == last)
@@ -379,7 +391,7 @@ def merge_inputs(tasks: Sequence[Task], allowed: Sequence[int], pad_variable_len
 
 def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int], padded: int) -> List[Tensors]:
     """One dict of row slices per task; Internal error unless every output has ``padded`` rows."""
-    if not isinstance(outputs, Mapping):
+    if not isinstance(outputs, dict) and not isinstance(outputs, Mapping):  # dict first: a cheap check
         raise status.Internal(f"The batch function must return a dict of tensors; got {type(outputs).__name__}")
     arrays = {name: np.asarray(value) for name, value in outputs.items()}
     for name, array in arrays.items():
