@@ -232,16 +232,12 @@ class ServerMetrics:
         with self._lock:
             self._wrapped_run_count.add((), 1)
 
-    def record_tasks(self, thread_pool_name: str, queuing_latencies_us: Sequence[float],
-                     input_batch_sizes: Sequence[int]) -> None:
-        """A batch's tasks at once, under one lock: ``record_queuing_latency`` for each latency and
-        ``record_input_batch_size`` for each size (what the batcher records per batch)."""
+    def record_queuing_latencies(self, thread_pool_name: str, latencies_us: Sequence[float]) -> None:
+        """``record_queuing_latency`` for each task of a batch, under one lock (the batcher's call)."""
         labels = (thread_pool_name,)
         with self._lock:
-            for latency_us in queuing_latencies_us:
+            for latency_us in latencies_us:
                 self._queuing_latency.observe(labels, latency_us)
-            for size in input_batch_sizes:
-                self._input_batch_size.observe((), size)
 
     # -- exposition ---------------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:

@@ -18,10 +18,9 @@ batch's largest non-batch dims with its own first element (TF Serving's
 (``enable_large_batch_splitting``); a ``SplitJoin`` concatenates the pieces'
 outputs back, in order, into the caller's future.
 
-Metrics are recorded per batch (``BatchingMetrics.record_tasks``, ``record_batch``,
-``record_wrapped_run``), not per task: a task's input batch size is recorded
-with its batch (with its first piece's batch when split), and only a rejected
-task records it on its own.
+Metrics of a batch are recorded per batch (one ``record_queuing_latencies``
+call for all its tasks); only ``record_input_batch_size`` stays per task, at
+submit, as TF Serving records it (``BatchingSession::Run``).
 
 Thread-safety: a ``Batch`` is filled under its queue's lock and processed by
 one batch thread after it has left the queue; a ``SplitJoin`` is shared by the
@@ -75,12 +74,10 @@ class BatchingMetrics(Protocol):
     """
 
     def record_input_batch_size(self, size: int) -> None:
-        """0th-dim size of one input tensor of a task refused at submit."""
+        """0th-dim size of one input tensor of a submitted task."""
 
-    def record_tasks(self, thread_pool_name: str, queuing_latencies_us: Sequence[float],
-                     input_batch_sizes: Sequence[int]) -> None:
-        """A batch's tasks, as it starts: how long each waited between submit and now, and the
-        0th-dim size of each input tensor of each task (of the whole task for a split one)."""
+    def record_queuing_latencies(self, thread_pool_name: str, latencies_us: Sequence[float]) -> None:
+        """How long each task of a batch waited between submit and the batch starting."""
 
     def record_batch(self, processed_size: int, padding_size: int) -> None:
         """One merged batch: its size after padding, and how many padding rows it got."""
@@ -182,9 +179,8 @@ class TaskFuture:
 class SplitJoin:
     """The pieces of one split task: resolves the caller's future once all are done."""
 
-    def __init__(self, future: TaskFuture, pieces: int, size: int = 0) -> None:
+    def __init__(self, future: TaskFuture, pieces: int) -> None:
         self.future = future
-        self.size = size  # the whole task's rows
         self.results: List[Optional[Mapping[str, np.ndarray]]] = [None] * pieces
         self.remaining = pieces
         self.claimed: Optional[bool] = None
@@ -285,9 +281,8 @@ class Batch:
         """
         dequeued = time.monotonic()
         if metrics is not None:
-            metrics.record_tasks(_QUEUING_LATENCY_POOL_LABEL, [(dequeued - task.enqueued) * 1e6 for task in self.tasks],
-                                 [task.size if task.join is None else task.join.size
-                                  for task in self.tasks if task.index == 0 for _ in task.inputs])
+            metrics.record_queuing_latencies(_QUEUING_LATENCY_POOL_LABEL,
+                                             [(dequeued - task.enqueued) * 1e6 for task in self.tasks])
         tasks = [task for task in self.tasks if task.claim()]
         if not tasks:
             return
@@ -346,7 +341,7 @@ def split_task(task: Task, first_piece: int, limit: int) -> List[Task]:
     at most ``limit`` rows; their outputs join back, in order, into ``task.future``."""
     bounds = ([0, first_piece] if first_piece else [0]) + list(range(first_piece + limit, task.size, limit))
     bounds.append(task.size)
-    join = SplitJoin(task.future, len(bounds) - 1, task.size)
+    join = SplitJoin(task.future, len(bounds) - 1)
     last = len(bounds) - 2
     return [Task({name: array[start:stop] for name, array in task.inputs.items()}, stop - start, task.key,
                  task.enqueued, task.future, join, index, task.waits and index == last)

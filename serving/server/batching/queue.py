@@ -145,18 +145,9 @@ class BatchQueue:
         arrays = {name: value if isinstance(value, np.ndarray) else np.asarray(value)
                   for name, value in inputs.items()}
         size = task_size(arrays)
-        try:
-            future = self._enqueue(arrays, size, caller_waits)
-        except status.ServingError:  # an accepted task's input sizes are recorded with its batch
-            if self._metrics is not None:
-                for _ in arrays:
-                    self._metrics.record_input_batch_size(size)
-            raise
-        return future
-
-    def _enqueue(self, arrays: Tensors, size: int, caller_waits: bool) -> TaskFuture:
-        """``submit`` once the task's size is known."""
-        options = self._options
+        if self._metrics is not None:
+            for _ in arrays:  # TF records one sample per input tensor, before any check
+                self._metrics.record_input_batch_size(size)
         if size > options.max_batch_size:
             raise status.InvalidArgument(
                 f"Task size {size} is larger than maximum input batch size {options.max_batch_size}")

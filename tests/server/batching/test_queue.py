@@ -107,7 +107,7 @@ def test_a_caller_whose_wait_times_out_has_its_task_cancelled_and_left_out_of_th
     assert queued.result(0)["y"].tolist() == [[2.0]]  # the batch ran without the cancelled task's row
 
 
-def test_input_batch_sizes_are_recorded_with_the_batch_once_per_task_and_at_once_for_a_refused_task():
+def test_input_batch_sizes_are_recorded_once_per_task_at_submit_and_latencies_once_per_piece():
     metrics = ServerMetrics(CollectorRegistry())
     scheduler = ManualScheduler()
     options = BatchingOptions(num_batch_threads=1, batch_timeout_micros=TIMEOUT_MICROS, max_batch_size=4,
