@@ -5,13 +5,15 @@ model, one without batching and one with ``--enable_batching`` (max batch 32,
 ``batch_timeout_micros`` 1000, threads = cores: the configuration issue 14
 measured). Each case is measured on one server then the other, in interleaved
 rounds (the first side alternates), so the shared machine's drift hits both alike.
-Per side it records requests/s, p50/p99 and the server's CPU-ms per request
-(``/proc/<pid>/stat``, the steadiest figure on a shared machine); a rate ratio
+Per side it records requests/s, p50/p99, the server's CPU-ms per request
+(``/proc/<pid>/stat``, the steadiest figure on a shared machine) and, with
+batching, the mean rows per batch (TF Serving's ``processed_batch_size``
+histogram, scraped around each window); a rate ratio
 is the median of the rounds' ratios, the p50 delta is taken over all rounds.
 
 Targets (exit status 1 if one is missed, and the report says which):
 
-- digits REST c=32: batching on >= 1.0 x off (requests/s);
+- digits REST c=32 and gRPC c=32: batching on >= 1.0 x off (requests/s);
 - digits REST c=1: batching adds <= ``batch_timeout_micros`` + 0.5 ms to p50;
 - resnet50 gRPC c=8: batching on >= 1.1 x off (requests/s).
 
@@ -30,6 +32,7 @@ import logging
 import os
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +43,7 @@ from benchmarks.server import Target, print_verdicts, run_grpc, run_rest
 from exporter.manifest import load_manifest
 from serving import codec
 from serving.model_repo import model_versions
-from serving.server.launcher import REPO_ROOT, ServerProcess
+from serving.server.launcher import MONITORING_PATH, REPO_ROOT, ServerProcess
 
 __all__ = [
     "BATCHING",
@@ -83,6 +86,7 @@ class Case:
 DEFAULT_CASES = (
     Case("digits", "rest", 1, 2.0),
     Case("digits", "rest", 32, 2.0),
+    Case("digits", "grpc", 32, 2.0),
     Case("resnet50", "grpc", 8, 10.0),
 )
 
@@ -98,6 +102,8 @@ class Side:
     cpu_seconds: float = 0.0
     errors: int = 0
     round_rates: list[float] = field(default_factory=list)
+    batched_rows: float = 0.0  # processed_batch_size sum and count over the measured windows
+    batches: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -107,6 +113,10 @@ class Side:
     def cpu_ms_per_request(self) -> float:
         return 1e3 * self.cpu_seconds / len(self.latencies) if self.latencies else float("nan")
 
+    @property
+    def mean_batch(self) -> float:
+        return self.batched_rows / self.batches if self.batches else float("nan")
+
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
 
@@ -114,6 +124,22 @@ class Side:
 def batching_parameters(threads: int, batch_timeout_micros: int = BATCHING["batch_timeout_micros"]) -> dict[str, int]:
     """``BATCHING`` with ``num_batch_threads`` = ``threads`` (and another timeout if given)."""
     return {**BATCHING, "num_batch_threads": threads, "batch_timeout_micros": batch_timeout_micros}
+
+
+_PROCESSED = ":tensorflow:serving:batching_session:processed_batch_size_"
+
+
+def _batch_totals(server: ServerProcess) -> tuple[float, float]:
+    """Rows and batches run so far (``processed_batch_size`` sum and count; zeros without batching)."""
+    with urllib.request.urlopen(server.rest_url + MONITORING_PATH, timeout=30) as response:
+        text = response.read().decode()
+    totals = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        if line.startswith(_PROCESSED):
+            kind = line[len(_PROCESSED):].split("{", 1)[0]
+            if kind in totals:
+                totals[kind] += float(line.rsplit(" ", 1)[1])
+    return totals["sum"], totals["count"]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -186,9 +212,13 @@ def _measure_once(server: ServerProcess, case: Case, payloads: tuple[bytes, byte
     """A warmup load, then one measured window whose server CPU time is read around it."""
     _load(server, case, payloads, 0.0, warmup)
     assert server.pid is not None
+    rows_before, batches_before = _batch_totals(server)
     cpu_before = _cpu_seconds(server.pid)
     latencies, errors = _load(server, case, payloads, 0.0, case.duration)
     side.cpu_seconds += _cpu_seconds(server.pid) - cpu_before
+    rows_after, batches_after = _batch_totals(server)
+    side.batched_rows += rows_after - rows_before
+    side.batches += batches_after - batches_before
     side.latencies += latencies
     side.seconds += case.duration
     side.errors += errors
@@ -198,8 +228,9 @@ def _measure_once(server: ServerProcess, case: Case, payloads: tuple[bytes, byte
                 float(np.percentile(latencies, 50)) * 1e3 if latencies else float("nan"))
 
 
-def _pair(sides: Sequence[Side], model: str, concurrency: int) -> tuple[Side, Side] | None:
-    found = {s.batching: s for s in sides if s.case.model == model and s.case.concurrency == concurrency}
+def _pair(sides: Sequence[Side], model: str, protocol: str, concurrency: int) -> tuple[Side, Side] | None:
+    found = {s.batching: s for s in sides
+             if (s.case.model, s.case.protocol, s.case.concurrency) == (model, protocol, concurrency)}
     return (found["off"], found["on"]) if {"off", "on"} <= set(found) else None
 
 
@@ -213,15 +244,16 @@ def rate_ratio(off: Side, on: Side) -> float:
 def evaluate(sides: Sequence[Side], batch_timeout_micros: int = BATCHING["batch_timeout_micros"]) -> list[Target]:
     """Issue 14's batching targets, from whichever cases were measured."""
     targets = []
-    for model, concurrency, limit in (("digits", 32, 1.0), ("resnet50", 8, 1.1)):
-        pair = _pair(sides, model, concurrency)
+    for model, protocol, concurrency, limit in (("digits", "rest", 32, 1.0), ("digits", "grpc", 32, 1.0),
+                                                ("resnet50", "grpc", 8, 1.1)):
+        pair = _pair(sides, model, protocol, concurrency)
         if pair:
             off, on = pair
             targets.append(Target(
                 f"{model} {on.case.protocol} c={concurrency}: batching on / off (req/s, median of "
                 f"{len(on.round_rates)} rounds; pooled {on.rate / max(off.rate, 1e-9):.2f}x)",
                 rate_ratio(off, on), limit))
-    pair = _pair(sides, "digits", 1)
+    pair = _pair(sides, "digits", "rest", 1)
     if pair:
         off, on = pair
         targets.append(Target(f"digits {on.case.protocol} c=1: p50 added by batching (pooled rounds)",
@@ -232,7 +264,7 @@ def evaluate(sides: Sequence[Side], batch_timeout_micros: int = BATCHING["batch_
 
 def print_report(sides: Sequence[Side], targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
     header = (f"{'model':<10} {'path':<5} {'load':>5} {'batching':<8} {'req/s':>8} {'spread':>8} {'p50 ms':>8} "
-              f"{'p99 ms':>8} {'CPU ms/req':>10} {'errors':>6}")
+              f"{'p99 ms':>8} {'CPU ms/req':>10} {'batch':>6} {'errors':>6}")
     print(header)
     print("-" * len(header))
     for s in sides:
@@ -240,9 +272,13 @@ def print_report(sides: Sequence[Side], targets: Sequence[Target], remarks: Sequ
         spread = (max(rates) - min(rates)) / 2 / np.mean(rates) * 100 if len(rates) > 1 and np.mean(rates) else 0.0
         print(f"{s.case.model:<10} {s.case.protocol:<5} {'c' + str(s.case.concurrency):>5} {s.batching:<8} "
               f"{s.rate:>8.1f} {f'±{spread:.0f}%':>8} {s.percentile(50) * 1e3:>8.2f} {s.percentile(99) * 1e3:>8.2f} "
-              f"{s.cpu_ms_per_request:>10.2f} {s.errors:>6}")
+              f"{s.cpu_ms_per_request:>10.3f} {_mean_batch_text(s):>6} {s.errors:>6}")
     print()
     print_verdicts(targets, remarks)
+
+
+def _mean_batch_text(side: Side) -> str:
+    return "-" if not side.batches else f"{side.mean_batch:.1f}"
 
 
 def build_parser() -> argparse.ArgumentParser:

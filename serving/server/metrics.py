@@ -232,6 +232,13 @@ class ServerMetrics:
         with self._lock:
             self._wrapped_run_count.add((), 1)
 
+    def record_queuing_latencies(self, thread_pool_name: str, latencies_us: Sequence[float]) -> None:
+        """``record_queuing_latency`` for each task of a batch, under one lock (the batcher's call)."""
+        labels = (thread_pool_name,)
+        with self._lock:
+            for latency_us in latencies_us:
+                self._queuing_latency.observe(labels, latency_us)
+
     # -- exposition ---------------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
         """prometheus_client's collector protocol; one snapshot taken under the lock."""

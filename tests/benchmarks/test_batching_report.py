@@ -3,10 +3,18 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.batching import Case, Side, batching_parameters, evaluate, rate_ratio
+from benchmarks.batching import (
+    Case,
+    Side,
+    batching_parameters,
+    evaluate,
+    print_report,
+    rate_ratio,
+)
 
 DIGITS_1, DIGITS_32, RESNET_8 = Case("digits", "rest", 1, 2.0), Case("digits", "rest", 32, 2.0), \
     Case("resnet50", "grpc", 8, 10.0)
+DIGITS_GRPC_32 = Case("digits", "grpc", 32, 2.0)
 
 
 def side(case: Case, label: str, rates: list[float], p50: float = 0.001) -> Side:
@@ -14,16 +22,17 @@ def side(case: Case, label: str, rates: list[float], p50: float = 0.001) -> Side
     return Side(case, label, latencies=[p50] * calls, seconds=case.duration * len(rates), round_rates=rates)
 
 
-def targets(off_32, on_32, p50_off, p50_on, off_8, on_8):
+def targets(off_32, on_32, p50_off, p50_on, off_8, on_8, grpc_off_32=(900.0,), grpc_on_32=(900.0,)):
     sides = [side(DIGITS_1, "off", [500.0], p50_off), side(DIGITS_1, "on", [500.0], p50_on),
              side(DIGITS_32, "off", off_32), side(DIGITS_32, "on", on_32),
+             side(DIGITS_GRPC_32, "off", list(grpc_off_32)), side(DIGITS_GRPC_32, "on", list(grpc_on_32)),
              side(RESNET_8, "off", off_8), side(RESNET_8, "on", on_8)]
     return {t.name.split(":")[0]: t for t in evaluate(sides, batch_timeout_micros=1000)}
 
 
-def test_all_three_targets_pass_when_batching_never_costs():
+def test_all_four_targets_pass_when_batching_never_costs():
     found = targets([1000.0] * 3, [1000.0] * 3, 0.0010, 0.0024, [10.0] * 3, [11.0] * 3)
-    assert set(found) == {"digits rest c=32", "digits rest c=1", "resnet50 grpc c=8"}
+    assert set(found) == {"digits rest c=32", "digits grpc c=32", "digits rest c=1", "resnet50 grpc c=8"}
     assert all(t.passed for t in found.values())
     assert found["digits rest c=1"].ratio == pytest.approx(1.4) and found["digits rest c=1"].limit == 1.5
 
@@ -32,6 +41,7 @@ def test_all_three_targets_pass_when_batching_never_costs():
     ("digits rest c=32", ([1000.0] * 3, [990.0] * 3, 0.001, 0.001, [10.0] * 3, [11.0] * 3)),
     ("digits rest c=1", ([1000.0] * 3, [1000.0] * 3, 0.0010, 0.0026, [10.0] * 3, [11.0] * 3)),
     ("resnet50 grpc c=8", ([1000.0] * 3, [1000.0] * 3, 0.001, 0.001, [10.0] * 3, [10.9] * 3)),
+    ("digits grpc c=32", ([1000.0] * 3, [1000.0] * 3, 0.001, 0.001, [10.0] * 3, [11.0] * 3, [900.0], [890.0])),
 ])
 def test_each_target_fails_alone_when_its_figure_misses(missed, args):
     found = targets(*args)
@@ -50,3 +60,11 @@ def test_the_batching_side_uses_issue_14s_parameters_with_one_thread_per_core():
     assert params["num_batch_threads"] == 2 and params["batch_timeout_micros"] == 1000
     assert params["max_execution_batch_size"] == 32
 
+
+
+def test_the_report_prints_the_mean_batch_of_the_batching_side(capsys):
+    off, on = side(DIGITS_32, "off", [1000.0]), side(DIGITS_32, "on", [1000.0])
+    on.batched_rows, on.batches = 3000.0, 1000.0
+    print_report([off, on], evaluate([off, on]))
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("digits")]
+    assert [line[-2] for line in lines[:2]] == ["-", "3.0"]

@@ -10,7 +10,7 @@ Dependencies go one way: options ← batch ← queue ← scheduler; the adapter 
 the scheduler only through the ``QueueFactory``/``TaskQueue`` protocols.
 """
 from serving.server.batching.adapter import BatchingRunWrapper, QueueFactory, TaskQueue
-from serving.server.batching.batch import BatchFn, BatchingMetrics
+from serving.server.batching.batch import BatchFn, BatchingMetrics, TaskFuture
 from serving.server.batching.options import BatchingOptions
 from serving.server.batching.queue import QUEUE_FULL_MESSAGE, BatchQueue
 from serving.server.batching.scheduler import BatchScheduler
@@ -24,5 +24,6 @@ __all__ = [
     "BatchScheduler",
     "QUEUE_FULL_MESSAGE",
     "QueueFactory",
+    "TaskFuture",
     "TaskQueue",
 ]

@@ -20,14 +20,13 @@ its queues (``BatchScheduler`` and ``BatchQueue`` implement them).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from serving import status
-from serving.server.batching.batch import BatchFn, Tensors
+from serving.server.batching.batch import BatchFn, TaskFuture, Tensors
 from serving.server.deadline import remaining_seconds
 from serving.server.tensorflow.servable import RunFn, Servable
 
@@ -39,15 +38,15 @@ _QueueKey = Tuple[str, Tuple[str, ...], Tuple[str, ...]]  # signature, input ali
 class TaskQueue(Protocol):
     """A batching queue as the adapter uses it."""
 
-    def submit(self, inputs: Mapping[str, np.ndarray], *,
-               caller_waits: bool = False) -> "concurrent.futures.Future[Tensors]":
+    def submit(self, inputs: Mapping[str, np.ndarray], *, caller_waits: bool = False) -> TaskFuture:
         """Queue one task; the future gets the task's rows of every output. With ``caller_waits``
         the caller waits on the future next, so the queue may run the task's batch on this thread
         (and counts the caller in flight until the future is done)."""
 
-    def result(self, future: "concurrent.futures.Future[Tensors]", timeout: Optional[float] = None) -> Tensors:
-        """Wait for a ``caller_waits`` task's rows (``concurrent.futures.TimeoutError`` after ``timeout``);
-        the queue may run the task's batch on this thread meanwhile."""
+    def result(self, future: TaskFuture, timeout: Optional[float] = None) -> Tensors:
+        """Wait for a ``caller_waits`` task's rows (``TimeoutError`` after ``timeout``, the task
+        cancelled unless its batch has started); the queue may run the task's batch on this thread
+        meanwhile."""
 
     def close(self) -> None:
         """Refuse new tasks and return once every accepted one has been processed."""
@@ -104,7 +103,7 @@ class BatchingRunWrapper:
         def batched_run(signature_name: str, inputs: Mapping[str, np.ndarray],
                         output_keys: Sequence[str]) -> Tensors:
             queue = queue_for(signature_name, tuple(sorted(inputs)), tuple(output_keys))
-            future = queue.submit(dict(inputs), caller_waits=True)
+            future = queue.submit(inputs, caller_waits=True)
             return _result(queue, future)
 
         servable.add_close_callback(close_queues)
@@ -118,10 +117,9 @@ def _batch_fn(run: RunFn, signature_name: str, output_keys: Tuple[str, ...]) -> 
     return run_batch
 
 
-def _result(queue: TaskQueue, future: "concurrent.futures.Future[Tensors]") -> Tensors:
+def _result(queue: TaskQueue, future: TaskFuture) -> Tensors:
     """The batch's answer for this task, within the request's deadline."""
     try:
         return queue.result(future, remaining_seconds())  # a deadline already passed: TimeoutError at once
-    except concurrent.futures.TimeoutError:
-        future.cancel()
+    except TimeoutError:  # the queue has cancelled the task unless its batch had started
         raise status.DeadlineExceeded("Deadline Exceeded") from None

@@ -1,7 +1,10 @@
 """A batch of tasks: merging their inputs, padding, one run, and handing each task its rows.
 
 A task is one caller's ``dict[str, np.ndarray]`` whose tensors share
-dimension 0, plus the ``Future`` that gets the task's rows of every output.
+dimension 0, plus the ``TaskFuture`` that gets the task's rows of every output
+(a lighter ``concurrent.futures.Future``: two plain locks, no condition
+variable and no callbacks, since every task's future is made, settled and
+waited on once per request).
 ``Batch.process`` is TF Serving's ``BatchingSession::ProcessBatch``: it
 concatenates the tasks along dimension 0, pads to the next
 ``allowed_batch_sizes`` entry by repeating the first row of the last task
@@ -15,15 +18,19 @@ batch's largest non-batch dims with its own first element (TF Serving's
 (``enable_large_batch_splitting``); a ``SplitJoin`` concatenates the pieces'
 outputs back, in order, into the caller's future.
 
+Metrics of a batch are recorded per batch (one ``record_queuing_latencies``
+call for all its tasks); only ``record_input_batch_size`` stays per task, at
+submit, as TF Serving records it (``BatchingSession::Run``).
+
 Thread-safety: a ``Batch`` is filled under its queue's lock and processed by
 one batch thread after it has left the queue; a ``SplitJoin`` is shared by the
-threads running its pieces and locks itself.
+threads running its pieces and locks itself; a ``TaskFuture`` is thread-safe.
 """
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError
 from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
@@ -38,6 +45,7 @@ __all__ = [
     "BatchingMetrics",
     "SplitJoin",
     "Task",
+    "TaskFuture",
     "Batch",
     "task_size",
     "batch_key",
@@ -68,8 +76,8 @@ class BatchingMetrics(Protocol):
     def record_input_batch_size(self, size: int) -> None:
         """0th-dim size of one input tensor of a submitted task."""
 
-    def record_queuing_latency(self, thread_pool_name: str, latency_us: float) -> None:
-        """Time one task waited between submit and its batch starting."""
+    def record_queuing_latencies(self, thread_pool_name: str, latencies_us: Sequence[float]) -> None:
+        """How long each task of a batch waited between submit and the batch starting."""
 
     def record_batch(self, processed_size: int, padding_size: int) -> None:
         """One merged batch: its size after padding, and how many padding rows it got."""
@@ -78,10 +86,100 @@ class BatchingMetrics(Protocol):
         """One run of the batch function on a merged batch."""
 
 
+_PENDING, _RUNNING, _CANCELLED, _FINISHED = "PENDING", "RUNNING", "CANCELLED", "FINISHED"
+
+
+class TaskFuture:
+    """The outputs of one task: ``concurrent.futures.Future``'s waiting half, made cheap.
+
+    Same meaning as ``Future`` for ``result``, ``exception``, ``done``,
+    ``cancel``, ``cancelled`` and ``running`` (``concurrent.futures.CancelledError``,
+    ``TimeoutError``); no done callbacks. The batch side calls
+    ``set_running_or_notify_cancel`` once, then ``set_result`` or
+    ``set_exception`` once. Thread-safe: ``cancel`` and ``set_running_or_notify_cancel``
+    race on one non-blocking lock (whoever takes it first wins); waiters block
+    on a second lock, held until the future is settled.
+    """
+
+    __slots__ = ("_started", "_settled", "_state", "_value", "_error", "opened_batch")
+
+    def __init__(self) -> None:
+        self.opened_batch = False  # set by the queue: the task opened its batch (it may lead it)
+        self._started = threading.Lock()  # taken once: by the batch starting, or by cancel
+        self._settled = threading.Lock()  # held until settled (finished or cancelled)
+        self._settled.acquire()
+        self._state = _PENDING
+        self._value: Optional[Tensors] = None
+        self._error: Optional[BaseException] = None
+
+    def __repr__(self) -> str:
+        return f"<TaskFuture {self._state.lower()}>"
+
+    # -- caller side ------------------------------------------------------------------------
+    def cancel(self) -> bool:
+        """Cancel unless the task's batch has started; True if the future is (now) cancelled."""
+        if self._started.acquire(False):
+            self._state = _CANCELLED
+            self._settled.release()
+            return True
+        return self._state == _CANCELLED
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    def done(self) -> bool:
+        return self._state in (_CANCELLED, _FINISHED)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until settled or ``timeout`` seconds (None: no limit); whether it is settled."""
+        if self._settled.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+            self._settled.release()  # let every other waiter through too
+            return True
+        return False
+
+    def result(self, timeout: Optional[float] = None) -> Tensors:
+        """The task's outputs; raises its error, ``CancelledError``, or ``TimeoutError``."""
+        if not self.wait(timeout):
+            raise TimeoutError()
+        if self._state == _CANCELLED:
+            raise CancelledError()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The task's error (None on success); ``CancelledError``/``TimeoutError`` as ``result``."""
+        if not self.wait(timeout):
+            raise TimeoutError()
+        if self._state == _CANCELLED:
+            raise CancelledError()
+        return self._error
+
+    # -- batch side -------------------------------------------------------------------------
+    def set_running_or_notify_cancel(self) -> bool:
+        """Mark running; False if the caller cancelled first (leave the task out)."""
+        if self._started.acquire(False):
+            self._state = _RUNNING
+            return True
+        return False
+
+    def set_result(self, value: Tensors) -> None:
+        self._value, self._state = value, _FINISHED
+        self._settled.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self._state = error, _FINISHED
+        self._settled.release()
+
+
 class SplitJoin:
     """The pieces of one split task: resolves the caller's future once all are done."""
 
-    def __init__(self, future: Future, pieces: int) -> None:
+    def __init__(self, future: TaskFuture, pieces: int) -> None:
         self.future = future
         self.results: List[Optional[Mapping[str, np.ndarray]]] = [None] * pieces
         self.remaining = pieces
@@ -120,14 +218,19 @@ class SplitJoin:
 
 
 class Task:
-    """One caller's inputs (or one piece of them, with ``join``) and the future for its outputs."""
+    """One caller's inputs (or one piece of them, with ``join``) and the future for its outputs.
 
-    __slots__ = ("inputs", "size", "key", "enqueued", "future", "join", "index")
+    ``waits``: the caller blocks on the future (``submit(caller_waits=True)``); for a split task
+    only its last piece says so, so that the caller is counted once.
+    """
+
+    __slots__ = ("inputs", "size", "key", "enqueued", "future", "join", "index", "waits")
 
     def __init__(self, inputs: Tensors, size: int, key: BatchKey, enqueued: float,
-                 future: Future, join: Optional[SplitJoin] = None, index: int = 0) -> None:
+                 future: TaskFuture, join: Optional[SplitJoin] = None, index: int = 0,
+                 waits: bool = False) -> None:
         self.inputs, self.size, self.key, self.enqueued = inputs, size, key, enqueued
-        self.future, self.join, self.index = future, join, index
+        self.future, self.join, self.index, self.waits = future, join, index, waits
 
     def claim(self) -> bool:
         """False when the caller cancelled (or a sibling piece failed): leave it out."""
@@ -178,15 +281,16 @@ class Batch:
         """
         dequeued = time.monotonic()
         if metrics is not None:
-            for task in self.tasks:
-                metrics.record_queuing_latency(_QUEUING_LATENCY_POOL_LABEL, (dequeued - task.enqueued) * 1e6)
+            metrics.record_queuing_latencies(_QUEUING_LATENCY_POOL_LABEL,
+                                             [(dequeued - task.enqueued) * 1e6 for task in self.tasks])
         tasks = [task for task in self.tasks if task.claim()]
         if not tasks:
             return
         try:
             merged, padded = merge_inputs(tasks, options.allowed_batch_sizes, options.pad_variable_length_inputs)
             if metrics is not None:
-                metrics.record_batch(padded, padded - sum(t.size for t in tasks))
+                metrics.record_batch(padded, padded - self.size if len(tasks) == len(self.tasks)
+                                     else padded - sum(t.size for t in tasks))
             try:
                 outputs = run(merged)
             finally:
@@ -226,9 +330,10 @@ def task_size(inputs: Mapping[str, np.ndarray]) -> int:
 
 def batch_key(inputs: Mapping[str, np.ndarray], pad_variable_length: bool) -> BatchKey:
     """Names and dtypes, plus non-batch dims (or, when padding variable lengths, only ranks)."""
+    items = inputs.items() if len(inputs) == 1 else sorted(inputs.items())
     if pad_variable_length:
-        return tuple(sorted((name, a.dtype.str, a.ndim) for name, a in inputs.items()))
-    return tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in inputs.items()))
+        return tuple([(name, a.dtype.str, a.ndim) for name, a in items])
+    return tuple([(name, a.dtype.str, a.shape[1:]) for name, a in items])
 
 
 def split_task(task: Task, first_piece: int, limit: int) -> List[Task]:
@@ -237,8 +342,9 @@ def split_task(task: Task, first_piece: int, limit: int) -> List[Task]:
     bounds = ([0, first_piece] if first_piece else [0]) + list(range(first_piece + limit, task.size, limit))
     bounds.append(task.size)
     join = SplitJoin(task.future, len(bounds) - 1)
+    last = len(bounds) - 2
     return [Task({name: array[start:stop] for name, array in task.inputs.items()}, stop - start, task.key,
-                 task.enqueued, task.future, join, index)
+                 task.enqueued, task.future, join, index, task.waits and index == last)
             for index, (start, stop) in enumerate(zip(bounds, bounds[1:]))]
 
 
@@ -280,7 +386,7 @@ def merge_inputs(tasks: Sequence[Task], allowed: Sequence[int], pad_variable_len
 
 def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int], padded: int) -> List[Tensors]:
     """One dict of row slices per task; Internal error unless every output has ``padded`` rows."""
-    if not isinstance(outputs, Mapping):
+    if not isinstance(outputs, dict) and not isinstance(outputs, Mapping):  # dict first: a cheap check
         raise status.Internal(f"The batch function must return a dict of tensors; got {type(outputs).__name__}")
     arrays = {name: np.asarray(value) for name, value in outputs.items()}
     for name, array in arrays.items():
@@ -289,6 +395,8 @@ def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int], padde
             raise status.Internal(
                 "Batched output tensor's 0th dimension does not equal the sum of the 0th dimension sizes "
                 f"of the input tensors: output '{name}' has {got}, expected {padded}")
+    if len(sizes) == 1 and sizes[0] == padded:  # one task and no padding: its outputs as they are
+        return [arrays]
     pieces, start = [], 0
     for size in sizes:
         pieces.append({name: array[start:start + size] for name, array in arrays.items()})

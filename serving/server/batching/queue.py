@@ -53,11 +53,9 @@ queue never calls the scheduler while holding its own, except
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import math
 import threading
 import time
-from concurrent.futures import Future
 from typing import Deque, Mapping, Optional, Protocol
 
 import numpy as np
@@ -68,6 +66,7 @@ from serving.server.batching.batch import (
     BatchFn,
     BatchingMetrics,
     Task,
+    TaskFuture,
     Tensors,
     batch_key,
     split_task,
@@ -112,19 +111,23 @@ class BatchQueue:
         self.name = name
         self._run = run
         self._options = options
+        self._limit = options.execution_batch_size
+        self._timeout = options.batch_timeout_seconds
+        self._splitting = options.enable_large_batch_splitting
         self._scheduler = scheduler
         self._metrics = metrics
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # plain (not reentrant): cheaper to take than the condition
+        self._cond = threading.Condition(self._lock)
         self._batches: Deque[Batch] = collections.deque([Batch()])
         self._in_flight = 0
-        self._waiting_callers = 0  # submit(caller_waits=True) whose futures are not done yet
+        self._waiting_callers = 0  # submit(caller_waits=True) tasks neither processed nor cancelled
         self._closed = False
 
     def __repr__(self) -> str:
         return f"BatchQueue({self.name!r})"
 
     # -- client side ------------------------------------------------------------------------
-    def submit(self, inputs: Mapping[str, np.ndarray], *, caller_waits: bool = False) -> "Future[Tensors]":
+    def submit(self, inputs: Mapping[str, np.ndarray], *, caller_waits: bool = False) -> TaskFuture:
         """Queue one task; its future gets this task's rows of every output.
 
         Raises at once (never blocks): ``InvalidArgument`` for malformed or
@@ -134,7 +137,7 @@ class BatchQueue:
 
         ``caller_waits=True`` promises that the calling thread waits for the
         future next, with ``result(future, timeout)``: the caller counts as in
-        flight until the future is done, a ready batch holding its task may run
+        flight until its task has been processed or cancelled, a ready batch holding its task may run
         on this thread before ``submit`` returns, and a batch it opens keeps its
         timeout on this thread (see the module docstring).
         """
@@ -143,20 +146,20 @@ class BatchQueue:
                   for name, value in inputs.items()}
         size = task_size(arrays)
         if self._metrics is not None:
-            for _ in arrays:
+            for _ in arrays:  # TF records one sample per input tensor, before any check
                 self._metrics.record_input_batch_size(size)
         if size > options.max_batch_size:
             raise status.InvalidArgument(
                 f"Task size {size} is larger than maximum input batch size {options.max_batch_size}")
         key = batch_key(arrays, options.pad_variable_length_inputs)
-        future: Future = Future()
-        with self._cond:
+        future = TaskFuture()
+        with self._lock:
             self._scheduler.check_running()
             if self._closed:
                 raise status.Unavailable(f"Batch scheduling queue {self.name} is closed")
             now = time.monotonic()
-            task = Task(arrays, size, key, now, future)
-            if options.enable_large_batch_splitting:
+            task = Task(arrays, size, key, now, future, waits=caller_waits)
+            if self._splitting:
                 self._enqueue_split_locked(task)
             else:
                 self._enqueue_locked(task)
@@ -167,45 +170,46 @@ class BatchQueue:
             run_here = caller_waits and ready and len(self._batches) == 1 and open_batch.tasks[-1] is task
             # A waiting caller that opens a batch keeps its timeout itself (``result``); otherwise a
             # batch thread must learn of the new timeout.
-            opened = len(open_batch.tasks) == 1 and open_batch.tasks[0] is task
-            wake = ready or (options.batch_timeout_micros > 0 and len(open_batch.tasks) == 1
-                             and not (caller_waits and opened))
-        if caller_waits:
-            future.add_done_callback(self._caller_done)
+            opened = len(open_batch.tasks) == 1 and open_batch.tasks[0].future is future
+            future.opened_batch = opened
+            wake = ready or (self._timeout > 0 and len(open_batch.tasks) == 1 and not (caller_waits and opened))
         if run_here:
             self._scheduler.run_here(self)
         elif wake:
             self._scheduler.batch_ready()
         return future
 
-    def result(self, future: "Future[Tensors]", timeout: Optional[float] = None) -> Tensors:
+    def result(self, future: TaskFuture, timeout: Optional[float] = None) -> Tensors:
         """Wait up to ``timeout`` seconds (None: no limit) for the rows of a ``caller_waits`` task.
 
         While its task is the first of the open batch, the caller keeps that batch's timeout
         itself: when it expires the batch runs on this thread if a batch slot is free, so no
-        batch thread is woken for it. Raises ``concurrent.futures.TimeoutError`` when ``timeout``
-        passes first (at once if it is <= 0, running nothing); the batch threads then take over
-        the batch's timeout, and the caller should cancel the future.
+        batch thread is woken for it. Raises ``TimeoutError`` when ``timeout`` passes first (at
+        once if it is <= 0, running nothing), having cancelled the task unless its batch has
+        started; the batch threads then take over the batch's timeout.
         """
+        if future.done():  # the batch ran inside submit
+            return future.result()
         end = None if timeout is None else time.monotonic() + timeout
-        leading = True
+        leading = future.opened_batch  # only the task that opened a batch may lead it
         while True:
             ready_at = self._lead_ready_time(future) if leading else None
             now = time.monotonic()
             if end is not None and now >= end and not future.done():
+                if future.cancel():
+                    with self._lock:
+                        self._waiting_callers -= 1
                 if ready_at is not None:
                     self._scheduler.batch_ready()  # hand the batch's timeout to a batch thread
-                raise concurrent.futures.TimeoutError()
+                raise TimeoutError()
             if ready_at is not None and ready_at <= now:
                 leading = self._scheduler.run_here(self)  # no free slot: a batch thread will run it
                 continue
             wait = None if end is None else end - now
             if ready_at is not None:
                 wait = ready_at - now if wait is None else min(wait, ready_at - now)
-            try:
-                return future.result(timeout=None if wait is None else max(0.0, wait))
-            except concurrent.futures.TimeoutError:
-                continue
+            if future.wait(wait):
+                return future.result()
 
     def close(self) -> None:
         """Stop accepting tasks, wait until every accepted one has been processed, leave the scheduler."""
@@ -218,7 +222,7 @@ class BatchQueue:
     def next_ready_time(self) -> Optional[float]:
         """When ``take_batch`` will return a batch (``time.monotonic()`` seconds; ``-inf``: now),
         or None while the queue holds no task."""
-        with self._cond:
+        with self._lock:
             if len(self._batches) == 1 and not self._batches[0].tasks:
                 return None
             return self._next_ready_time_locked()
@@ -230,7 +234,7 @@ class BatchQueue:
 
     def take_batch(self, now: float) -> Optional[Batch]:
         """The oldest batch if it is ready at ``now``, counted in flight until ``run_batch`` ends."""
-        with self._cond:
+        with self._lock:
             open_batch = self._batches[-1]
             if len(self._batches) == 1:
                 if not open_batch.tasks or self._next_ready_time_locked() > now:
@@ -244,54 +248,52 @@ class BatchQueue:
         try:
             batch.process(self._run, self._options, self._metrics)
         finally:
-            with self._cond:
+            waited = sum(1 for task in batch.tasks if task.waits and not task.future.cancelled())
+            with self._lock:
                 self._in_flight -= 1
+                self._waiting_callers -= waited
                 if self._drained_locked():
                     self._cond.notify_all()
 
     def stop_accepting(self) -> None:
         """Refuse new tasks; the open batch is ready at once. The caller wakes the batch threads."""
-        with self._cond:
+        with self._lock:
             self._closed = True
 
     def wait_until_drained(self) -> None:
         """Block until no task is queued or running. Never call it holding the scheduler's lock."""
-        with self._cond:
+        with self._lock:
             self._cond.wait_for(self._drained_locked)
 
-    # -- under self._cond -------------------------------------------------------------------
+    # -- under self._lock -------------------------------------------------------------------
     def _next_ready_time_locked(self) -> float:
         open_batch = self._batches[-1]
-        if len(self._batches) > 1 or self._closed or open_batch.size >= self._options.execution_batch_size:
+        if len(self._batches) > 1 or self._closed or open_batch.size >= self._limit:
             return -math.inf
         if self._in_flight == 0 and 0 < self._waiting_callers == len(open_batch.tasks):
             return -math.inf  # it holds every waiting caller and nothing else runs: nothing can join it
-        return open_batch.started + self._options.batch_timeout_seconds
+        return open_batch.started + self._timeout
 
-    def _lead_ready_time(self, future: Future) -> Optional[float]:
+    def _lead_ready_time(self, future: TaskFuture) -> Optional[float]:
         """The open batch's ready time if ``future``'s task opened it and it is still queued."""
-        with self._cond:
+        with self._lock:
             open_batch = self._batches[-1]
             if len(self._batches) == 1 and open_batch.tasks and open_batch.tasks[0].future is future:
                 return self._next_ready_time_locked()
             return None
 
-    def _caller_done(self, _: Future) -> None:
-        with self._cond:
-            self._waiting_callers -= 1
-
     def _drained_locked(self) -> bool:
         return self._in_flight == 0 and len(self._batches) == 1 and not self._batches[0].tasks
 
     def _enqueue_locked(self, task: Task) -> None:
-        if not self._batches[-1].fits(task.key, task.size, self._options.execution_batch_size):
+        if not self._batches[-1].fits(task.key, task.size, self._limit):
             if len(self._batches) >= self._options.max_enqueued_batches:
                 raise status.Unavailable(QUEUE_FULL_MESSAGE)
             self._batches.append(Batch())
         self._batches[-1].add(task)
 
     def _enqueue_split_locked(self, task: Task) -> None:
-        limit = self._options.execution_batch_size
+        limit = self._limit
         open_batch = self._batches[-1]
         room = limit - open_batch.size if (not open_batch.tasks or open_batch.key == task.key) else 0
         if task.size <= room and open_batch.fits(task.key, task.size, limit):

@@ -58,7 +58,8 @@ class BatchScheduler:
                  metrics: Optional[BatchingMetrics] = None) -> None:
         self.options = options if options is not None else BatchingOptions()
         self.metrics = metrics
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # plain (not reentrant): cheaper to take than the condition
+        self._cond = threading.Condition(self._lock)
         self._queues: List[BatchQueue] = []
         self._next = 0
         self._threads: List[threading.Thread] = []
@@ -68,7 +69,7 @@ class BatchScheduler:
     def queue(self, run: BatchFn, name: str) -> BatchQueue:
         """A new queue whose batches go to ``run`` (called on a batch thread, one batch at a time
         per thread; it must be thread-safe if ``num_batch_threads`` > 1)."""
-        with self._cond:
+        with self._lock:
             if self._state in ("stopping", "stopped"):
                 raise status.Unavailable("The batch scheduler has been stopped")
             queue = BatchQueue(run, name, self.options, self, self.metrics)
@@ -77,7 +78,7 @@ class BatchScheduler:
 
     def start(self) -> "BatchScheduler":
         """Launch the batch threads (named ``<thread_pool_name>_<i>``)."""
-        with self._cond:
+        with self._lock:
             if self._state != "new":
                 raise RuntimeError(f"BatchScheduler.start() called when {self._state}")
             self._state = "running"
@@ -90,7 +91,7 @@ class BatchScheduler:
 
     def stop(self) -> None:
         """Close every queue, process every accepted task, then join the threads."""
-        with self._cond:
+        with self._lock:
             if self._state in ("stopping", "stopped"):
                 return
             if self._state == "new":  # nothing can have been accepted
@@ -100,11 +101,11 @@ class BatchScheduler:
             queues = list(self._queues)
         for queue in queues:
             queue.stop_accepting()
-        with self._cond:
+        with self._lock:
             self._cond.notify_all()
         for queue in queues:
             queue.wait_until_drained()
-        with self._cond:
+        with self._lock:
             self._queues.clear()
             self._state = "stopped"
             self._cond.notify_all()
@@ -127,7 +128,7 @@ class BatchScheduler:
 
     def batch_ready(self) -> None:
         """Wake one batch thread to look for a ready batch (or a new timeout)."""
-        with self._cond:
+        with self._lock:
             self._cond.notify()
 
     def run_here(self, queue: BatchQueue) -> bool:
@@ -135,7 +136,7 @@ class BatchScheduler:
 
         Otherwise (False) nothing happens: a batch thread, woken by whoever frees a slot, takes it.
         """
-        with self._cond:
+        with self._lock:
             if self._busy >= self.options.num_batch_threads:
                 return False
             batch = queue.take_batch(time.monotonic())
@@ -147,7 +148,7 @@ class BatchScheduler:
 
     def queue_closed(self, queue: BatchQueue) -> None:
         """Forget a closed, drained queue."""
-        with self._cond:
+        with self._lock:
             if queue in self._queues:
                 self._queues.remove(queue)
                 self._next = 0
@@ -171,7 +172,7 @@ class BatchScheduler:
     def _thread_logic(self) -> None:
         slots = self.options.num_batch_threads
         while True:
-            with self._cond:
+            with self._lock:
                 while True:
                     now = time.monotonic()
                     picked = self._pick_locked(now) if self._busy < slots else None
@@ -195,7 +196,7 @@ class BatchScheduler:
         except Exception:  # run_batch hands errors to futures; this is a bug guard
             logger.exception("batch processing failed in queue %s", queue.name)
         finally:
-            with self._cond:
+            with self._lock:
                 self._busy -= 1
                 if wake_a_thread and any(q.holds_tasks() for q in self._queues):
                     self._cond.notify()

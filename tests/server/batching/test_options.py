@@ -25,9 +25,9 @@ def batching_parameters(tmp_path):
 
 def test_public_api_is_pinned():
     assert batching.__all__ == ["BatchFn", "BatchingMetrics", "BatchingOptions", "BatchingRunWrapper", "BatchQueue",
-                                "BatchScheduler", "QUEUE_FULL_MESSAGE", "QueueFactory", "TaskQueue"]
+                                "BatchScheduler", "QUEUE_FULL_MESSAGE", "QueueFactory", "TaskFuture", "TaskQueue"]
     assert options.__all__ == ["BatchingOptions"]
-    assert batch.__all__ == ["Tensors", "BatchFn", "BatchKey", "BatchingMetrics", "SplitJoin", "Task", "Batch",
+    assert batch.__all__ == ["Tensors", "BatchFn", "BatchKey", "BatchingMetrics", "SplitJoin", "Task", "TaskFuture", "Batch",
                              "task_size", "batch_key", "split_task", "merge_inputs", "split_outputs"]
     assert queue.__all__ == ["QUEUE_FULL_MESSAGE", "QueueScheduler", "BatchQueue"]
     assert scheduler.__all__ == ["BatchScheduler"]

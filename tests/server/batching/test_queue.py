@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 from serving import status
 from serving.server.batching import BatchingOptions, BatchQueue
 from serving.server.batching.queue import QueueScheduler
+from serving.server.metrics import ServerMetrics
 
 TIMEOUT_MICROS = 3_600_000_000
 
@@ -90,3 +92,34 @@ def test_a_queue_whose_scheduler_is_not_running_refuses_tasks():
     with pytest.raises(status.Unavailable, match="not running"):
         make_queue(scheduler).submit(rows(1))
     assert scheduler.wakeups == 0
+
+
+def test_a_caller_whose_wait_times_out_has_its_task_cancelled_and_left_out_of_the_batch():
+    scheduler = ManualScheduler()
+    queue = make_queue(scheduler, max_batch_size=4)
+    queued = queue.submit(rows(1))  # no caller waits on it, so the next task's batch cannot close early
+    late = queue.submit(rows(2), caller_waits=True)
+    with pytest.raises(TimeoutError):
+        queue.result(late, 0.0)  # its deadline has passed
+    assert late.cancelled()  # by the queue: the caller need not cancel it
+    batch = queue.take_batch(queue.next_ready_time())
+    queue.run_batch(batch)
+    assert queued.result(0)["y"].tolist() == [[2.0]]  # the batch ran without the cancelled task's row
+
+
+def test_input_batch_sizes_are_recorded_once_per_task_at_submit_and_latencies_once_per_piece():
+    metrics = ServerMetrics(CollectorRegistry())
+    scheduler = ManualScheduler()
+    options = BatchingOptions(num_batch_threads=1, batch_timeout_micros=TIMEOUT_MICROS, max_batch_size=4,
+                              enable_large_batch_splitting=True, max_execution_batch_size=2)
+    queue = BatchQueue(double, "m", options, scheduler, metrics)
+    with pytest.raises(status.InvalidArgument, match="Task size 5 is larger"):
+        queue.submit(rows(*range(5)))
+    split = queue.submit(rows(1, 2, 3))  # pieces of 2 and 1 rows in two batches
+    while queue.next_ready_time() is not None:
+        queue.run_batch(queue.take_batch(queue.next_ready_time()))
+    assert split.result(0)["y"].tolist() == [[2.0], [4.0], [6.0]]
+    page = metrics.render().decode()
+    assert ":tensorflow:serving:batching_session:input_batch_size_count{} 2\n" in page
+    assert ":tensorflow:serving:batching_session:input_batch_size_sum{} 8\n" in page  # 5, then 3 once
+    assert ':tensorflow:serving:batching_session:queuing_latency_count{thread_pool_name=""} 2\n' in page
