@@ -129,12 +129,16 @@ def model_config_text(models: Mapping[str, Path]) -> str:
 
 
 def batching_config_text(params: BatchingSpec) -> str:
-    """A ``BatchingParameters`` text proto from the proto itself or a ``{field: value}`` mapping."""
+    """A ``BatchingParameters`` text proto from the proto itself or a ``{field: value}`` mapping (a list for
+    the repeated ``allowed_batch_sizes``)."""
     if isinstance(params, Message):
         return text_format.MessageToString(params)
     proto = batching_parameters_class()()
     for name, value in params.items():
-        getattr(proto, name).value = value
+        if isinstance(value, (list, tuple)):
+            getattr(proto, name).extend(value)
+        else:
+            getattr(proto, name).value = value
     return text_format.MessageToString(proto)
 
 

@@ -21,9 +21,11 @@ import shutil
 import signal
 import ssl
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 import httpx
@@ -133,9 +135,19 @@ class Gateway:
             return grpc.ssl_channel_credentials(root)
         return grpc.ssl_channel_credentials(root, creds.private_key(cert).read_bytes(), creds.cert(cert).read_bytes())
 
-    def access_entries(self) -> list[dict]:
-        """Every access-log line, parsed (each must be one JSON object)."""
-        return [json.loads(line) for line in self.access_log.read_text().splitlines() if line.strip()]
+    def access_entries(self, until: Callable[[list[dict]], bool] = lambda entries: True,
+                       timeout: float = 5.0) -> list[dict]:
+        """Every access-log line, parsed (each must be one JSON object), once ``until(entries)`` holds.
+
+        nginx writes a request's line in its log phase, after the response went out, so a client can
+        read its answer before the line is there: the file is read again until it is (or ``timeout``).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            entries = [json.loads(line) for line in self.access_log.read_text().splitlines() if line.strip()]
+            if until(entries) or time.monotonic() > deadline:
+                return entries
+            threading.Event().wait(0.02)
 
 
 def nginx_command(nginx: str, conf: Path, prefix: Path) -> list[str]:

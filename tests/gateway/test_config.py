@@ -68,9 +68,11 @@ def test_access_log_is_one_json_object_per_request_naming_the_client_never_the_k
     with gateway.http() as http:
         assert http.get(f"{gateway.rest_url}/v1/models/digits", headers={"x-api-key": key}).status_code == 200
         assert http.get(f"{gateway.rest_url}/v1/models/digits", headers={"x-api-key": "wrong"}).status_code == 401
-    entries = gateway.access_entries()
-    served = [e for e in entries if e["client"] == "client" and e["status"] == 200]
-    refused = [e for e in entries if e["status"] == 401 and e["role"] == ""]
+    def served_and_refused(entries: list[dict]) -> tuple[list[dict], list[dict]]:
+        return ([e for e in entries if e["client"] == "client" and e["status"] == 200],
+                [e for e in entries if e["status"] == 401 and e["role"] == ""])
+
+    served, refused = served_and_refused(gateway.access_entries(until=lambda es: all(served_and_refused(es))))
     assert served and refused
     entry = served[-1]
     assert entry["uri"] == "/v1/models/digits" and entry["upstream_status"] == "200"

@@ -34,8 +34,12 @@ def test_rest_with_a_client_certificate_is_served_and_its_role_applies(gateway):
         assert http.get(gateway.mtls_url + METRICS).status_code == 403
     with gateway.http(cert="admin") as http:
         assert http.get(gateway.mtls_url + METRICS).status_code == 200
-    names = {(e["client"], e["status"]) for e in gateway.access_entries() if e["port"] == str(gateway.ports["mtls"])}
-    assert {("client", 200), ("client", 403), ("admin", 200)} <= names
+    expected = {("client", 200), ("client", 403), ("admin", 200)}
+
+    def names(entries: list[dict]) -> set[tuple[str, int]]:
+        return {(e["client"], e["status"]) for e in entries if e["port"] == str(gateway.ports["mtls"])}
+
+    assert expected <= names(gateway.access_entries(until=lambda entries: expected <= names(entries)))
 
 
 def test_grpc_without_a_client_certificate_is_unauthenticated(gateway):
