@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.server import Target, print_verdicts, run_grpc, run_rest
+from benchmarks.server import Target, print_verdicts, process_cpu_seconds, run_grpc, run_rest
 from exporter.manifest import load_manifest
 from serving import codec
 from serving.model_repo import model_versions
@@ -142,12 +142,6 @@ def _batch_totals(server: ServerProcess) -> tuple[float, float]:
     return totals["sum"], totals["count"]
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextlib.contextmanager
 def _servers(repo: Path, model: str, workdir: Path, batching: Mapping[str, int],
              server_flags: Sequence[str] = ()) -> Iterator[dict[str, ServerProcess]]:
@@ -213,9 +207,9 @@ def _measure_once(server: ServerProcess, case: Case, payloads: tuple[bytes, byte
     _load(server, case, payloads, 0.0, warmup)
     assert server.pid is not None
     rows_before, batches_before = _batch_totals(server)
-    cpu_before = _cpu_seconds(server.pid)
+    cpu_before = process_cpu_seconds(server.pid)
     latencies, errors = _load(server, case, payloads, 0.0, case.duration)
-    side.cpu_seconds += _cpu_seconds(server.pid) - cpu_before
+    side.cpu_seconds += process_cpu_seconds(server.pid) - cpu_before
     rows_after, batches_after = _batch_totals(server)
     side.batched_rows += rows_after - rows_before
     side.batches += batches_after - batches_before

@@ -61,7 +61,7 @@ import numpy as np
 import psutil
 from google.protobuf import text_format
 
-from benchmarks.server import Target, measure_in_process, run_grpc
+from benchmarks.server import Target, measure_in_process, process_cpu_seconds, run_grpc
 from exporter.export import ensure_model
 from exporter.manifest import load_manifest
 from serving import codec
@@ -351,14 +351,13 @@ def _descendants(pid: int) -> list[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """utime + stime (``/proc/<pid>/stat``) of ``pid`` and its descendants, in seconds."""
-    ticks = 0
+    seconds = 0.0
     for member in _descendants(pid):
         try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            seconds += process_cpu_seconds(member)
+        except OSError:  # the process ended since the tree was listed
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return seconds
 
 
 def tree_rss_mb(pid: int) -> float:

@@ -42,15 +42,14 @@ from typing import Callable, Mapping, Optional, Sequence
 import grpc
 import numpy as np
 
-from benchmarks.server import Target, print_verdicts
+from benchmarks.server import Target, print_verdicts, process_cpu_seconds
 from exporter.manifest import load_manifest
 from serving import codec, wire
 from serving.client import GrpcClient, RestClient
 from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess
 
-__all__ = ["SIDES", "Run", "Side", "build_parser", "closed_loop", "evaluate", "main", "measure", "print_report",
-           "process_cpu_seconds"]
+__all__ = ["SIDES", "Run", "Side", "build_parser", "closed_loop", "evaluate", "main", "measure", "print_report"]
 
 logger = logging.getLogger("benchmarks.protocols")
 
@@ -58,13 +57,6 @@ SIDES = (("sdk", "grpc"), ("sdk", "rest"), ("lean", "grpc"), ("lean", "rest"))
 """(client, protocol) pairs, measured in this order in every round."""
 
 Call = Callable[[], object]
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used, all threads (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        fields = handle.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -65,7 +65,7 @@ from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
 __all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "points_to_json",
-           "print_verdicts", "run_grpc", "run_rest"]
+           "print_verdicts", "process_cpu_seconds", "run_grpc", "run_rest"]
 
 logger = logging.getLogger("benchmarks.server")
 
@@ -131,6 +131,12 @@ def _loaded(model: str, version_dir: Path) -> Iterator[Callable[[int], Callable[
         yield call_at
     finally:
         servable.close()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used, all threads (``/proc/<pid>/stat``, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_in_process(model: str, version_dir: Path, duration: float, batch_sizes: Sequence[int],

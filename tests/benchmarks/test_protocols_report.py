@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from benchmarks.protocols import Run, evaluate, print_report, process_cpu_seconds
+from benchmarks.protocols import Run, evaluate, print_report
+from benchmarks.server import process_cpu_seconds
 
 
 def _run(client: str, protocol: str, rate: float, cpu_ms: float) -> Run:
