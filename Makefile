@@ -2,6 +2,7 @@
 #   make up    run the stack (docker compose where an engine answers, else the embedded server)
 #   make test  install everything and run the whole test suite
 #   make certs the compose gateway's local CA, certificates and API keys (gateway/secrets/)
+#   make images the local stand-in images for an engine that reaches no registry (make up IMAGES=local)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -17,12 +18,13 @@ GATEWAY_SECRETS ?= gateway/secrets
 # Extra names for the gateway's server certificate, e.g. make certs SERVER_NAMES="gpu-host 10.0.0.5".
 SERVER_NAMES ?=
 
-.PHONY: help up test install debs venv clean bench monitor certs gpu-report
+.PHONY: help up test install debs venv clean bench monitor certs gpu-report images
 
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
 	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers"
+	@echo "make images local stand-in images (TF Serving, exporter base, nginx, Prometheus) for make up IMAGES=local"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
 	@echo "make gpu-report  on an NVIDIA GPU host with Docker: preflight, trt-fp16 export, tuner and fp32/xla/trt-fp16 sweep (out/gpu-report/)"
 	@echo "make monitor  Prometheus with the stack's rules on 127.0.0.1:9090 (scrapes 127.0.0.1:8501)"
@@ -54,8 +56,16 @@ debs:
 	  esac; \
 	fi
 
+# A Docker engine for the compose tests: the one that answers, else Debian's docker.io installed and
+# started here (and stopped again when the run ends); then the local images (cached by content).
+# Without an engine the tests still run, and the compose tests skip with the reason.
 test: $(STAMP) debs
-	$(PY) -m pytest
+	$(PY) -m deploy.images run -- $(PY) -m pytest
+
+# The stand-in images docker-compose.local.yml names, built from Debian's packages (no registry needed;
+# python -m deploy.images --help). Starts dockerd where none answers, and leaves it running.
+images: $(STAMP)
+	$(PY) -m deploy.images build
 
 # MODELS=resnet50,digits_xla (or all) also exports those zoo models when missing (default: digits,
 # text and ranker, only into an empty model repository).

@@ -59,6 +59,15 @@ def resnet50_repo() -> Path:
     return _cached_export(("resnet50",))
 
 
+@pytest.fixture(scope="session")
+def cpu_stack_repo(model_repo: Path, resnet50_repo: Path) -> Path:
+    """digits, text, ranker, resnet50 (fp32) and digits_xla, resnet50_xla, version 1 each: every model
+    the CPU compose stack serves (serving/models.cpu.config)."""
+    root = _cached_export(("digits", "resnet50"), variant="xla")
+    assert root == model_repo == resnet50_repo
+    return root
+
+
 @pytest.fixture
 def model_repo_copy(model_repo: Path, tmp_path: Path) -> Path:
     """A writable copy of ``model_repo`` for tests that publish or delete versions."""

@@ -1,0 +1,223 @@
+"""The local stand-in images, built here from Debian's packages, and cached by content.
+
+No registry answers on the machines that test this repository, so every image
+the compose stack runs is built locally (``docker-compose.local.yml`` names
+them). Two Debian bases come from ``debootstrap`` + ``docker import``; every
+other image is a ``docker build`` on one of them. An image is rebuilt only
+when the hash of what it is made of changes: its Dockerfile, the files it
+copies, its build arguments and its base's hash (recorded in
+``.cache/images/built.json`` beside the image ID the engine gave it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+__all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "content_hash", "image_id",
+           "build_images", "debian_mirror"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE_DIR = REPO_ROOT / ".cache" / "images"
+HERE = Path(__file__).resolve().parent
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Packages every base has: TLS roots and curl (busybox's wget crashes on name lookups here).
+BASE_PACKAGES = ("ca-certificates", "curl")
+
+
+@dataclass(frozen=True)
+class Image:
+    """One local image: a Debian base (``suite``) or a Dockerfile build on ``base``.
+
+    ``inputs`` are repository paths (files or folders) whose content the image
+    is made of; ``context`` is the build context: ``repo`` (the checkout) or
+    ``ca`` (a folder holding this machine's CA bundle).
+    """
+
+    name: str
+    suite: str = ""
+    dockerfile: str = ""
+    base: str = ""
+    context: str = "repo"
+    inputs: tuple[str, ...] = ()
+    args: Mapping[str, str] = field(default_factory=dict)
+
+
+def _dotenv(key: str, root: Path = REPO_ROOT) -> str:
+    """A pin of ``.env`` (compose's own file; the one place versions live)."""
+    for line in (root / ".env").read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == key and not line.lstrip().startswith("#"):
+            return value.strip()
+    raise KeyError(f".env has no {key}")
+
+
+def _images(root: Path = REPO_ROOT) -> tuple[Image, ...]:
+    serving_api = f"tensorflow-serving-api=={_dotenv('TF_SERVING_VERSION', root)}"
+    return (
+        Image("tfs-stack-local/debian:bookworm", suite="bookworm"),
+        Image("tfs-stack-local/debian:trixie", suite="trixie"),
+        Image("tfs-stack-local/python:3.11-bookworm", dockerfile="deploy/images/python/Dockerfile",
+              base="tfs-stack-local/debian:bookworm", context="ca", inputs=("deploy/images/python",)),
+        Image(f"tfs-stack-local/tfserving:{_dotenv('TF_SERVING_VERSION', root)}",
+              dockerfile="deploy/images/tfserving/Dockerfile", base="tfs-stack-local/python:3.11-bookworm",
+              inputs=("deploy/images/tfserving", "pyproject.toml", "README.md", "serving"),
+              args={"TF_SERVING_API": serving_api}),
+        Image("tfs-stack-local/nginx:1.26-trixie", dockerfile="deploy/images/nginx/Dockerfile",
+              base="tfs-stack-local/debian:trixie", context="folder", inputs=("deploy/images/nginx",)),
+        Image("tfs-stack-local/prometheus:2.53-trixie", dockerfile="deploy/images/prometheus/Dockerfile",
+              base="tfs-stack-local/debian:trixie", context="folder", inputs=("deploy/images/prometheus",)),
+    )
+
+
+IMAGES = _images()
+# The exporter is compose's own build of exporter/Dockerfile (docker-compose.local.yml sets BASE_IMAGE).
+EXPORTER_IMAGE = "exporter"
+
+
+def _files(root: Path, inputs: Sequence[str]) -> list[Path]:
+    found: list[Path] = []
+    for item in inputs:
+        path = root / item
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        found += [p for p in candidates if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    return found
+
+
+def content_hash(image: Image, base_hash: str = "", root: Path = REPO_ROOT) -> str:
+    """What ``image`` is made of, as one SHA-256: recipe, inputs, arguments and its base's hash."""
+    digest = hashlib.sha256()
+    recipe = {"name": image.name, "suite": image.suite, "packages": BASE_PACKAGES if image.suite else (),
+              "dockerfile": image.dockerfile, "args": dict(image.args), "base": base_hash,
+              "context": image.context}
+    digest.update(json.dumps(recipe, sort_keys=True).encode())
+    for path in _files(root, (image.dockerfile, *image.inputs) if image.dockerfile else image.inputs):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    if image.context == "ca" and CA_BUNDLE.is_file():
+        digest.update(CA_BUNDLE.read_bytes())
+    return digest.hexdigest()
+
+
+def image_id(name: str, docker: str = "docker") -> Optional[str]:
+    """The engine's ID of image ``name``, or None when it is not present (never pulls)."""
+    proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", name],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def debian_mirror(sources: Path = Path("/etc/apt/sources.list.d/debian.sources")) -> str:
+    """The Debian mirror this machine's apt uses (deb822 ``URIs:``), else deb.debian.org."""
+    if sources.is_file():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:") and line.split()[1].rstrip("/").endswith("/debian"):
+                return line.split()[1]
+    return DEFAULT_MIRROR
+
+
+def _run(cmd: Sequence[str], log: Path, **kwargs: object) -> None:
+    with open(log, "ab") as out:
+        out.write(f"\n+ {' '.join(cmd)}\n".encode())
+        out.flush()
+        proc = subprocess.run(list(cmd), stdout=out, stderr=subprocess.STDOUT, **kwargs)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+        raise RuntimeError(f"`{' '.join(cmd[:4])} ...` failed (exit {proc.returncode}); {log}:\n    "
+                           + "\n    ".join(tail))
+
+
+def _debootstrap(image: Image, log: Path, docker: str) -> None:
+    if shutil.which("debootstrap") is None and shutil.which("debootstrap", path="/usr/sbin:/sbin") is None:
+        _run(["apt-get", "install", "-y", "-q", "debootstrap"], log,
+             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    with tempfile.TemporaryDirectory(prefix=f"rootfs-{image.suite}-", dir=CACHE_DIR) as rootfs:
+        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", image.suite, rootfs,
+              debian_mirror()], log, env={**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
+        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        try:
+            _run([docker, "import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                  "--change", 'CMD ["/bin/bash"]', "-", image.name], log, stdin=tar.stdout)
+        finally:
+            tar.wait()
+
+
+def _docker_build(image: Image, root: Path, log: Path, docker: str) -> None:
+    dockerfile = root / image.dockerfile
+    args = [a for k, v in {**image.args}.items() for a in ("--build-arg", f"{k}={v}")]
+    base_arg = {"tfs-stack-local/python:3.11-bookworm": "PYTHON_IMAGE"}.get(image.base, "DEBIAN_IMAGE")
+    cmd = [docker, "build", "-q", "-f", str(dockerfile), "-t", image.name, "--build-arg", f"{base_arg}={image.base}",
+           *args]
+    if image.context == "repo":
+        _run([*cmd, str(root)], log)
+    elif image.context == "folder":
+        _run([*cmd, str(dockerfile.parent)], log)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ca-context-", dir=CACHE_DIR) as context:
+            shutil.copy(CA_BUNDLE, Path(context) / "ca-certificates.crt")
+            _run([*cmd, context], log)
+
+
+def _compose_build_exporter(root: Path, log: Path) -> None:
+    from serving.config.compose import compose_command  # the one way to find Compose
+
+    files = [a for f in ("docker-compose.yml", "docker-compose.cpu.yml", "docker-compose.local.yml")
+             for a in ("-f", str(root / f))]
+    env = {"GRAFANA_ADMIN_PASSWORD": "unused-by-the-exporter-build", **os.environ}
+    _run([*compose_command(), *files, "build", "exporter"], log, cwd=root, env=env)
+
+
+def build_images(*, only: Sequence[str] = (), force: bool = False, root: Path = REPO_ROOT,
+                 docker: str = "docker", log: Callable[[str], None] = print) -> list[str]:
+    """Build every local image whose content changed (or ``only`` those names and their bases).
+
+    Returns the names built. The exporter (compose's own build of
+    ``exporter/Dockerfile`` on the local Python base) is built after the
+    images, through Compose, where Docker's layer cache makes an unchanged
+    one take seconds.
+    """
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    record_path = CACHE_DIR / "built.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    logfile = CACHE_DIR / "build.log"
+    images = _images(root)
+    wanted = set(only) or {i.name for i in images} | {EXPORTER_IMAGE}
+    by_name = {i.name: i for i in images}
+    for name in list(wanted):
+        while name in by_name and by_name[name].base:
+            name = by_name[name].base
+            wanted.add(name)
+    hashes: dict[str, str] = {}
+    built: list[str] = []
+    for image in images:
+        hashes[image.name] = content_hash(image, hashes.get(image.base, ""), root)
+        if image.name not in wanted:
+            continue
+        present = image_id(image.name, docker)
+        entry = record.get(image.name, {})
+        if not force and present and entry.get("hash") == hashes[image.name] and entry.get("id") == present:
+            log(f"images: {image.name} up to date")
+            continue
+        started = time.monotonic()
+        log(f"images: building {image.name} (log: {logfile})")
+        if image.suite:
+            _debootstrap(image, logfile, docker)
+        else:
+            _docker_build(image, root, logfile, docker)
+        record[image.name] = {"hash": hashes[image.name], "id": image_id(image.name, docker)}
+        record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        built.append(image.name)
+        log(f"images: built {image.name} in {time.monotonic() - started:.0f} s")
+    if EXPORTER_IMAGE in wanted:
+        started = time.monotonic()
+        log(f"images: compose build exporter (exporter/Dockerfile on the local Python base; log: {logfile})")
+        _compose_build_exporter(root, logfile)
+        log(f"images: exporter ready in {time.monotonic() - started:.0f} s")
+        built.append(EXPORTER_IMAGE)
+    return built

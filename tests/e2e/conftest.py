@@ -1,0 +1,169 @@
+"""The compose stack on a real Docker engine: ``make up IMAGES=local`` in a copy of the checkout.
+
+One stack for the session, started the way a user starts it (``python -m
+serving.up --images local``, which is what ``make up IMAGES=local`` runs) from
+a copy of this checkout, so the exports, the gateway's secrets and the
+rollout's config edits stay out of the tree. The repository's own
+``docker-compose.yml`` + ``docker-compose.cpu.yml`` run, with
+``docker-compose.local.yml`` naming the stand-in images that ``make images``
+builds (no registry answers here). Grafana is not started: no Grafana image
+can be had here (it has no stand-in), so its provisioning is checked
+statically only (tests/monitoring).
+
+The model repository comes pre-filled with every CPU model but ``digits``
+(exports cached across test runs), so the exporter container exports one
+model for real, and the start stays within minutes on 2 cores.
+
+Skipped, with the reason, where no engine answers or the images are missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+
+from deploy.images import IMAGES, image_id
+from gateway.certs import Credentials, init_secrets
+from serving.config.compose import compose_command
+from serving.server.launcher import free_port
+from tests.support.servers import REPO_ROOT
+
+PROJECT = f"tfs-stack-e2e-{os.getpid()}"
+FILES = ("docker-compose.yml", "docker-compose.cpu.yml", "docker-compose.local.yml")
+SERVICES = ("exporter", "tfserving", "gateway", "prometheus")
+# Exported in the container; every other CPU model comes from the test cache.
+EXPORTED_IN_CONTAINER = "digits"
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", ".cache", "out", "secrets", "__pycache__", "*.pyc",
+                                     ".pytest_cache")
+
+
+def skip_reason() -> Optional[str]:
+    """Why the compose stack cannot run here, or None."""
+    reason = os.environ.get("TFS_STACK_NO_DOCKER_REASON")
+    if reason:
+        return f"no Docker engine: {reason}"
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode:
+        return "no Docker engine answers (`docker info` failed); make test starts one"
+    missing = [i.name for i in IMAGES if image_id(i.name) is None]
+    if missing:
+        return f"local images not built: {', '.join(missing)} (make images)"
+    return None
+
+
+@dataclass
+class Stack:
+    """The running stack: its checkout copy, ports, secrets and a compose runner."""
+
+    root: Path
+    env: dict[str, str]
+    secrets: Credentials
+    grpc_port: int
+    rest_port: int
+    mtls_port: int
+    prometheus_port: int
+    up_output: str
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"https://127.0.0.1:{self.rest_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.root / ".cache" / "serving"
+
+    def compose(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+        cmd = [*compose_command(), *[a for f in FILES for a in ("-f", str(self.root / f))], *args]
+        proc = subprocess.run(cmd, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def container(self, service: str) -> str:
+        """The ID of ``service``'s container (also an exited one)."""
+        ids = self.compose("ps", "-a", "-q", service).stdout.split()
+        assert ids, f"no container for {service}"
+        return ids[0]
+
+    def inspect(self, service: str) -> dict:
+        return json.loads(docker("inspect", self.container(service)).stdout)[0]
+
+    def make_up(self, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+        """``make up IMAGES=local`` as the Makefile runs it, in the copy."""
+        return run_python(["-m", "serving.up", "--images", "local", *extra], cwd=self.root, env=self.env,
+                          timeout=timeout)
+
+    def python(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """``python ARGS`` in the copy (its code, its stack.json)."""
+        return run_python(list(args), cwd=self.root, env=self.env, timeout=timeout)
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed: {proc.stderr}")
+    return proc
+
+
+def run_python(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> float:
+    """Poll ``check`` until it is true; the seconds it took (an AssertionError naming ``what`` after ``timeout``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def _copy_checkout(dest: Path, cpu_stack_repo: Path) -> None:
+    shutil.copytree(REPO_ROOT, dest, ignore=COPY_IGNORE)
+    models = dest / "models"
+    for entry in cpu_stack_repo.iterdir():
+        if entry.is_dir() and entry.name != EXPORTED_IN_CONTAINER:
+            shutil.copytree(entry, models / entry.name, ignore=shutil.ignore_patterns(".lock"))
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, cpu_stack_repo: Path) -> Iterator[Stack]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("e2e") / "tfs-stack"
+    _copy_checkout(root, cpu_stack_repo)
+    secrets = init_secrets(root / "gateway" / "secrets")
+    ports = {name: free_port() for name in ("GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "GATEWAY_MTLS_PORT",
+                                             "PROMETHEUS_PORT")}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD")},
+           "COMPOSE_PROJECT_NAME": PROJECT, **{k: str(v) for k, v in ports.items()}}
+    made = Stack(root, env, secrets, ports["GATEWAY_GRPC_PORT"], ports["GATEWAY_REST_PORT"],
+                 ports["GATEWAY_MTLS_PORT"], ports["PROMETHEUS_PORT"], "")
+    try:
+        proc = made.make_up()
+        made.up_output = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            logs = made.compose("logs", "--no-color", "--tail", "60", check=False)
+            raise AssertionError(f"make up IMAGES=local failed ({proc.returncode}):\n{made.up_output}\n"
+                                 f"{logs.stdout[-6000:]}")
+        yield made
+    finally:
+        made.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
