@@ -15,10 +15,10 @@ from gateway.certs import init_secrets
 from serving.config.stack import STATE_FILE, read_state
 from serving.up import choose_backend, docker_runtimes, ensure_commands
 from tests.support.servers import REPO_ROOT
+from tests.up.conftest import CPU_ENGINE, fake_docker_cli
 
 NO_ENGINE = "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 1"
 GPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'"""
-CPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"runc":{"path":"runc"}}'"""
 
 
 def fake_docker(tmp_path: Path, body: str) -> str:
@@ -73,26 +73,8 @@ def test_missing_models_are_exported_with_one_ensure_per_variant(tmp_path):
 
 def test_compose_backend_runs_compose_up_with_the_variants_files_and_prints_the_ports(tmp_path):
     """A stand-in `docker` answers `info` and `compose up`; `compose config` is the real Compose binary."""
-    from serving.config.compose import compose_command
-
-    real_compose = " ".join(compose_command())
     calls = tmp_path / "calls"
-    fake = tmp_path / "bin" / "docker"
-    fake.parent.mkdir()
-    fake.write_text(f"""#!/bin/sh
-case "$1" in
-  info) {CPU_ENGINE} ;;
-  compose)
-    shift
-    case " $* " in
-      *" version "*) exit 0 ;;
-      *" config "*) exec {real_compose} "$@" ;;
-      *) echo "$*" >> {calls}; exit 0 ;;
-    esac ;;
-  *) exit 64 ;;
-esac
-""")
-    fake.chmod(0o755)
+    fake = fake_docker_cli(tmp_path / "bin", calls)
     secrets = init_secrets(tmp_path / "secrets").directory  # the gateway's files (make certs)
     env = {**__import__("os").environ, "PATH": f"{fake.parent}:{__import__('os').environ['PATH']}",
            "GRAFANA_ADMIN_PASSWORD": "test-only-password", "GATEWAY_SECRETS_HOST_DIR": str(secrets)}
