@@ -833,6 +833,10 @@ def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
     else:
         choice = Choice(args.backend, f"--backend {args.backend}")
     print(f"make up: {choice.backend}: {choice.reason}", flush=True)
+    if choice.backend == "embedded" and args.images == "local":
+        print("make up: --images local runs the compose stack on the images of `make images`, "
+              "which needs a Docker engine", file=sys.stderr)
+        return 2
     if args.dry_run and choice.backend == "embedded":
         return 0
     try:

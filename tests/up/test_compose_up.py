@@ -2,15 +2,14 @@
 they get, which services `--images local` starts, and the command it runs.
 
 The compose model is the real Compose binary's (offline). Where `compose up` would need an engine, a
-stand-in `docker` (tests/up/conftest.py) records the call instead; nothing else is mocked. A copy of
-the checkout's compose files, .env and serving configs in a temporary directory stands in for the
-checkout, so the host paths make up creates and chowns are the test's own.
+stand-in `docker` (tests/up/conftest.py) records the call instead; nothing else is mocked. The
+`checkout` fixture's copy of the compose files stands in for the checkout, so the host paths make up
+creates and chowns are the test's own (except the dry runs, which change nothing).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,46 +29,10 @@ from serving.up import (
     with_dependencies,
 )
 from tests.support.servers import REPO_ROOT
-from tests.up.conftest import fake_docker_cli
+from tests.up.conftest import SECRETS, environ, fake_docker_cli, set_environ
 
 LOCAL_SERVICES = ["exporter", "gateway", "prometheus", "tfserving"]
-SECRETS = ["server.crt", "server.key", "ca.crt", "api-keys.map"]  # what the gateway service mounts
 AS_ROOT = os.getuid() == 0
-
-
-@pytest.fixture
-def checkout(tmp_path: Path) -> Path:
-    """The compose files, .env and serving configs of the checkout, and gateway secrets (empty files)."""
-    root = tmp_path / "checkout"
-    (root / "serving").mkdir(parents=True)
-    for name in [".env", *(p.name for p in REPO_ROOT.glob("docker-compose*.yml"))]:
-        shutil.copy(REPO_ROOT / name, root / name)
-    for config in (REPO_ROOT / "serving").glob("*.config"):
-        shutil.copy(config, root / "serving" / config.name)
-    secrets = root / "gateway" / "secrets"
-    secrets.mkdir(parents=True)
-    for name in [*SECRETS, "ca.key", "client.key"]:
-        (secrets / name).write_text("test\n")
-        (secrets / name).chmod(0o600)
-    return root
-
-
-# What make up and Compose read from the environment; the tests set them themselves.
-READ_FROM_ENV = ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_PROFILES", "GATEWAY_SECRETS_HOST_DIR",
-                 "COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "PROMETHEUS_PORT")
-
-
-def environ(**extra: str) -> dict[str, str]:
-    """The test's environment without what make up reads from it, plus ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if k not in READ_FROM_ENV}, **extra}
-
-
-def set_environ(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
-    """The process environment of an in-process ``main()``: ``environ(**values)``."""
-    for name in READ_FROM_ENV:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
 
 
 # --- HOST_UID / HOST_GID -------------------------------------------------------------------------------
@@ -254,3 +217,12 @@ def test_local_images_run_compose_write_the_state_and_leave_grafana_out_of_the_b
     assert (state.backend, state.grpc, state.rest) == ("compose-cpu", "127.0.0.1:18500", "https://127.0.0.1:18501")
     assert state.models_config == checkout / "serving" / "models.cpu.config"
     assert state.model_repo == checkout / "models" and (checkout / "models").is_dir()
+
+
+def test_local_images_without_an_engine_are_refused_not_embedded(tmp_path):
+    docker = tmp_path / "docker"
+    docker.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2; exit 1\n")
+    docker.chmod(0o755)
+    proc = run_up("--dry-run", "--images", "local", "--docker", str(docker), env=environ())
+    assert proc.returncode == 2
+    assert proc.stdout.startswith("make up: embedded: ") and "needs a Docker engine" in proc.stderr
