@@ -70,7 +70,7 @@ images: $(STAMP)
 # MODELS=resnet50,digits_xla (or all) also exports those zoo models when missing (default: digits,
 # text and ranker, only into an empty model repository).
 up: $(STAMP)
-	$(PY) -m serving.up $(if $(MODELS),--models $(MODELS))
+	$(PY) -m serving.up $(if $(MODELS),--models $(MODELS)) $(if $(IMAGES),--images $(IMAGES))
 
 # The compose gateway's secrets: a local CA, the server certificate, client and admin certificates and
 # API keys (openssl; python -m gateway.certs --help). Never overwrites: `python -m gateway.certs

@@ -28,6 +28,11 @@ persistent models config (``<work dir>/models.config``):
 
 The compose stack is reached through its ``gateway`` (TLS and API keys):
 without the files of ``make certs`` it refuses before starting anything.
+Its containers run as the invoking user (``HOST_UID``/``HOST_GID``; exported
+values win); as root, as :data:`NON_ROOT_ID`, which gets the host files the
+stack writes and the gateway's keys (:func:`host_paths`). ``--images local``
+runs the stand-in images of ``make images`` (``docker-compose.local.yml``):
+the CPU stack, only the services that have a local image.
 
 Every backend records what it started in ``<work dir>/stack.json``
 (``serving.config.stack``), which ``serving.config add|remove`` and
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -51,7 +57,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from serving.config import load_model_server_config
 from serving.config.compose import (
@@ -87,6 +93,8 @@ if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles",
+           "NON_ROOT_ID", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
+           "ComposePlan", "plan_compose", "missing_local_images", "HostPath", "host_paths", "prepare_host_paths",
            "missing_gateway_files", "missing_models", "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection",
            "export_order", "prepare_served_config", "build_parser", "main"]
 
@@ -153,9 +161,13 @@ def compose_profiles(backend: str) -> list[str]:
 
 def missing_gateway_files(services: dict) -> list[Path]:
     """Host files the ``gateway`` service mounts from ``make certs``'s folder that do not exist."""
-    gateway = services.get("gateway", {})
+    return [source for source in _gateway_secret_files(services.get("gateway", {})) if not source.exists()]
+
+
+def _gateway_secret_files(gateway: Mapping) -> list[Path]:
+    """The host files of ``make certs`` the ``gateway`` service mounts (under /etc/nginx/secrets)."""
     return [source for target, source in volume_map(gateway).items()
-            if target.startswith(GATEWAY_SECRETS_TARGET + "/") and not source.exists()]
+            if target.startswith(GATEWAY_SECRETS_TARGET + "/")]
 
 
 def missing_models(models_config: Path, model_repo: Path) -> list[str]:
@@ -183,44 +195,291 @@ def ensure_commands(model_repo: Path, names: Sequence[str],
              "--variant", variant, *models] for variant, models in variants.items()]
 
 
+# --- the compose path ---------------------------------------------------------------------------------
+
+# The uid and gid the containers run as when make up runs as root: the exporter image's own user
+# (exporter/Dockerfile's `useradd --uid 10001`, also the Kubernetes pods' runAsUser). No container runs
+# as root, so make up hands it the host files the stack writes and reads (prepare_host_paths).
+NON_ROOT_ID = 10001
+# Names of the stand-in images of docker-compose.local.yml (built by `make images`).
+LOCAL_IMAGE_PREFIX = "tfs-stack-local/"
+LOCAL_FILES = ("docker-compose.local.yml",)
+IMAGES = ("upstream", "local")
+# Compose interpolates every service of merged files, Grafana's required password too; when Grafana
+# is not started (or only a service's settings are read), a placeholder stands in for it.
+GRAFANA_PASSWORD = "GRAFANA_ADMIN_PASSWORD"
+GRAFANA_PLACEHOLDER = "unused-grafana-is-not-started"
+
+
+@dataclass(frozen=True)
+class ContainerUser:
+    """The ``HOST_UID``/``HOST_GID`` compose gets, and why."""
+
+    uid: int
+    gid: int
+    reason: str
+
+    def env(self) -> dict[str, str]:
+        return {"HOST_UID": str(self.uid), "HOST_GID": str(self.gid)}
+
+
+def container_user(environ: Mapping[str, str], uid: int, gid: int) -> ContainerUser:
+    """``HOST_UID``/``HOST_GID`` for a ``make up`` run by ``uid:gid`` with the environment ``environ``.
+
+    Exported ``HOST_UID``/``HOST_GID`` win (each on its own); else the invoking user's ids, so the
+    exporter's files in the model repository and the 0600 keys of ``make certs`` stay that user's;
+    as root, :data:`NON_ROOT_ID` for both. ValueError when an exported value is not a number, or
+    ``HOST_UID`` is 0: no container runs as root.
+    """
+    exported = {}
+    for name in ("HOST_UID", "HOST_GID"):
+        value = environ.get(name, "").strip()
+        if value:
+            if not value.isdigit():
+                raise ValueError(f"{name}={value!r}: must be a numeric id")
+            exported[name] = int(value)
+    if exported.get("HOST_UID") == 0:
+        raise ValueError("HOST_UID=0: no container of the stack runs as root; unset it or name a non-root uid")
+    if uid == 0:
+        own, why = (NON_ROOT_ID, NON_ROOT_ID), (f"make up runs as root and no container does: {NON_ROOT_ID}, "
+                                                "the exporter image's own user, owns the files they use")
+    else:
+        own, why = (uid, gid), "the invoking user, so the files they write and read stay yours"
+    ids = (exported.get("HOST_UID", own[0]), exported.get("HOST_GID", own[1]))
+    if exported:
+        why = f"{' and '.join(exported)} from the environment" + ("" if len(exported) == 2 else f"; {why}")
+    return ContainerUser(*ids, why)
+
+
+def _grafana_placeholder(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with a placeholder Grafana password where none is set (Grafana is not started)."""
+    return {GRAFANA_PASSWORD: GRAFANA_PLACEHOLDER, **environ} if not environ.get(GRAFANA_PASSWORD) else dict(environ)
+
+
+def is_local_service(service: Mapping) -> bool:
+    """Whether a service of the merged model runs on a local stand-in: its image has a
+    :data:`LOCAL_IMAGE_PREFIX` name, or it is built here from such base images (``*IMAGE`` build args)."""
+    return bool(_local_images(service)) and all(i.startswith(LOCAL_IMAGE_PREFIX) for i in _local_images(service))
+
+
+def _local_images(service: Mapping) -> list[str]:
+    """The images a service needs on the engine: its base images (``*IMAGE`` build args) when it is
+    built here, else its ``image``."""
+    build = service.get("build")
+    if build:
+        return [str(v) for k, v in (build.get("args") or {}).items() if k.upper().endswith("IMAGE") and v]
+    return [service["image"]] if service.get("image") else []
+
+
+def with_dependencies(services: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
+    """``names`` and every service they depend on (``depends_on``, transitively), in model order."""
+    wanted, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += list((services[name].get("depends_on") or {}))
+    return [n for n in services if n in wanted]
+
+
+@dataclass(frozen=True)
+class ComposePlan:
+    """What ``make up`` runs on a compose backend: the files, the services, the environment."""
+
+    backend: str
+    files: list[Path]
+    profiles: list[str]
+    services: dict  # every service the files define (with the profiles that are on), compose model
+    named: list[str]  # the services the command names (empty: compose starts them all)
+    started: list[str]  # what comes up: the named services and their dependencies
+    user: ContainerUser
+    env: dict[str, str]  # the environment compose runs with
+    notes: list[str]
+
+    def command(self) -> list[str]:
+        cmd = [*compose_command()]
+        for path in self.files:
+            cmd += ["-f", str(path)]
+        for profile in self.profiles:
+            cmd += ["--profile", profile]
+        return cmd + ["up", "-d", "--build", "--wait", *self.named]
+
+
+def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, str],
+                 uid: int, gid: int) -> ComposePlan:
+    """The compose run of ``backend`` on ``images`` (``upstream`` or ``local``) for user ``uid:gid``.
+
+    ``local`` adds :data:`LOCAL_FILES`, stays on the CPU files (the stand-ins are CPU-only) and names
+    only the services with a local image. Raises ValueError for HOST_UID/HOST_GID
+    (:func:`container_user`), ComposeError when compose rejects the files.
+    """
+    user = container_user(environ, uid, gid)
+    notes = []
+    if images == "local":
+        if backend == "compose-gpu":
+            notes.append("--images local: the local stand-ins are CPU-only; running the CPU compose files "
+                         "on this GPU host")
+            backend = "compose-cpu"
+        files = compose_files(backend, root) + [root / f for f in LOCAL_FILES]
+        profiles, model_profiles = [], "*"  # every service, to say which ones have no local image
+    else:
+        files, profiles = compose_files(backend, root), compose_profiles(backend)
+        model_profiles = ",".join(profiles)
+    env = {**environ, **user.env()}
+    model_env = {**_grafana_placeholder(env), "COMPOSE_PROFILES": model_profiles}
+    services = load_compose_model(files, env=model_env, project_dir=root)["services"]
+    named = [n for n, s in services.items() if is_local_service(s)] if images == "local" else []
+    started = with_dependencies(services, named) if named else list(services)
+    if images == "local":
+        skipped = [n for n in services if n not in started]
+        notes.append(f"--images local: starting {', '.join(started)}"
+                     + (f"; no local image for {', '.join(skipped)} (not started)" if skipped else ""))
+    if "grafana" not in started:
+        env = _grafana_placeholder(env)
+    return ComposePlan(backend, files, profiles, services, named, started, user, env, notes)
+
+
+def missing_local_images(plan: ComposePlan, docker: str = "docker") -> list[str]:
+    """The local images the started services need that the engine does not have (``docker image inspect``)."""
+    needed = dict.fromkeys(i for n in plan.started for i in _local_images(plan.services[n])
+                           if i.startswith(LOCAL_IMAGE_PREFIX))
+    return [image for image in needed
+            if subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", image],
+                              capture_output=True).returncode != 0]
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """A host path a started service uses: created when missing (a directory), chowned when root."""
+
+    path: Path
+    uid: Optional[int]  # the service's user; None when its `user` is not numeric
+    gid: Optional[int]
+    directory: bool  # a directory written by the service (chowned recursively) or a file it reads
+
+
+def _service_ids(service: Mapping) -> tuple[Optional[int], Optional[int]]:
+    uid, _, gid = str(service.get("user") or "").partition(":")
+    return (int(uid) if uid.isdigit() else None, int(gid) if gid.isdigit() else None)
+
+
+def host_paths(plan: ComposePlan, root: Path) -> list[HostPath]:
+    """The host paths the started services need owned by their user (when ``make up`` runs as root).
+
+    - Every bind mount source of a started service that is under the checkout and not read-only,
+      a directory or missing (Docker would create it, as root): the model repository the exporter
+      writes, a cache. Chowned recursively: the exporter stages each version inside the model's own
+      directory.
+    - The gateway's mounted secrets of ``make certs`` (server.key, ...): chowned, not made
+      world-readable (chmod o+r), because the keys must stay unreadable to the host's other users.
+    """
+    paths: dict[Path, HostPath] = {}
+    for name in plan.started:
+        service = plan.services[name]
+        ids = _service_ids(service)
+        for volume in service.get("volumes", []):
+            source = Path(volume.get("source") or "")
+            if (volume.get("type") == "bind" and not volume.get("read_only") and source.is_relative_to(root)
+                    and (source.is_dir() or (not source.exists()
+                                             and (volume.get("bind") or {}).get("create_host_path", True)))):
+                paths.setdefault(source, HostPath(source, *ids, True))
+    if "gateway" in plan.started:
+        ids = _service_ids(plan.services["gateway"])
+        for source in _gateway_secret_files(plan.services["gateway"]):
+            paths.setdefault(source, HostPath(source, *ids, False))
+    return list(paths.values())
+
+
+def prepare_host_paths(paths: Sequence[HostPath], *, as_root: bool, dry_run: bool = False) -> list[str]:
+    """Create the missing directories of ``paths``; as root, chown each to its service's user.
+    What was done (``dry_run``: what would be), one line each."""
+    done = []
+    for item in paths:
+        if item.directory and not item.path.exists():
+            if not dry_run:
+                item.path.mkdir(parents=True)
+            done.append(f"create {item.path}")
+        if as_root and item.uid is not None and (item.path.exists() or dry_run):
+            if not dry_run:
+                for path in _tree(item.path) if item.directory else [item.path]:
+                    os.chown(path, item.uid, -1 if item.gid is None else item.gid, follow_symlinks=False)
+            done.append(f"chown {item.uid}:{'' if item.gid is None else item.gid} {item.path}"
+                        + (" (recursively)" if item.directory else ""))
+    return done
+
+
+def _tree(top: Path) -> list[Path]:
+    """``top`` and everything under it, not following symbolic links."""
+    out = [top]
+    for dirpath, dirnames, filenames in os.walk(top):
+        out += [Path(dirpath, n) for n in (*dirnames, *filenames)]
+    return out
+
+
 def _run_compose(args: argparse.Namespace, choice: Choice, root: Path) -> int:
-    if not os.environ.get("GRAFANA_ADMIN_PASSWORD"):
-        print("GRAFANA_ADMIN_PASSWORD is not set; the stack has no default Grafana password.\n"
-              "  export GRAFANA_ADMIN_PASSWORD='<a password>' && make up", file=sys.stderr)
+    try:
+        plan = plan_compose(choice.backend, args.images, root, os.environ, os.getuid(), os.getgid())
+    except ValueError as exc:
+        print(f"make up: {exc}", file=sys.stderr)
         return 2
-    files = compose_files(choice.backend, root)
-    services = load_compose_model(files, project_dir=root)["services"]
-    missing = missing_gateway_files(services)
-    if missing:
-        print("the gateway's certificates and API keys are missing: "
-              f"{', '.join(str(p) for p in missing)}\n  make certs && make up", file=sys.stderr)
+    for note in plan.notes:
+        print(f"make up: {note}", flush=True)
+    print(f"make up: containers run as {plan.user.uid}:{plan.user.gid} (HOST_UID/HOST_GID): {plan.user.reason}",
+          flush=True)
+    as_root, paths = os.getuid() == 0, host_paths(plan, root)
+    shown = {**plan.user.env(), **{k: v for k, v in plan.env.items() if os.environ.get(k) != v}}
+    command = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in shown.items()), shlex.join(plan.command())])
+    if args.dry_run:
+        for line in prepare_host_paths(paths, as_root=as_root, dry_run=True):
+            print(f"make up: would {line}", flush=True)
+        print("+", command, flush=True)
+        return 0
+    problem = _compose_problem(plan, args.docker)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
-    cmd = [*compose_command()]
-    for path in files:
-        cmd += ["-f", str(path)]
-    for profile in compose_profiles(choice.backend):
-        cmd += ["--profile", profile]
-    cmd += ["up", "-d", "--build", "--wait"]
-    print("+", " ".join(cmd), flush=True)
-    code = subprocess.run(cmd, cwd=root).returncode
+    for line in prepare_host_paths(paths, as_root=as_root):
+        print(f"make up: {line}", flush=True)
+    print("+", command, flush=True)
+    code = subprocess.run(plan.command(), cwd=root, env=plan.env).returncode
     if code == 0:
-        tfserving, gateway = services["tfserving"], services["gateway"]
-        config = service_models_config(tfserving)
-        model_repo = volume_map(tfserving)[CONTAINER_MODELS_DIR]
-        secrets = _gateway_secrets(gateway)
-        grpc, rest = f"127.0.0.1:{_published(gateway, 8500)}", f"https://127.0.0.1:{_published(gateway, 8501)}"
-        state_file = args.work_dir.resolve() / STATE_FILE
-        old = read_state(state_file)
-        write_state(StackState(choice.backend, config, grpc, rest, model_repo, {CONTAINER_MODELS_DIR: model_repo},
-                               removed=old.removed if old else (), root_certificates=secrets / "ca.crt",
-                               admin_key_file=secrets / "admin.api-key"), state_file)
-        _print_gateway_usage(services)
+        _write_compose_state(plan, args.work_dir.resolve() / STATE_FILE)
+        _print_gateway_usage(plan)
     return code
 
 
-def _published(service: dict, target: int) -> int:
-    """The host port a compose service publishes for container port ``target``."""
-    return next(int(p["published"]) for p in service.get("ports", []) if p["target"] == target)
+def _compose_problem(plan: ComposePlan, docker: str) -> Optional[str]:
+    """Why the planned compose run cannot start (and what to do), or None."""
+    if "grafana" in plan.started and not os.environ.get(GRAFANA_PASSWORD):
+        return (f"{GRAFANA_PASSWORD} is not set; the stack has no default Grafana password.\n"
+                f"  export {GRAFANA_PASSWORD}='<a password>' && make up")
+    missing = missing_gateway_files(plan.services) if "gateway" in plan.started else []
+    if missing:
+        return ("the gateway's certificates and API keys are missing: "
+                f"{', '.join(str(p) for p in missing)}\n  make certs && make up")
+    images = missing_local_images(plan, docker) if any(f.name in LOCAL_FILES for f in plan.files) else []
+    if images:
+        return f"local images missing: {', '.join(images)}\n  make images && make up IMAGES=local"
+    return None
+
+
+def _write_compose_state(plan: ComposePlan, state_file: Path) -> None:
+    """stack.json of a compose run: its models config, the gateway's addresses, the CA and admin key."""
+    tfserving, gateway = plan.services["tfserving"], plan.services["gateway"]
+    model_repo = volume_map(tfserving)[CONTAINER_MODELS_DIR]
+    secrets = _gateway_secrets(gateway)
+    old = read_state(state_file)
+    write_state(StackState(plan.backend, service_models_config(tfserving), _address(gateway, 8500),
+                           f"https://{_address(gateway, 8501)}", model_repo, {CONTAINER_MODELS_DIR: model_repo},
+                           removed=old.removed if old else (), root_certificates=secrets / "ca.crt",
+                           admin_key_file=secrets / "admin.api-key"), state_file)
+
+
+def _address(service: dict, target: int) -> str:
+    """``HOST:PORT`` where a compose service publishes container port ``target`` (any address: 127.0.0.1)."""
+    port = next(p for p in service.get("ports", []) if p["target"] == target)
+    host = port.get("host_ip") or "127.0.0.1"
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port['published'])}"
 
 
 def _port(address: str) -> int:
@@ -372,11 +631,9 @@ def _to_export(args: argparse.Namespace, model_repo: Path, old: Optional[StackSt
 
 def _run_embedded(args: argparse.Namespace, root: Path) -> int:
     started = time.monotonic()
-    # Compose interpolates every service of merged files, Grafana's required password too;
-    # only tfserving's command is read here, so a placeholder stands in when it is unset.
-    env = {"GRAFANA_ADMIN_PASSWORD": "unused-by-tfserving", **os.environ}
+    # Only tfserving's command is read here: Grafana's password may be a placeholder.
     service = load_compose_model(compose_files("embedded", root), services=["tfserving"],
-                                 env=env, project_dir=root)["services"]["tfserving"]
+                                 env=_grafana_placeholder(os.environ), project_dir=root)["services"]["tfserving"]
     model_repo, work_dir = args.model_repo.resolve(), args.work_dir.resolve()
     model_repo.mkdir(parents=True, exist_ok=True)
     state_file = work_dir / STATE_FILE
@@ -495,25 +752,28 @@ def _add_exported(served: ServedConfig, name: str, started: float, timeout: floa
 
 def _gateway_secrets(gateway: dict) -> Path:
     """The host folder of ``make certs``'s files that the ``gateway`` service mounts."""
-    return next(source.parent for target, source in volume_map(gateway).items()
-                if target.startswith(GATEWAY_SECRETS_TARGET + "/"))
+    return _gateway_secret_files(gateway)[0].parent
 
 
-def _print_gateway_usage(services: dict) -> None:
-    """How to call the compose stack: through the gateway, with the CA and a key of ``make certs``."""
+def _print_gateway_usage(plan: ComposePlan) -> None:
+    """How to call the compose stack: through the gateway, with the CA and a key of ``make certs``;
+    Grafana and Prometheus where they were started."""
+    services = plan.services
     gateway, tfserving = services["gateway"], services["tfserving"]
     secrets = _gateway_secrets(gateway)
-    config = service_models_config(tfserving)
-    model = load_model_server_config(config).model_config_list.config[0].name
-    grpc_target = f"127.0.0.1:{_published(gateway, 8500)}"
-    rest = f"https://127.0.0.1:{_published(gateway, 8501)}"
+    model = load_model_server_config(service_models_config(tfserving)).model_config_list.config[0].name
+    rest = f"https://{_address(gateway, 8501)}"
+    dashboards = []
+    if "grafana" in plan.started:
+        dashboards.append(f"Grafana: http://{_address(services['grafana'], 3000)} (admin / $GRAFANA_ADMIN_PASSWORD)")
+    if "prometheus" in plan.started:
+        dashboards.append(f"Prometheus: http://{_address(services['prometheus'], 9090)}")
     print(f"""
-Serving through the gateway: gRPC {grpc_target}, REST {rest} (TLS; API key or client certificate)
-Grafana: http://127.0.0.1:{_published(services['grafana'], 3000)} (admin / $GRAFANA_ADMIN_PASSWORD), \
-Prometheus: http://127.0.0.1:{_published(services['prometheus'], 9090)}
+Serving through the gateway: gRPC {_address(gateway, 8500)}, REST {rest} (TLS; API key or client certificate)
+{', '.join(dashboards)}
   curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" {rest}/v1/models/{model}
   curl --cacert {secrets}/ca.crt --cert {secrets}/client.crt --key {secrets}/client.key \\
-       https://127.0.0.1:{_published(gateway, 8443)}/v1/models/{model}
+       https://{_address(gateway, 8443)}/v1/models/{model}
   README.md "Security": the SDK's root_certificates= and api_key=; reloads need {secrets}/admin.api-key
 """, flush=True)
 
@@ -543,6 +803,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("auto", "compose-gpu", "compose-cpu", "embedded"), default="auto",
                         help="force a backend (default: auto, from `docker info`)")
     parser.add_argument("--docker", default="docker", help="docker CLI to ask (default: docker)")
+    parser.add_argument("--images", choices=IMAGES, default="upstream",
+                        help="compose: `local` runs the stand-in images of `make images` "
+                             "(docker-compose.local.yml; the CPU stack without Grafana and dcgm-exporter); "
+                             "default: upstream")
     parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
                         help="model repository (default: <checkout>/models)")
     parser.add_argument("--models", metavar="NAMES",
@@ -557,7 +821,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rest", metavar="URL", default="http://127.0.0.1:8501",
                         help="embedded server: its REST URL; it listens on this port (default: http://127.0.0.1:8501)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the models to load")
-    parser.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="say what would run (compose: the command and HOST_UID/HOST_GID), run nothing")
     return parser
 
 
@@ -568,7 +833,11 @@ def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
     else:
         choice = Choice(args.backend, f"--backend {args.backend}")
     print(f"make up: {choice.backend}: {choice.reason}", flush=True)
-    if args.dry_run:
+    if choice.backend == "embedded" and args.images == "local":
+        print("make up: --images local runs the compose stack on the images of `make images`, "
+              "which needs a Docker engine", file=sys.stderr)
+        return 2
+    if args.dry_run and choice.backend == "embedded":
         return 0
     try:
         return _run_embedded(args, root) if choice.backend == "embedded" else _run_compose(args, choice, root)

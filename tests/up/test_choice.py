@@ -5,6 +5,7 @@ A Docker engine cannot run here, so a stand-in `docker` executable answers
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +14,12 @@ import pytest
 
 from gateway.certs import init_secrets
 from serving.config.stack import STATE_FILE, read_state
-from serving.up import choose_backend, docker_runtimes, ensure_commands
+from serving.up import choose_backend, docker_runtimes, ensure_commands, main
 from tests.support.servers import REPO_ROOT
+from tests.up.conftest import CPU_ENGINE, fake_docker_cli, set_environ
 
 NO_ENGINE = "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 1"
 GPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'"""
-CPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"runc":{"path":"runc"}}'"""
 
 
 def fake_docker(tmp_path: Path, body: str) -> str:
@@ -53,7 +54,7 @@ def test_make_up_says_what_it_chose_and_why(tmp_path):
 
 
 def test_compose_backend_refuses_to_start_without_a_grafana_password(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    env = {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
     proc = subprocess.run([sys.executable, "-m", "serving.up", "--backend", "compose-gpu"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2
@@ -71,46 +72,29 @@ def test_missing_models_are_exported_with_one_ensure_per_variant(tmp_path):
     assert all(f"--batching-config={batching}" in cmd for cmd in ensure_commands(tmp_path, ["digits"], batching))
 
 
-def test_compose_backend_runs_compose_up_with_the_variants_files_and_prints_the_ports(tmp_path):
-    """A stand-in `docker` answers `info` and `compose up`; `compose config` is the real Compose binary."""
-    from serving.config.compose import compose_command
-
-    real_compose = " ".join(compose_command())
+def test_compose_backend_runs_compose_up_with_the_variants_files_and_prints_the_ports(tmp_path, checkout,
+                                                                                    monkeypatch, capsys):
+    """A stand-in `docker` answers `info` and `compose up`; `compose config` is the real Compose binary.
+    A copy of the checkout (the `checkout` fixture) is the project, so the files make up prepares are its."""
     calls = tmp_path / "calls"
-    fake = tmp_path / "bin" / "docker"
-    fake.parent.mkdir()
-    fake.write_text(f"""#!/bin/sh
-case "$1" in
-  info) {CPU_ENGINE} ;;
-  compose)
-    shift
-    case " $* " in
-      *" version "*) exit 0 ;;
-      *" config "*) exec {real_compose} "$@" ;;
-      *) echo "$*" >> {calls}; exit 0 ;;
-    esac ;;
-  *) exit 64 ;;
-esac
-""")
-    fake.chmod(0o755)
+    fake = fake_docker_cli(tmp_path / "bin", calls)
     secrets = init_secrets(tmp_path / "secrets").directory  # the gateway's files (make certs)
-    env = {**__import__("os").environ, "PATH": f"{fake.parent}:{__import__('os').environ['PATH']}",
-           "GRAFANA_ADMIN_PASSWORD": "test-only-password", "GATEWAY_SECRETS_HOST_DIR": str(secrets)}
+    set_environ(monkeypatch, PATH=f"{fake.parent}:{os.environ['PATH']}", GRAFANA_ADMIN_PASSWORD="test-only-password",
+                GATEWAY_SECRETS_HOST_DIR=str(secrets))
     work = tmp_path / "work"
-    proc = subprocess.run([sys.executable, "-m", "serving.up", "--work-dir", str(work)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert calls.read_text().split() == ["-f", str(REPO_ROOT / "docker-compose.yml"),
-                                         "-f", str(REPO_ROOT / "docker-compose.cpu.yml"),
+    assert main(["--work-dir", str(work)], root=checkout) == 0
+    stdout = capsys.readouterr().out
+    assert calls.read_text().split() == ["-f", str(checkout / "docker-compose.yml"),
+                                         "-f", str(checkout / "docker-compose.cpu.yml"),
                                          "up", "-d", "--build", "--wait"]
     # Through the gateway: TLS with the local CA and a client key (TF Serving publishes no port).
     assert (f'curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" '
-            "https://127.0.0.1:8501/v1/models/digits") in proc.stdout
-    assert "Grafana: http://127.0.0.1:3000" in proc.stdout
+            "https://127.0.0.1:8501/v1/models/digits") in stdout
+    assert "Grafana: http://127.0.0.1:3000" in stdout
     # The state the rollout and serving.config default to: the CPU file, container paths under models/.
     state = read_state(work / STATE_FILE)
     # The rollout and serving.config push through the gateway: TLS with the local CA, the admin key.
     assert (state.backend, state.models_config, state.grpc, state.rest) == (
-        "compose-cpu", REPO_ROOT / "serving" / "models.cpu.config", "127.0.0.1:8500", "https://127.0.0.1:8501")
+        "compose-cpu", checkout / "serving" / "models.cpu.config", "127.0.0.1:8500", "https://127.0.0.1:8501")
     assert (state.root_certificates, state.admin_key_file) == (secrets / "ca.crt", secrets / "admin.api-key")
-    assert dict(state.mounts) == {"/models": REPO_ROOT / "models"} == {"/models": state.model_repo}
+    assert dict(state.mounts) == {"/models": checkout / "models"} == {"/models": state.model_repo}
