@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
 
 __all__ = ["Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles",
            "NON_ROOT_ID", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
-           "ComposePlan", "plan_compose", "missing_local_images", "HostPath", "host_paths", "prepare_host_paths",
+           "ComposePlan", "plan_compose", "cpu_limits", "missing_local_images", "HostPath", "host_paths", "prepare_host_paths",
            "missing_gateway_files", "missing_models", "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection",
            "export_order", "prepare_served_config", "build_parser", "main"]
 
@@ -325,7 +325,11 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
     else:
         files, profiles = compose_files(backend, root), compose_profiles(backend)
         model_profiles = ",".join(profiles)
-    env = {**environ, **user.env()}
+    limits = cpu_limits(root, environ, os.cpu_count())
+    if limits:
+        notes.append(f"this host has {os.cpu_count()} CPUs: " + ", ".join(f"{k}={v}" for k, v in limits.items())
+                     + " (.env asks for more; export a value to choose)")
+    env = {**environ, **limits, **user.env()}
     model_env = {**_grafana_placeholder(env), "COMPOSE_PROFILES": model_profiles}
     services = load_compose_model(files, env=model_env, project_dir=root)["services"]
     named = [n for n, s in services.items() if is_local_service(s)] if images == "local" else []
@@ -337,6 +341,21 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
     if "grafana" not in started:
         env = _grafana_placeholder(env)
     return ComposePlan(backend, files, profiles, services, named, started, user, env, notes)
+
+
+def cpu_limits(root: Path, environ: Mapping[str, str], cpus: Optional[int]) -> dict[str, str]:
+    """``.env``'s ``*_CPUS`` limits that exceed this host's ``cpus``, capped to it (Docker refuses to
+    create a container whose CPU limit exceeds the host's). A value exported in ``environ`` is kept."""
+    capped = {}
+    for line in (root / ".env").read_text().splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and name.endswith("_CPUS") and not name.startswith("#") and name not in environ and cpus:
+            try:
+                if float(value) > cpus:
+                    capped[name] = str(cpus)
+            except ValueError:
+                continue
+    return capped
 
 
 def missing_local_images(plan: ComposePlan, docker: str = "docker") -> list[str]:

@@ -19,6 +19,7 @@ import pytest
 from serving.config.compose import load_compose_model, volume_map
 from serving.config.stack import STATE_FILE, read_state
 from serving.up import (
+    cpu_limits,
     NON_ROOT_ID,
     container_user,
     host_paths,
@@ -226,3 +227,14 @@ def test_local_images_without_an_engine_are_refused_not_embedded(tmp_path):
     proc = run_up("--dry-run", "--images", "local", "--docker", str(docker), env=environ())
     assert proc.returncode == 2
     assert proc.stdout.startswith("make up: embedded: ") and "needs a Docker engine" in proc.stderr
+
+
+def test_cpu_limits_above_the_hosts_cpus_are_capped_unless_exported(checkout):
+    limits = cpu_limits(checkout, {}, 2)
+    env_file = (checkout / ".env").read_text()
+    asked = {line.split("=")[0]: float(line.split("=")[1]) for line in env_file.splitlines()
+             if line.split("=")[0].endswith("_CPUS")}
+    assert limits == {name: "2" for name, value in asked.items() if value > 2}
+    assert limits, "the .env of the checkout asks for more than 2 CPUs somewhere (TFS_CPUS=4)"
+    assert cpu_limits(checkout, {"TFS_CPUS": "4"}, 2).get("TFS_CPUS") is None
+    assert cpu_limits(checkout, {}, 64) == {}
