@@ -23,7 +23,7 @@ SERVER_NAMES ?=
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make test   install what the tests need and run them"
-	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers"
+	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers, the gateway's cost"
 	@echo "make images local stand-in images (TF Serving, exporter base, nginx, Prometheus) for make up IMAGES=local"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
 	@echo "make gpu-report  on an NVIDIA GPU host with Docker: preflight, trt-fp16 export, tuner and fp32/xla/trt-fp16 sweep (out/gpu-report/)"
@@ -89,7 +89,7 @@ bench: $(STAMP)
 	for cmd in "benchmarks.codec --imports" "benchmarks.rest_decode" "benchmarks.server --model-repo models" \
 	           "benchmarks.loadgen --model-repo models" "benchmarks.protocols --model-repo models" \
 	           "benchmarks.batching --model-repo models" \
-	           "benchmarks.peers --model-repo models"; do \
+	           "benchmarks.peers --model-repo models" "benchmarks.gateway --start"; do \
 	  echo "== python -m $$cmd"; $(PY) -m $$cmd || { echo "!! python -m $$cmd missed a target"; status=1; }; \
 	done; exit $$status
 

@@ -45,6 +45,7 @@ import http.client
 import json
 import logging
 import os
+import ssl
 import sys
 import tempfile
 import threading
@@ -181,13 +182,17 @@ def _time_calls(call: Callable[[], object], duration: float, threads: int,
 
 # ---------------------------------------------------------------------------- clients
 
-def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, duration: float) -> tuple[list, int]:
+def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, duration: float, *,
+             credentials: Optional[grpc.ChannelCredentials] = None,
+             metadata: Sequence[tuple[str, str]] = ()) -> tuple[list, int]:
     """Closed loop: ``concurrency`` calls in flight, each completion sends the next one.
 
     Returns latencies of calls that completed inside the measured window, and the error count.
+    ``credentials`` makes the channel TLS; ``metadata`` goes with every call (an API key).
     """
-    channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20),
-                                                     ("grpc.max_send_message_length", 64 << 20)])
+    options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+    channel = (grpc.secure_channel(target, credentials, options) if credentials is not None
+               else grpc.insecure_channel(target, options=options))
     call = channel.unary_unary(wire.PREDICT)  # bytes in, bytes out: no client-side (de)serialization
     begin = time.perf_counter()
     window = (begin + warmup, begin + warmup + duration)
@@ -199,7 +204,7 @@ def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, durat
 
     def send() -> None:
         start = time.perf_counter()
-        call.future(payload, timeout=120).add_done_callback(lambda f: done(f, start))
+        call.future(payload, timeout=120, metadata=metadata or None).add_done_callback(lambda f: done(f, start))
 
     def done(future, start: float) -> None:
         end = time.perf_counter()
@@ -224,9 +229,19 @@ def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, durat
 
 
 def run_rest(base_url: str, model: str, body: bytes, concurrency: int, warmup: float,
-             duration: float) -> tuple[list, int]:
-    """Closed loop over ``concurrency`` threads, each with one keep-alive connection."""
+             duration: float, *, ssl_context: Optional[ssl.SSLContext] = None,
+             headers: Optional[dict[str, str]] = None) -> tuple[list, int]:
+    """Closed loop over ``concurrency`` threads, each with one keep-alive connection.
+
+    ``ssl_context`` makes the connections HTTPS; ``headers`` go with every request (an API key).
+    """
     host, port = base_url.split("//")[1].split(":")
+    sent = {"Content-Type": "application/json", **(headers or {})}
+
+    def connect() -> http.client.HTTPConnection:
+        if ssl_context is not None:
+            return http.client.HTTPSConnection(host, int(port), timeout=120, context=ssl_context)
+        return http.client.HTTPConnection(host, int(port), timeout=120)
     begin = time.perf_counter()
     window = (begin + warmup, begin + warmup + duration)
     latencies: list[float] = []
@@ -235,19 +250,19 @@ def run_rest(base_url: str, model: str, body: bytes, concurrency: int, warmup: f
     path = f"/v1/models/{model}:predict"
 
     def client() -> None:
-        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        connection = connect()
         try:
             while True:
                 start = time.perf_counter()
                 try:
-                    connection.request("POST", path, body, {"Content-Type": "application/json"})
+                    connection.request("POST", path, body, sent)
                     response = connection.getresponse()
                     response.read()
                     ok = response.status == 200
                 except (OSError, http.client.HTTPException):
                     ok = False
                     connection.close()
-                    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+                    connection = connect()
                 end = time.perf_counter()
                 with lock:
                     if not ok:
