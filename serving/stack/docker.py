@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -88,7 +89,10 @@ def _run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:
-    return ((proc.stderr or proc.stdout or "").strip().splitlines() or ["no output"])[-1]
+    """The CLI's last words, without its "Run 'docker ... --help'" footer."""
+    lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines()
+             if line.strip() and not line.startswith("Run 'docker")]
+    return (lines or ["no output"])[-1]
 
 
 def probe_engine(docker: str = "docker", timeout: float = 20.0) -> Engine:
@@ -99,7 +103,7 @@ def probe_engine(docker: str = "docker", timeout: float = 20.0) -> Engine:
     try:
         proc = _run([cli, "info", "--format", "{{json .Runtimes}}"], timeout)
     except subprocess.TimeoutExpired:
-        return Engine(False, frozenset(), f"`{docker} info` did not answer within {timeout:.0f} s", cli)
+        return Engine(False, frozenset(), f"`{docker} info` did not answer within {timeout:g} s", cli)
     if proc.returncode != 0:
         return Engine(False, frozenset(), f"no Docker engine answers (`{docker} info`: {_last_line(proc)})", cli)
     try:
@@ -152,14 +156,14 @@ def tfserving_unavailable(image: str, docker: str = "docker", timeout: float = 2
     return None
 
 
-def docker_run_argv(image: str, flags: Sequence[str], *, mounts: Sequence[Mount] = (), gpu: bool = False,
-                    grpc_port: int = 0, rest_port: int = 0, docker: str = "docker") -> list[str]:
-    """``docker run`` of ``tensorflow_model_server`` in ``image`` (detached, never pulling).
+def docker_run_argv(image: str, flags: Sequence[str], *, name: str, mounts: Sequence[Mount] = (),
+                    gpu: bool = False, grpc_port: int = 0, rest_port: int = 0, docker: str = "docker") -> list[str]:
+    """``docker run`` of ``tensorflow_model_server`` in ``image`` as container ``name`` (detached, never pulling).
 
     Ports 8500/8501 are published on 127.0.0.1 (host port 0: the engine picks
     one); ``gpu`` requests every GPU (needs the NVIDIA container runtime).
     """
-    argv = [docker, "run", "--detach", "--pull=never", "--label", CONTAINER_LABEL,
+    argv = [docker, "run", "--detach", "--pull=never", "--name", name, "--label", CONTAINER_LABEL,
             "--publish", f"127.0.0.1:{grpc_port or ''}:{GRPC_PORT}",
             "--publish", f"127.0.0.1:{rest_port or ''}:{REST_PORT}"]
     for mount in mounts:
@@ -175,7 +179,7 @@ class TFServingContainer(LoopbackAddresses):
     """A TF Serving container this process started: its endpoint (``grpc_target``, ``rest_url``,
     ``metrics_url``), ``running()``, ``log_tail()`` and ``stop()`` (which removes it); a context manager."""
 
-    container_id: str
+    name: str  # the container name (tfs-stack-tfserving-...)
     grpc_port: int
     rest_port: int
     docker: str = "docker"
@@ -184,23 +188,23 @@ class TFServingContainer(LoopbackAddresses):
 
     def running(self) -> bool:
         try:
-            proc = _run([self.docker, "inspect", "--format", "{{.State.Running}}", self.container_id], 20.0)
+            proc = _run([self.docker, "inspect", "--format", "{{.State.Running}}", self.name], 20.0)
         except subprocess.TimeoutExpired:
             return True  # a busy engine is not a dead container
         return proc.returncode == 0 and proc.stdout.strip() == "true"
 
     def log_tail(self, lines: int = 15) -> str:
         try:
-            proc = _run([self.docker, "logs", "--tail", str(lines), self.container_id], 20.0)
+            proc = _run([self.docker, "logs", "--tail", str(lines), self.name], 20.0)
         except subprocess.TimeoutExpired:
             return "(docker logs did not answer)"
         return (proc.stdout + proc.stderr).strip()
 
     def stop(self) -> None:
         """Remove the container (``docker rm --force``); again is a no-op."""
-        if self.container_id:
-            _run([self.docker, "rm", "--force", self.container_id], 60.0)
-            self.container_id = ""
+        if self.name:
+            _run([self.docker, "rm", "--force", self.name], 60.0)
+            self.name = ""
 
     def __enter__(self) -> "TFServingContainer":
         return self
@@ -209,11 +213,11 @@ class TFServingContainer(LoopbackAddresses):
         self.stop()
 
 
-def _published(docker: str, container_id: str, port: int) -> int:
+def _published(docker: str, name: str, port: int) -> int:
     """The host port the engine published for container port ``port``."""
-    proc = _run([docker, "port", container_id, f"{port}/tcp"], 20.0)
+    proc = _run([docker, "port", name, f"{port}/tcp"], 20.0)
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise RuntimeError(f"`docker port {container_id[:12]} {port}/tcp` failed: {_last_line(proc)}")
+        raise RuntimeError(f"`docker port {name} {port}/tcp` failed: {_last_line(proc)}")
     return int(proc.stdout.strip().splitlines()[0].rsplit(":", 1)[1])
 
 
@@ -231,15 +235,21 @@ def run_tf_serving(flags: Sequence[str], *, image: str, mounts: Sequence[Mount] 
     reason = tfserving_unavailable(image, docker)
     if reason:
         raise TFServingUnavailable(reason)
+    name = f"tfs-stack-tfserving-{uuid.uuid4().hex[:12]}"
+    argv = docker_run_argv(image, flags, name=name, mounts=mounts, gpu=gpu, grpc_port=grpc_port,
+                           rest_port=rest_port, docker=docker)
     launched_at = time.perf_counter()
-    proc = _run(docker_run_argv(image, flags, mounts=mounts, gpu=gpu, grpc_port=grpc_port, rest_port=rest_port,
-                                docker=docker), 120.0)
-    if proc.returncode != 0:
-        raise RuntimeError(f"`docker run` of {image} failed: {_last_line(proc)}")
-    container = TFServingContainer(proc.stdout.strip(), 0, 0, docker, launched_at)
     try:
-        container.grpc_port = _published(docker, container.container_id, GRPC_PORT)
-        container.rest_port = _published(docker, container.container_id, REST_PORT)
+        proc = _run(argv, 120.0)
+    except subprocess.TimeoutExpired:
+        proc = subprocess.CompletedProcess(argv, 1, "", "no answer within 120 s")
+    if proc.returncode != 0:
+        _run([docker, "rm", "--force", name], 60.0)  # created but not started (e.g. no such executable)
+        raise RuntimeError(f"`docker run` of {image} failed: {_last_line(proc)}")
+    container = TFServingContainer(name, 0, 0, docker, launched_at)
+    try:
+        container.grpc_port = _published(docker, container.name, GRPC_PORT)
+        container.rest_port = _published(docker, container.name, REST_PORT)
         if wait_for:
             wait_until_available(container.rest_url, list(wait_for), ready_timeout, alive=container.running)
     except (RuntimeError, TimeoutError) as error:
