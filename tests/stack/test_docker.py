@@ -51,6 +51,13 @@ ENGINE = f"\"info \"*) echo '{RUNTIMES}' ;;"
 HAS_TFS = f'"image inspect") [ "$5" = {TFS} ] && echo sha256:1 && exit 0; echo "Error: No such image: $5" >&2; exit 1 ;;'
 
 
+def test_the_public_api_is_pinned():
+    assert stack_docker.__all__ == ["Engine", "Mount", "TFServingContainer", "TFServingUnavailable", "COMPOSE_FILES",
+                                    "probe_engine", "image_present", "image_absent_reason", "tfserving_image",
+                                    "tfserving_unavailable", "docker_run_argv", "run_tf_serving"]
+    assert all(hasattr(stack_docker, name) for name in stack_docker.__all__)
+
+
 def test_no_docker_command_means_no_engine():
     engine = probe_engine("/nonexistent/docker")
     assert (engine.answers, engine.cli, engine.reason) == (False, None, "no `/nonexistent/docker` command on PATH")
