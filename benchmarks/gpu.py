@@ -21,7 +21,9 @@ For a user with an NVIDIA GPU and Docker. Steps, each stopping the report when i
      on any of them but is only fast with tensor cores (>= 7.0), so below
      that a warning;
    - Docker with the NVIDIA container runtime (``docker info`` lists ``nvidia``
-     among its runtimes).
+     among its runtimes; ``serving.stack.docker.probe_engine``);
+   - TF Serving's GPU image (the compose ``tfserving`` service's ``image``) is
+     present locally: nothing here pulls it (``docker image inspect``).
 
 2. Export ``resnet50`` in fp32, xla and trt-fp16 in the compose exporter
    container (the TensorRT engines are built on this GPU).
@@ -34,7 +36,7 @@ For a user with an NVIDIA GPU and Docker. Steps, each stopping the report when i
    difference against FP32 from the exporter's validation manifest), then
    the tuner's table.
 
-NOT RUN on the development machines of this project (no GPU, no Docker):
+NOT RUN on the development machines of this project (no GPU; an engine without the image at most):
 there it stops at preflight with the reason and exit code 3, and prints no
 number it did not measure. ``render_report`` is tested on a recorded input.
 """
@@ -52,6 +54,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from loadtest.tune_report import render_markdown
 from serving.model_repo import latest_version_dir, published_name
+from serving.stack.docker import Engine, image_absent_reason, image_present, probe_engine, tfserving_image
 
 __all__ = [
     "MIN_DRIVER",
@@ -65,6 +68,7 @@ __all__ = [
     "check_driver",
     "check_compute_capability",
     "check_container_runtime",
+    "check_tfserving_image",
     "preflight",
     "variant_table",
     "render_report",
@@ -152,26 +156,39 @@ def check_compute_capability(gpu: Gpu) -> list[Check]:
     return checks
 
 
-def check_container_runtime(runtimes_json: str) -> Check:
-    """``docker info --format '{{json .Runtimes}}'`` must list the ``nvidia`` runtime."""
-    try:
-        runtimes = json.loads(runtimes_json or "{}")
-    except ValueError:
-        runtimes = {}
-    if "nvidia" in runtimes:
+def check_container_runtime(engine: Engine) -> Check:
+    """The engine must answer and list the ``nvidia`` runtime (``docker info``)."""
+    if engine.cli is None:
+        return Check("NVIDIA container runtime", False, engine.reason,
+                     "install Docker Engine with the compose plugin, then the NVIDIA Container Toolkit")
+    if not engine.answers:
+        return Check("NVIDIA container runtime", False, engine.reason,
+                     "start the Docker daemon and make sure this user may use it")
+    if "nvidia" in engine.runtimes:
         return Check("NVIDIA container runtime", True, "docker lists the nvidia runtime")
     return Check("NVIDIA container runtime", False,
-                 f"docker's runtimes are {', '.join(sorted(runtimes)) or 'unknown'}: no nvidia runtime, so "
+                 f"docker's runtimes are {', '.join(sorted(engine.runtimes)) or 'unknown'}: no nvidia runtime, so "
                  "containers cannot see the GPU", _FIX_RUNTIME)
+
+
+def check_tfserving_image(image: str, present: bool) -> Check:
+    """TF Serving's GPU image must be here: the report never pulls it."""
+    if present:
+        return Check("TF Serving GPU image", True, f"{image} is present locally")
+    return Check("TF Serving GPU image", False, image_absent_reason(image),
+                 "get the image into this engine (see above), then run the report again")
 
 
 def _run(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
 
 
-def preflight(run: Runner = _run, which: Callable[[str], Optional[str]] = shutil.which
+def preflight(run: Runner = _run, which: Callable[[str], Optional[str]] = shutil.which, docker: str = "docker"
               ) -> tuple[list[Check], list[Gpu]]:
-    """Every preflight check in order; checks that need ``nvidia-smi`` are reported as not run without it."""
+    """Every preflight check in order; checks that need ``nvidia-smi`` are reported as not run without it.
+
+    ``run`` and ``which`` serve ``nvidia-smi``; ``docker`` is the CLI the engine is asked through.
+    """
     checks: list[Check] = []
     gpus: list[Gpu] = []
     if which("nvidia-smi") is None:
@@ -189,17 +206,11 @@ def preflight(run: Runner = _run, which: Callable[[str], Optional[str]] = shutil
             checks += check_driver(gpus[0].driver)
             for gpu in gpus:
                 checks += check_compute_capability(gpu)
-    if which("docker") is None:
-        checks.append(Check("NVIDIA container runtime", False, "docker is not on PATH",
-                            "install Docker Engine with the compose plugin, then the NVIDIA Container Toolkit"))
-    else:
-        result = run(["docker", "info", "--format", "{{json .Runtimes}}"])
-        if result.returncode != 0:
-            first = (result.stderr or "docker info failed").strip().splitlines()[0]
-            checks.append(Check("NVIDIA container runtime", False, f"docker info failed: {first}",
-                                "start the Docker daemon and make sure this user may use it"))
-        else:
-            checks.append(check_container_runtime(result.stdout.strip()))
+    engine = probe_engine(docker)
+    checks.append(check_container_runtime(engine))
+    if engine.answers:
+        image = tfserving_image(gpu=True)
+        checks.append(check_tfserving_image(image, image_present(image, docker)))
     return checks, gpus
 
 

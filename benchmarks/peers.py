@@ -10,8 +10,9 @@ Each server serves the same SavedModel, one model at a time, restarted every rou
   1 worker and 2 workers), FastAPI under uvicorn, KServe 0.15's Python ``ModelServer``. The
   first build downloads TensorFlow for each environment: minutes. A peer that cannot be installed
   or started is skipped, and the report says why;
-- ``tensorflow/serving:<TF_SERVING_VERSION of .env>`` in Docker, where an engine answers
-  (``docker info``), skipped with the reason otherwise;
+- real TF Serving in Docker: the compose CPU variant's image (``tensorflow/serving:<TF_SERVING_VERSION
+  of .env>``, ``serving.stack.docker.tfserving_image``) through ``serving.stack.docker.run_tf_serving``,
+  skipped with the reason where no engine answers or the image is not present locally (never pulled);
 - the in-process ceiling: the SavedModel loaded as the server loads it, Session callables at
   batch 1 and 8 (``benchmarks.server.measure_in_process``).
 
@@ -54,7 +55,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import aiohttp
 import numpy as np
@@ -69,7 +70,7 @@ from serving.client import GrpcClient, RestClient
 from serving.config.protos import batching_parameters_class
 from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, free_port
-from serving.up import docker_runtimes
+from serving.stack.docker import Mount, TFServingContainer, TFServingUnavailable, run_tf_serving, tfserving_image
 
 __all__ = [
     "comparable_series",
@@ -230,24 +231,6 @@ class PeerProcess:
 
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def tfserving_unavailable() -> Optional[str]:
-    """Why ``tensorflow/serving`` in Docker cannot run here, or None when an engine answers."""
-    runtimes, why = docker_runtimes()
-    return None if runtimes is not None else why
-
-
-def tfserving_image() -> str:
-    """``tensorflow/serving:<TF_SERVING_VERSION>`` from .env, the compose stack's pin."""
-    pairs = (line.split("=", 1) for line in (REPO_ROOT / ".env").read_text().splitlines() if "=" in line)
-    return f"tensorflow/serving:{ {k.strip(): v.strip() for k, v in pairs}['TF_SERVING_VERSION']}"
-
-
-def tfserving_argv(model: str, base_path: Path, rest_port: int, grpc_port: int) -> list[str]:
-    """``docker run`` of TF Serving for one model (its CPU use is the container's, not in this report)."""
-    return ["docker", "run", "--rm", "-p", f"127.0.0.1:{rest_port}:8501", "-p", f"127.0.0.1:{grpc_port}:8500",
-            "-v", f"{base_path.resolve()}:/models/{model}:ro", "-e", f"MODEL_NAME={model}", tfserving_image()]
 
 
 # ---------------------------------------------------------------------------- clients
@@ -533,18 +516,19 @@ def _time_embedded(bench: Bench, model: str, version_dir: Path, inputs: Mapping[
         server.stop()
 
 
-def launch_peer(name: str, model: str, version_dir: Path, log_dir: Path) -> tuple[PeerProcess, bool]:
+def launch_peer(name: str, model: str, version_dir: Path, log_dir: Path
+                ) -> tuple[Union[PeerProcess, TFServingContainer], bool]:
     """Start peer ``name`` serving ``version_dir`` (its venv built first if needed); the process, and
     whether its CPU is this machine's process tree (not so for a Docker container)."""
-    port, spare = free_port(), free_port()
     if name == "tfserving":
-        why = tfserving_unavailable()
-        if why:
-            raise PeerUnavailable(f"{tfserving_image()} needs Docker: {why}")
-        peer = PeerProcess(tfserving_argv(model, version_dir.parent, port, spare), port, _clean_env(),
-                           log_dir / f"tfserving-{model}.log")
-        peer.launch()
-        return peer, False
+        # The image's entrypoint script would add these two flags from MODEL_NAME; the server is called itself.
+        flags = [f"--model_name={model}", f"--model_base_path=/models/{model}"]
+        try:
+            return run_tf_serving(flags, image=tfserving_image(), mounts=[Mount(version_dir.parent,
+                                                                                f"/models/{model}")]), False
+        except TFServingUnavailable as error:
+            raise PeerUnavailable(str(error)) from None
+    port, spare = free_port(), free_port()
     spec = PEERS[name]
     venv = ensure_venv(spec)
     peer = PeerProcess(spec.argv(venv, model, str(version_dir), port, spare), port,

@@ -12,18 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Optional, Protocol, Sequence
 
-import docker
+from loadtest.options import UsageError
+from serving.server.launcher import BatchingSpec, ServerProcess, write_config_files
+from serving.stack.docker import Mount, TFServingContainer, run_tf_serving, tfserving_image, tfserving_unavailable
 
-from serving.server.launcher import (
-    BatchingSpec,
-    LoopbackAddresses,
-    ServerProcess,
-    free_port,
-    wait_until_available,
-    write_config_files,
-)
-
-__all__ = ["RunningServer", "DockerServer", "start_server"]
+__all__ = ["RunningServer", "DockerServer", "docker_image", "start_server"]
 
 
 class RunningServer(Protocol):
@@ -50,6 +43,19 @@ class RunningServer(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+def docker_image(gpu: bool = False) -> str:
+    """The TF Serving image ``--docker`` runs (``-gpu`` with ``gpu``), after checking it can run here.
+
+    ``UsageError`` with the reason where no engine answers or the image is not
+    present locally: it is never pulled, so nothing would start.
+    """
+    image = tfserving_image(gpu=gpu)
+    reason = tfserving_unavailable(image)
+    if reason:
+        raise UsageError(f"--docker: {reason}")
+    return image
+
+
 def start_server(models: Mapping[str, Path], *, workdir: Optional[Path] = None,
                  batching: Optional[BatchingSpec] = None, extra_flags: Sequence[str] = (),
                  docker_engine: bool = False, gpu: bool = False, ready_timeout: float = 300.0) -> RunningServer:
@@ -58,73 +64,72 @@ def start_server(models: Mapping[str, Path], *, workdir: Optional[Path] = None,
     Config files and the log go to ``workdir`` (a new temp directory by default).
     ``batching=None`` serves without batching. ``gpu`` (Docker only) runs TF
     Serving's ``-gpu`` image with the host's GPUs; the embedded server runs
-    TensorFlow's CPU build, so it refuses ``gpu``.
+    TensorFlow's CPU build, so it refuses ``gpu``. With ``docker_engine``,
+    ``UsageError`` where the image cannot run here (:func:`docker_image`).
     """
     workdir = Path(workdir or tempfile.mkdtemp(prefix="loadtest-server-"))
     if docker_engine:
         return DockerServer(models, workdir=workdir, batching=batching, extra_flags=extra_flags,
-                            ready_timeout=ready_timeout, gpu=gpu)
+                            image=docker_image(gpu), ready_timeout=ready_timeout, gpu=gpu)
     if gpu:
         raise ValueError("gpu=True needs docker_engine=True: the embedded server runs TensorFlow's CPU build")
     return ServerProcess.for_models(models, workdir=workdir, batching=batching, extra_flags=extra_flags,
                                     timeout=ready_timeout)
 
 
-class DockerServer(LoopbackAddresses):
-    """Real TF Serving in a container via the ``docker`` SDK (needs a Docker engine).
+class DockerServer:
+    """Real TF Serving in a container (``serving.stack.docker.run_tf_serving``), started by ``start()``.
 
-    NOT RUN on the development machine (no engine there): the code path is
-    written to the docker SDK's documented API and kept small. The model
-    repository and the config directory are bind-mounted read-only at the
-    same paths inside the container, so every path in the configs holds.
-    ``gpu`` uses the ``-gpu`` image and requests every GPU of the host
-    (``docker run --gpus all``; needs the NVIDIA container runtime).
+    The model repository and the config directory are bind-mounted read-only
+    at the same paths inside the container, so every path in the configs
+    holds. ``gpu`` requests every GPU of the host (``docker run --gpus all``;
+    needs the NVIDIA container runtime); ``image`` is then the ``-gpu`` one.
+    NOT RUN on the development machine: its engine has no TF Serving image.
     """
 
-    def __init__(self, models: Mapping[str, Path], *, workdir: Path, batching: Optional[BatchingSpec] = None,
-                 extra_flags: Sequence[str] = (), image: str = "tensorflow/serving:2.17.1",
+    def __init__(self, models: Mapping[str, Path], *, workdir: Path, image: str,
+                 batching: Optional[BatchingSpec] = None, extra_flags: Sequence[str] = (),
                  ready_timeout: float = 300.0, gpu: bool = False) -> None:
         self.models = {name: Path(path).resolve() for name, path in models.items()}
-        self.workdir = Path(workdir)
+        self.workdir = Path(workdir).resolve()
         self.batching = batching
         self.extra_flags = list(extra_flags)
-        self.gpu = gpu
-        self.image = image + "-gpu" if gpu and not image.endswith("-gpu") else image
+        self.image, self.gpu = image, gpu
         self.ready_timeout = ready_timeout
-        self.grpc_port = free_port()
-        self.rest_port = free_port()
-        self.container: Optional[docker.models.containers.Container] = None
+        self.container: Optional[TFServingContainer] = None
+
+    def _started(self) -> TFServingContainer:
+        if self.container is None:
+            raise RuntimeError("the TF Serving container is not started")
+        return self.container
+
+    @property
+    def grpc_target(self) -> str:
+        return self._started().grpc_target
+
+    @property
+    def rest_url(self) -> str:
+        return self._started().rest_url
+
+    @property
+    def metrics_url(self) -> str:
+        return self._started().metrics_url
 
     @property
     def pid(self) -> Optional[int]:
         return None  # inside the container; its CPU is not measured
 
     def start(self) -> "DockerServer":
-        flags = ["--port=8500", "--rest_api_port=8501",
-                 *write_config_files(self.workdir, self.models, batching=self.batching), *self.extra_flags]
-        mounts = {str(p.parent): {"bind": str(p.parent), "mode": "ro"} for p in self.models.values()}
-        mounts[str(self.workdir)] = {"bind": str(self.workdir), "mode": "ro"}
-        self.container = docker.from_env().containers.run(
-            self.image, command=flags, entrypoint=["tensorflow_model_server"], detach=True, auto_remove=False,
-            ports={"8500/tcp": ("127.0.0.1", self.grpc_port), "8501/tcp": ("127.0.0.1", self.rest_port)},
-            volumes=mounts,
-            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if self.gpu else None)
-        try:
-            wait_until_available(self.rest_url, list(self.models), self.ready_timeout, alive=self._running)
-        except Exception:
-            self.stop()
-            raise
+        flags = [*write_config_files(self.workdir, self.models, batching=self.batching), *self.extra_flags]
+        mounts = {p.parent: Mount(p.parent, str(p.parent)) for p in self.models.values()}
+        mounts[self.workdir] = Mount(self.workdir, str(self.workdir))
+        self.container = run_tf_serving(flags, image=self.image, mounts=list(mounts.values()), gpu=self.gpu,
+                                        wait_for=list(self.models), ready_timeout=self.ready_timeout)
         return self
-
-    def _running(self) -> bool:
-        assert self.container is not None
-        self.container.reload()
-        return self.container.status in ("created", "running")
 
     def stop(self) -> None:
         if self.container is not None:
-            self.container.stop(timeout=10)
-            self.container.remove(force=True)
+            self.container.stop()
             self.container = None
 
     def __enter__(self) -> "DockerServer":

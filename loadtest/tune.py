@@ -3,7 +3,9 @@
 The search space is ``loadtest.space``: each dimension a real
 ``tensorflow_model_server`` flag or ``BatchingParameters`` field, applied on
 the command line of the server each trial starts (the embedded server, or TF
-Serving through the docker SDK with ``--docker``). Dimensions the backend
+Serving in Docker with ``--docker``: the compose stack's image, which must be
+present locally; it is never pulled, and ``--docker`` stops at once with the
+reason where it is absent or no engine answers). Dimensions the backend
 cannot apply (GPU memory on a CPU host, a TensorRT variant that was never
 exported) are skipped and the report says why.
 
@@ -51,7 +53,7 @@ from loadtest import REPO_ROOT, space
 from loadtest.generator import transport_for
 from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Payload, Target, build_payload
-from loadtest.servers import RunningServer, start_server
+from loadtest.servers import RunningServer, docker_image, start_server
 from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from loadtest.tune_report import write_report
 from serving.config import load_batching_parameters
@@ -315,7 +317,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              '"max_batch_size": [64, 128]}\'')
     parser.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
     parser.add_argument("--docker", action="store_true",
-                        help="restart real TF Serving through the docker SDK (needs an engine; not run here)")
+                        help="restart real TF Serving in Docker (needs an engine and the compose stack's TF Serving "
+                             "image present locally; it is never pulled)")
     parser.add_argument("--gpu", action="store_true",
                         help="with --docker: TF Serving's -gpu image with the host's GPUs (GPU memory, XLA:GPU, "
                              "TF-TRT become searchable)")
@@ -540,6 +543,8 @@ def run_tune(args: argparse.Namespace) -> int:
     _resolve_presets(args)
     if args.gpu and not args.docker:
         raise SystemExit("--gpu needs --docker: the embedded server runs TensorFlow's CPU build")
+    if args.docker:
+        docker_image(args.gpu)  # no engine, or the image is absent: stop now, with the reason
     args.out.mkdir(parents=True, exist_ok=True)
     target = targets_from_args(args)[0]
     backend = space.Backend("docker" if args.docker else "embedded", gpu=args.gpu)

@@ -45,10 +45,8 @@ not the current directory.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +86,7 @@ from serving.config.stack import (
 )
 from serving.model_repo import SMALL_ZOO, ZOO, model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_available, port_open
+from serving.stack.docker import probe_engine
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
@@ -123,20 +122,8 @@ class Choice:
 
 def docker_runtimes(docker: str = "docker", timeout: float = 20.0) -> tuple[Optional[set[str]], str]:
     """The engine's container runtimes (``docker info``), or None and why there is no engine."""
-    if shutil.which(docker) is None:
-        return None, f"no `{docker}` command on PATH"
-    try:
-        proc = subprocess.run([docker, "info", "--format", "{{json .Runtimes}}"],
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"`{docker} info` did not answer within {timeout:.0f} s"
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"no Docker engine answers (`{docker} info`: {detail})"
-    try:
-        return set(json.loads(proc.stdout or "{}") or {}), "a Docker engine answers"
-    except json.JSONDecodeError:
-        return set(), "a Docker engine answers (runtimes unreadable)"
+    engine = probe_engine(docker, timeout)
+    return (set(engine.runtimes) if engine.answers else None), engine.reason
 
 
 def choose_backend(runtimes: Optional[set[str]], why: str) -> Choice:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu
+from serving.stack.docker import Engine
 from tests.support.servers import REPO_ROOT
 
 RECORDED_INPUT = Path(__file__).parent / "data" / "gpu_measurements.json"
@@ -46,18 +47,29 @@ def test_each_failed_check_names_its_fix():
     assert not kepler[0].ok and "5.0" in kepler[0].fix
     pascal = gpu.check_compute_capability(gpu.Gpu("Tesla P100", "550", "6.0", "16280 MiB"))
     assert pascal[0].ok and pascal[1].warning and "tensor cores" in pascal[1].detail
-    runtime = gpu.check_container_runtime('{"runc": {"path": "runc"}}')
+    runtime = gpu.check_container_runtime(Engine(True, frozenset({"runc"}), "a Docker engine answers", "docker"))
     assert not runtime.ok and "nvidia-ctk runtime configure" in runtime.fix
-    assert gpu.check_container_runtime('{"nvidia": {}, "runc": {}}').ok
+    assert gpu.check_container_runtime(Engine(True, frozenset({"nvidia", "runc"}), "answers", "docker")).ok
+    silent = gpu.check_container_runtime(Engine(False, frozenset(), "no Docker engine answers (...)", "docker"))
+    assert not silent.ok and "start the Docker daemon" in silent.fix
+    image = gpu.check_tfserving_image("tensorflow/serving:2.17.1-gpu", present=False)
+    assert not image.ok and "never pulled" in image.detail and "docker pull tensorflow/serving:2.17.1-gpu" in image.detail
 
 
-def test_preflight_reads_nvidia_smi_and_docker_info():
-    # nvidia-smi and docker replaced by fixed outputs: neither exists on this machine (said in the name above)
-    outputs = {"nvidia-smi": "NVIDIA A10G, 550.54.15, 8.6, 23028 MiB\n", "docker": '{"nvidia": {}, "runc": {}}'}
-    checks, gpus = gpu.preflight(run=lambda argv: _ran(outputs[argv[0]])(argv), which=lambda name: f"/usr/bin/{name}")
+def test_preflight_reads_nvidia_smi_and_docker_info(tmp_path):
+    # nvidia-smi gives a fixed output and a stand-in `docker` answers like a GPU host's engine that has
+    # TF Serving's GPU image: this machine has no GPU, and its real engine's answers cannot be chosen.
+    docker = tmp_path / "docker"
+    docker.write_text('#!/bin/sh\ncase "$1" in info) echo \'{"nvidia": {}, "runc": {}}\' ;; '
+                      'image) echo sha256:0 ;; *) exit 64 ;; esac\n')
+    docker.chmod(0o755)
+    outputs = {"nvidia-smi": "NVIDIA A10G, 550.54.15, 8.6, 23028 MiB\n"}
+    checks, gpus = gpu.preflight(run=lambda argv: _ran(outputs[argv[0]])(argv), which=lambda name: f"/usr/bin/{name}",
+                                 docker=str(docker))
     assert gpus == [gpu.Gpu("NVIDIA A10G", "550.54.15", "8.6", "23028 MiB")]
-    assert [c.name for c in checks] == ["nvidia-smi", "driver", "compute capability", "NVIDIA container runtime"]
-    assert all(c.ok for c in checks)
+    assert [c.name for c in checks] == ["nvidia-smi", "driver", "compute capability", "NVIDIA container runtime",
+                                        "TF Serving GPU image"]
+    assert all(c.ok for c in checks), checks
 
 
 def test_report_renders_from_recorded_input_not_a_measurement():

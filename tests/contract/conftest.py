@@ -9,15 +9,16 @@
 * otherwise the embedded server (``python -m serving.server``), started once
   per session over a writable copy of the ``model_repo`` fixture (or of the
   exported repository named by ``TFS_CONTRACT_EXPORTED_REPO``);
-* and, where a Docker engine answers, real ``tensorflow/serving:2.17.1``
-  started with the docker SDK (skipped with the reason otherwise).
+* and real TF Serving in Docker: the compose CPU variant's image
+  (``serving.stack.docker.tfserving_image``), started by
+  ``serving.stack.docker.run_tf_serving``; skipped with the reason where no
+  engine answers or the image is not present locally (it is never pulled).
 
 The client side is parametrised too (``clients.CLIENT_KINDS``).
 """
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -25,11 +26,11 @@ from typing import Iterator, Optional
 import httpx
 import pytest
 
+from serving.server.launcher import wait_until_available
+from serving.stack.docker import Mount, run_tf_serving, tfserving_image, tfserving_unavailable
 from tests.contract import layout
 from tests.contract.clients import CLIENT_KINDS, make_client
 from tests.support.servers import EmbeddedServer
-
-TFS_IMAGE = "tensorflow/serving:2.17.1"
 
 
 @dataclass
@@ -44,52 +45,10 @@ class Endpoint:
     embedded: Optional[EmbeddedServer] = None
 
 
-def _docker_skip_reason() -> Optional[str]:
-    try:
-        import docker
-
-        docker.from_env().ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
-        return f"no Docker engine answers (docker.from_env().ping() failed: {type(exc).__name__})"
-    return None
-
-
-def _wait_rest(rest_url: str, models: list[str], timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    pending = list(models)
-    while pending and time.monotonic() < deadline:
-        try:
-            body = httpx.get(f"{rest_url}/v1/models/{pending[0]}", timeout=2.0).json()
-            if any(v.get("state") == "AVAILABLE" for v in body.get("model_version_status", [])):
-                pending.pop(0)
-                continue
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    if pending:
-        raise TimeoutError(f"models never became AVAILABLE: {pending}")
-
-
-def _start_docker(repo: Path) -> Iterator[Endpoint]:
-    import docker
-
-    client = docker.from_env()
-    container = client.containers.run(
-        TFS_IMAGE, detach=True, remove=True,
-        ports={"8500/tcp": None, "8501/tcp": None},
-        volumes={str(repo): {"bind": "/models", "mode": "rw"}},
-        entrypoint=["tensorflow_model_server"],
-        command=["--port=8500", "--rest_api_port=8501", *layout.server_flags(Path("/models"))])
-    try:
-        container.reload()
-        ports = container.attrs["NetworkSettings"]["Ports"]
-        grpc_port, rest_port = ports["8500/tcp"][0]["HostPort"], ports["8501/tcp"][0]["HostPort"]
-        endpoint = Endpoint("docker", f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{rest_port}", repo,
-                            Path("/models"))
-        _wait_rest(endpoint.rest_url, layout.MODELS)
-        yield endpoint
-    finally:
-        container.stop(timeout=10)
+def _start_docker(repo: Path, image: str) -> Iterator[Endpoint]:
+    with run_tf_serving(layout.server_flags(Path("/models")), image=image,
+                        mounts=[Mount(repo, "/models", read_only=False)], wait_for=layout.MODELS) as container:
+        yield Endpoint("docker", container.grpc_target, container.rest_url, repo, Path("/models"))
 
 
 @pytest.fixture(scope="session", params=["server", pytest.param("docker", marks=pytest.mark.docker)])
@@ -99,13 +58,14 @@ def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if request.param == "docker":
         if any(external):
             pytest.skip("TFS_CONTRACT_* names an external endpoint; the Docker variant is not started")
-        reason = _docker_skip_reason()
+        image = tfserving_image()
+        reason = tfserving_unavailable(image)
         if reason:
-            pytest.skip(f"real TF Serving {TFS_IMAGE} not run: {reason}")
+            pytest.skip(reason)
     if all(external):
         repo = Path(os.environ["TFS_CONTRACT_MODELS"])
         root = Path(os.environ.get("TFS_CONTRACT_MODELS_IN_SERVER", str(repo)))
-        _wait_rest(external[1], layout.MODELS)
+        wait_until_available(external[1].rstrip("/"), layout.MODELS, 300.0)
         yield Endpoint("external", external[0], external[1].rstrip("/"), repo, root)
         return
     exported = os.environ.get("TFS_CONTRACT_EXPORTED_REPO")
@@ -113,7 +73,7 @@ def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     repo = tmp_path_factory.mktemp("contract") / "models"
     if request.param == "docker":
         layout.write_contract_repo(model_repo, repo, Path("/models"))
-        yield from _start_docker(repo)
+        yield from _start_docker(repo, image)
         return
     layout.write_contract_repo(model_repo, repo)
     server = EmbeddedServer(layout.server_flags(repo), wait_for=layout.MODELS,
