@@ -41,7 +41,7 @@ import numpy as np
 from benchmarks.server import Target, print_verdicts, run_grpc, run_rest
 from exporter.manifest import load_manifest
 from serving import codec
-from serving.config.compose import compose_command
+from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
 from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, StackState, read_state
 from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT
@@ -192,10 +192,8 @@ def _start_stack(work_dir: Path) -> bool:
 
 def _down() -> None:
     """``docker compose down`` of the stack ``--start`` brought up (its volumes stay)."""
-    files = [a for f in ("docker-compose.yml", "docker-compose.cpu.yml", "docker-compose.local.yml")
-             for a in ("-f", str(REPO_ROOT / f))]
-    env = {"GRAFANA_ADMIN_PASSWORD": "unused-grafana-is-not-started", **os.environ}
-    subprocess.run([*compose_command(), *files, "down"], cwd=REPO_ROOT, env=env)
+    files = [a for f in (*COMPOSE_FILES["cpu"], LOCAL_OVERRIDE) for a in ("-f", str(REPO_ROOT / f))]
+    subprocess.run([*compose_command(), *files, "down"], cwd=REPO_ROOT, env=with_grafana_placeholder(os.environ))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

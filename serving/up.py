@@ -59,12 +59,16 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from serving.config import load_model_server_config
 from serving.config.compose import (
+    COMPOSE_FILES,
+    GRAFANA_PASSWORD,
+    LOCAL_OVERRIDE,
     ComposeError,
     compose_command,
     load_compose_model,
     plan_embedded_server,
     service_models_config,
     volume_map,
+    with_grafana_placeholder,
 )
 from serving.config.edit import add_steps, without_model
 from serving.config.models import (
@@ -86,7 +90,7 @@ from serving.config.stack import (
 )
 from serving.model_repo import SMALL_ZOO, ZOO, model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess, model_available, port_open
-from serving.stack.docker import probe_engine
+from serving.stack.docker import image_present, probe_engine
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
@@ -107,8 +111,6 @@ EMBEDDED_HEADER = """\
 # `python -m serving.config add|remove` and `python -m serving.rollout`, which also push it to the
 # running server. make up adds models new in the repository (not those `remove` took out).
 """
-GPU_FILES = ("docker-compose.yml",)
-CPU_FILES = ("docker-compose.yml", "docker-compose.cpu.yml")
 GATEWAY_SECRETS_TARGET = "/etc/nginx/secrets"
 
 
@@ -138,7 +140,7 @@ def choose_backend(runtimes: Optional[set[str]], why: str) -> Choice:
 
 def compose_files(backend: str, root: Path = REPO_ROOT) -> list[Path]:
     """The compose files of ``backend`` (the embedded server reads the CPU variant's)."""
-    return [root / f for f in (GPU_FILES if backend == "compose-gpu" else CPU_FILES)]
+    return [root / f for f in COMPOSE_FILES["gpu" if backend == "compose-gpu" else "cpu"]]
 
 
 def compose_profiles(backend: str) -> list[str]:
@@ -190,12 +192,7 @@ def ensure_commands(model_repo: Path, names: Sequence[str],
 NON_ROOT_ID = 10001
 # Names of the stand-in images of docker-compose.local.yml (built by `make images`).
 LOCAL_IMAGE_PREFIX = "tfs-stack-local/"
-LOCAL_FILES = ("docker-compose.local.yml",)
 IMAGES = ("upstream", "local")
-# Compose interpolates every service of merged files, Grafana's required password too; when Grafana
-# is not started (or only a service's settings are read), a placeholder stands in for it.
-GRAFANA_PASSWORD = "GRAFANA_ADMIN_PASSWORD"
-GRAFANA_PLACEHOLDER = "unused-grafana-is-not-started"
 
 
 @dataclass(frozen=True)
@@ -236,11 +233,6 @@ def container_user(environ: Mapping[str, str], uid: int, gid: int) -> ContainerU
     if exported:
         why = f"{' and '.join(exported)} from the environment" + ("" if len(exported) == 2 else f"; {why}")
     return ContainerUser(*ids, why)
-
-
-def _grafana_placeholder(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with a placeholder Grafana password where none is set (Grafana is not started)."""
-    return {GRAFANA_PASSWORD: GRAFANA_PLACEHOLDER, **environ} if not environ.get(GRAFANA_PASSWORD) else dict(environ)
 
 
 def is_local_service(service: Mapping) -> bool:
@@ -296,7 +288,7 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
                  uid: int, gid: int) -> ComposePlan:
     """The compose run of ``backend`` on ``images`` (``upstream`` or ``local``) for user ``uid:gid``.
 
-    ``local`` adds :data:`LOCAL_FILES`, stays on the CPU files (the stand-ins are CPU-only) and names
+    ``local`` adds :data:`~serving.config.compose.LOCAL_OVERRIDE`, stays on the CPU files (the stand-ins are CPU-only) and names
     only the services with a local image. Raises ValueError for HOST_UID/HOST_GID
     (:func:`container_user`), ComposeError when compose rejects the files.
     """
@@ -307,7 +299,7 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
             notes.append("--images local: the local stand-ins are CPU-only; running the CPU compose files "
                          "on this GPU host")
             backend = "compose-cpu"
-        files = compose_files(backend, root) + [root / f for f in LOCAL_FILES]
+        files = compose_files(backend, root) + [root / LOCAL_OVERRIDE]
         profiles, model_profiles = [], "*"  # every service, to say which ones have no local image
     else:
         files, profiles = compose_files(backend, root), compose_profiles(backend)
@@ -317,7 +309,7 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
         notes.append(f"this host has {os.cpu_count()} CPUs: " + ", ".join(f"{k}={v}" for k, v in limits.items())
                      + " (.env asks for more; export a value to choose)")
     env = {**environ, **limits, **user.env()}
-    model_env = {**_grafana_placeholder(env), "COMPOSE_PROFILES": model_profiles}
+    model_env = {**with_grafana_placeholder(env), "COMPOSE_PROFILES": model_profiles}
     services = load_compose_model(files, env=model_env, project_dir=root)["services"]
     named = [n for n, s in services.items() if is_local_service(s)] if images == "local" else []
     started = with_dependencies(services, named) if named else list(services)
@@ -326,7 +318,7 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
         notes.append(f"--images local: starting {', '.join(started)}"
                      + (f"; no local image for {', '.join(skipped)} (not started)" if skipped else ""))
     if "grafana" not in started:
-        env = _grafana_placeholder(env)
+        env = with_grafana_placeholder(env)
     return ComposePlan(backend, files, profiles, services, named, started, user, env, notes)
 
 
@@ -349,9 +341,7 @@ def missing_local_images(plan: ComposePlan, docker: str = "docker") -> list[str]
     """The local images the started services need that the engine does not have (``docker image inspect``)."""
     needed = dict.fromkeys(i for n in plan.started for i in _local_images(plan.services[n])
                            if i.startswith(LOCAL_IMAGE_PREFIX))
-    return [image for image in needed
-            if subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", image],
-                              capture_output=True).returncode != 0]
+    return [image for image in needed if not image_present(image, docker)]
 
 
 @dataclass(frozen=True)
@@ -463,7 +453,7 @@ def _compose_problem(plan: ComposePlan, docker: str) -> Optional[str]:
     if missing:
         return ("the gateway's certificates and API keys are missing: "
                 f"{', '.join(str(p) for p in missing)}\n  make certs && make up")
-    images = missing_local_images(plan, docker) if any(f.name in LOCAL_FILES for f in plan.files) else []
+    images = missing_local_images(plan, docker) if any(f.name == LOCAL_OVERRIDE for f in plan.files) else []
     if images:
         return f"local images missing: {', '.join(images)}\n  make images && make up IMAGES=local"
     return None
@@ -639,7 +629,7 @@ def _run_embedded(args: argparse.Namespace, root: Path) -> int:
     started = time.monotonic()
     # Only tfserving's command is read here: Grafana's password may be a placeholder.
     service = load_compose_model(compose_files("embedded", root), services=["tfserving"],
-                                 env=_grafana_placeholder(os.environ), project_dir=root)["services"]["tfserving"]
+                                 env=with_grafana_placeholder(os.environ), project_dir=root)["services"]["tfserving"]
     model_repo, work_dir = args.model_repo.resolve(), args.work_dir.resolve()
     model_repo.mkdir(parents=True, exist_ok=True)
     state_file = work_dir / STATE_FILE

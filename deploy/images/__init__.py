@@ -6,6 +6,6 @@ packages, cached by content; ``docker-compose.local.yml`` names them. ``python
 (installing and starting Debian's ``docker.io`` where none does), builds the
 images, runs ``CMD``, and stops the engine again if it started it.
 """
-from deploy.images.build import EXPORTER_IMAGE, IMAGES, Image, build_images, content_hash, image_id
+from deploy.images.build import EXPORTER_IMAGE, IMAGES, Image, build_images, content_hash
 
-__all__ = ["Image", "IMAGES", "EXPORTER_IMAGE", "build_images", "content_hash", "image_id"]
+__all__ = ["Image", "IMAGES", "EXPORTER_IMAGE", "build_images", "content_hash"]

@@ -17,7 +17,8 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
-from deploy.images.build import IMAGES, build_images, content_hash, image_id
+from deploy.images.build import IMAGES, build_images, content_hash
+from serving.stack.docker import image_id
 from deploy.images.engine import start_engine
 
 # What the tests read to learn why no engine answers (the Docker tests' skip reason).

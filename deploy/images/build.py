@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-__all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "content_hash", "image_id",
-           "build_images", "debian_mirror"]
+from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
+from serving.stack.docker import image_id
+
+__all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "content_hash", "build_images",
+           "debian_mirror"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "images"
@@ -106,13 +109,6 @@ def content_hash(image: Image, base_hash: str = "", root: Path = REPO_ROOT) -> s
     return digest.hexdigest()
 
 
-def image_id(name: str, docker: str = "docker") -> Optional[str]:
-    """The engine's ID of image ``name``, or None when it is not present (never pulls)."""
-    proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", name],
-                          capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
 def debian_mirror(sources: Path = Path("/etc/apt/sources.list.d/debian.sources")) -> str:
     """The Debian mirror this machine's apt uses (deb822 ``URIs:``), else deb.debian.org."""
     if sources.is_file():
@@ -165,11 +161,8 @@ def _docker_build(image: Image, root: Path, log: Path, docker: str) -> None:
 
 
 def _compose_build_exporter(root: Path, log: Path) -> None:
-    from serving.config.compose import compose_command  # the one way to find Compose
-
-    files = [a for f in ("docker-compose.yml", "docker-compose.cpu.yml", "docker-compose.local.yml")
-             for a in ("-f", str(root / f))]
-    env = {"GRAFANA_ADMIN_PASSWORD": "unused-by-the-exporter-build", **os.environ}
+    files = [a for f in (*COMPOSE_FILES["cpu"], LOCAL_OVERRIDE) for a in ("-f", str(root / f))]
+    env = with_grafana_placeholder(os.environ)
     _run([*compose_command(), *files, "build", "exporter"], log, cwd=root, env=env)
 
 

@@ -19,21 +19,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from deploy.images.build import REPO_ROOT
+from serving.stack.docker import probe_engine
 
-__all__ = ["Engine", "engine_answers", "start_engine"]
+__all__ = ["Engine", "start_engine"]
 
 LOG_DIR = REPO_ROOT / ".cache" / "docker"
 SBIN = "/usr/sbin:/sbin"
-
-
-def engine_answers(docker: str = "docker", timeout: float = 20.0) -> bool:
-    """Whether ``docker info`` answers (an engine runs and this user may use it)."""
-    if shutil.which(docker) is None:
-        return False
-    try:
-        return subprocess.run([docker, "info"], capture_output=True, timeout=timeout).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
 
 
 @dataclass
@@ -83,7 +74,7 @@ def _install(log: Callable[[str], None]) -> Optional[str]:
 def start_engine(docker: str = "docker", wait: float = 90.0,
                  log: Callable[[str], None] = print) -> Engine:
     """An engine that answers: the one running, else Debian's ``dockerd`` started here."""
-    if engine_answers(docker):
+    if probe_engine(docker).answers:
         return Engine(True, "a Docker engine answers")
     if _dockerd() is None:
         why = _install(log)
@@ -102,7 +93,7 @@ def start_engine(docker: str = "docker", wait: float = 90.0,
         if proc.poll() is not None:
             tail = logfile.read_text(errors="replace").strip().splitlines()[-3:]
             return Engine(False, f"dockerd exited ({proc.returncode}): {' | '.join(tail)}")
-        if engine_answers(docker, timeout=5.0):
+        if probe_engine(docker, timeout=5.0).answers:
             return Engine(True, "started dockerd", proc)
         time.sleep(0.5)
     engine = Engine(False, f"dockerd did not answer within {wait:.0f} s ({logfile})", proc)

@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
 __all__ = [
     "ComposeError",
     "EmbeddedPlan",
+    "COMPOSE_FILES",
+    "LOCAL_OVERRIDE",
+    "GRAFANA_PASSWORD",
+    "with_grafana_placeholder",
     "compose_command",
     "load_compose_model",
     "volume_map",
@@ -43,6 +47,21 @@ __all__ = [
 PATH_FLAGS = ("model_config_file", "batching_parameters_file", "monitoring_config_file",
               "platform_config_file", "tensorflow_session_config_file", "ssl_config_file",
               "thread_pool_factory_config_file", "model_base_path", "grpc_socket_path")
+
+
+# The compose files of each TF Serving build: the GPU stack, and the CPU variant over it.
+COMPOSE_FILES = {"gpu": ("docker-compose.yml",), "cpu": ("docker-compose.yml", "docker-compose.cpu.yml")}
+# The override naming the local stand-in images of `make images` (over the CPU files).
+LOCAL_OVERRIDE = "docker-compose.local.yml"
+# Compose interpolates every service of the files it reads, Grafana's required password too.
+GRAFANA_PASSWORD = "GRAFANA_ADMIN_PASSWORD"
+GRAFANA_PLACEHOLDER = "unused-grafana-is-not-started"
+
+
+def with_grafana_placeholder(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with a placeholder Grafana password where none is set: for reading the files or
+    starting services without Grafana (Compose refuses to interpolate them otherwise)."""
+    return dict(environ) if environ.get(GRAFANA_PASSWORD) else {**environ, GRAFANA_PASSWORD: GRAFANA_PLACEHOLDER}
 
 
 class ComposeError(RuntimeError):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from serving.config.compose import load_compose_model
+from serving.config.compose import COMPOSE_FILES, load_compose_model, with_grafana_placeholder
 from serving.server.launcher import REPO_ROOT, LoopbackAddresses, wait_until_available
 
 __all__ = [
@@ -41,8 +41,8 @@ __all__ = [
     "Mount",
     "TFServingContainer",
     "TFServingUnavailable",
-    "COMPOSE_FILES",
     "probe_engine",
+    "image_id",
     "image_present",
     "image_absent_reason",
     "tfserving_image",
@@ -51,8 +51,6 @@ __all__ = [
     "run_tf_serving",
 ]
 
-# The compose files of each TF Serving build: the GPU stack, and the CPU variant over it.
-COMPOSE_FILES = {"gpu": ("docker-compose.yml",), "cpu": ("docker-compose.yml", "docker-compose.cpu.yml")}
 GRPC_PORT, REST_PORT = 8500, 8501  # inside the container (TF Serving's own defaults in the image)
 NOT_RUN = "real TF Serving not run"
 CONTAINER_LABEL = "tfs-stack.role=tfserving"
@@ -113,17 +111,23 @@ def probe_engine(docker: str = "docker", timeout: float = 20.0) -> Engine:
     return Engine(True, frozenset(runtimes), "a Docker engine answers", cli)
 
 
-def image_present(image: str, docker: str = "docker", timeout: float = 20.0) -> bool:
-    """Whether ``image`` is in the engine's local store (``docker image inspect``; never a pull).
+def image_id(image: str, docker: str = "docker", timeout: float = 20.0) -> Optional[str]:
+    """The engine's ID of ``image`` in its local store (``docker image inspect``; never a pull), or None.
 
-    False too when no engine answers: nothing is present where nothing runs.
+    None too when no engine answers: nothing is present where nothing runs.
     """
     if shutil.which(docker) is None:
-        return False
+        return None
     try:
-        return _run([docker, "image", "inspect", "--format", "{{.Id}}", image], timeout).returncode == 0
+        proc = _run([docker, "image", "inspect", "--format", "{{.Id}}", image], timeout)
     except subprocess.TimeoutExpired:
-        return False
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def image_present(image: str, docker: str = "docker", timeout: float = 20.0) -> bool:
+    """Whether ``image`` is in the engine's local store (:func:`image_id`)."""
+    return image_id(image, docker, timeout) is not None
 
 
 def image_absent_reason(image: str) -> str:
@@ -137,9 +141,7 @@ def tfserving_image(gpu: bool = False, root: Path = REPO_ROOT) -> str:
 
     Raises ``serving.config.compose.ComposeError`` when Compose is missing or rejects the files.
     """
-    # Compose interpolates every service of the files, Grafana's required password too; only
-    # tfserving's image is read here, so a placeholder stands in when it is unset.
-    env = {"GRAFANA_ADMIN_PASSWORD": "unused-by-tfserving", **os.environ}
+    env = with_grafana_placeholder(os.environ)  # only tfserving's image is read
     files = [root / name for name in COMPOSE_FILES["gpu" if gpu else "cpu"]]
     model = load_compose_model(files, services=["tfserving"], env=env, project_dir=root)
     return model["services"]["tfserving"]["image"]

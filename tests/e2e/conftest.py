@@ -30,10 +30,11 @@ from typing import Callable, Iterator, Optional
 
 import pytest
 
-from deploy.images import IMAGES, image_id
+from deploy.images import IMAGES
 from gateway.certs import Credentials, init_secrets
 from serving.config.compose import compose_command
 from serving.server.launcher import free_port
+from serving.stack.docker import image_id, probe_engine
 from tests.support.servers import REPO_ROOT
 
 PROJECT = f"tfs-stack-e2e-{os.getpid()}"
@@ -50,8 +51,9 @@ def skip_reason() -> Optional[str]:
     reason = os.environ.get("TFS_STACK_NO_DOCKER_REASON")
     if reason:
         return f"no Docker engine: {reason}"
-    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode:
-        return "no Docker engine answers (`docker info` failed); make test starts one"
+    engine = probe_engine()
+    if not engine.answers:
+        return f"{engine.reason}; make test starts one"
     missing = [i.name for i in IMAGES if image_id(i.name) is None]
     if missing:
         return f"local images not built: {', '.join(missing)} (make images)"
