@@ -7,7 +7,8 @@
   their own for the rate-limit tests.
 - ``gateway``: nginx as a child process (``daemon off;`` from the template,
   this user, a prefix, pid and temp paths in tmp) with ``gateway/*.template``
-  rendered by :func:`gateway.render_templates` with the compose ``gateway``
+  rendered by :func:`gateway.render_templates` for the host nginx's version
+  (Debian 12's 1.22: ``http2`` on the ``listen`` lines) with the compose ``gateway``
   service's own environment (Compose's model), where only the listen
   addresses (free 127.0.0.1 ports), the upstreams (the embedded server) and
   the paths change. Its access log is nginx's stdout, its error log stderr.
@@ -31,7 +32,7 @@ import grpc
 import httpx
 import pytest
 
-from gateway import render_templates
+from gateway import NginxVersion, installed_nginx_version, render_templates
 from gateway.certs import Credentials, init_secrets, issue_client
 from serving.config.compose import load_compose_model
 from serving.server.launcher import ServerProcess, free_port, wait_for_port
@@ -39,7 +40,8 @@ from tests.compose.conftest import CPU, PASSWORD, compose_env
 
 # The only values a test changes: where nginx listens, what it forwards to, and where its files are.
 LOCAL_VALUES = ("GATEWAY_GRPC_LISTEN", "GATEWAY_REST_LISTEN", "GATEWAY_MTLS_LISTEN",
-                "GATEWAY_GRPC_UPSTREAM", "GATEWAY_REST_UPSTREAM", "GATEWAY_SECRETS_DIR", "GATEWAY_RUN_DIR")
+                "GATEWAY_GRPC_UPSTREAM", "GATEWAY_REST_UPSTREAM", "GATEWAY_RESOLVER", "GATEWAY_SECRETS_DIR",
+                "GATEWAY_RUN_DIR")
 # Clients with a rate bucket of their own, so exhausting it disturbs no other test.
 BURST_CLIENTS = ("burst-rest", "burst-grpc", "burst-sdk")
 MODEL = "digits"
@@ -51,6 +53,12 @@ def nginx() -> str:
     path = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
     assert path, "nginx is not installed: `make debs` installs it (Debian's nginx package; make test runs it)"
     return path
+
+
+@pytest.fixture(scope="session")
+def nginx_version(nginx) -> NginxVersion:
+    """The host nginx's version: the gateway fixture renders the templates for it."""
+    return installed_nginx_version(nginx)
 
 
 @pytest.fixture(scope="session")
@@ -94,6 +102,7 @@ class Gateway:
     error_log: Path
     secrets: Credentials
     upstream: ServerProcess
+    nginx_version: NginxVersion
 
     @property
     def grpc_target(self) -> str:
@@ -159,7 +168,7 @@ def nginx_command(nginx: str, conf: Path, prefix: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def gateway(nginx, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_factory) -> Iterator[Gateway]:
+def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_factory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("gateway")
     run_dir, conf_dir = root / "run", root / "conf"
     run_dir.mkdir()
@@ -170,12 +179,14 @@ def gateway(nginx, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_fa
         "GATEWAY_MTLS_LISTEN": f"127.0.0.1:{ports['mtls']}",
         "GATEWAY_GRPC_UPSTREAM": tf_serving.grpc_target,
         "GATEWAY_REST_UPSTREAM": f"127.0.0.1:{tf_serving.rest_port}",
+        # The upstreams are IP literals, never looked up; nginx still needs a resolver to parse.
+        "GATEWAY_RESOLVER": "127.0.0.1",
         "GATEWAY_SECRETS_DIR": str(gateway_secrets.directory),
         "GATEWAY_RUN_DIR": str(run_dir),
     }
     assert set(local) == set(LOCAL_VALUES)
     values = {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
-    conf = render_templates(values, conf_dir)
+    conf = render_templates(values, conf_dir, nginx_version=nginx_version)
     command = nginx_command(nginx, conf, run_dir)
     check = subprocess.run([*command, "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -185,7 +196,8 @@ def gateway(nginx, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_fa
     try:
         for port in ports.values():
             wait_for_port(port, timeout=20, alive=lambda: proc.poll() is None)
-        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, gateway_secrets, tf_serving)
+        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, gateway_secrets, tf_serving,
+                      nginx_version)
     finally:
         proc.send_signal(signal.SIGQUIT)  # graceful shutdown
         try:
