@@ -75,7 +75,7 @@ def render_templates(values: Mapping[str, str], out_dir: Path, template_dir: Pat
     return out_dir / "nginx.conf"
 
 
-_HTTP2_ON = re.compile(r"^[ \t]*http2\s+on\s*;\s*(#.*)?\n?", re.M)
+_HTTP2_ON = re.compile(r"^[ \t]*http2[ \t]+on[ \t]*;[ \t]*(#[^\n]*)?\n?", re.M)
 _LISTEN = re.compile(r"^(\s*listen\s[^;#]*?)\s*;", re.M)
 _SERVER_OPEN = re.compile(r"^\s*server\s*\{")
 _QUOTED_OR_COMMENT = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|#.*")

@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -167,25 +168,16 @@ def nginx_command(nginx: str, conf: Path, prefix: Path) -> list[str]:
     return command
 
 
-@pytest.fixture(scope="session")
-def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_factory) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("gateway")
+@contextlib.contextmanager
+def running_gateway(nginx: str, nginx_version: NginxVersion, values: dict[str, str], root: Path,
+                    secrets: Credentials, upstream: ServerProcess) -> Iterator[Gateway]:
+    """nginx with the templates rendered from ``values`` (listen addresses and paths set here) in ``root``."""
     run_dir, conf_dir = root / "run", root / "conf"
-    run_dir.mkdir()
+    run_dir.mkdir(parents=True)
     ports = {"grpc": free_port(), "rest": free_port(), "mtls": free_port()}
-    local = {
-        "GATEWAY_GRPC_LISTEN": f"127.0.0.1:{ports['grpc']}",
-        "GATEWAY_REST_LISTEN": f"127.0.0.1:{ports['rest']}",
-        "GATEWAY_MTLS_LISTEN": f"127.0.0.1:{ports['mtls']}",
-        "GATEWAY_GRPC_UPSTREAM": tf_serving.grpc_target,
-        "GATEWAY_REST_UPSTREAM": f"127.0.0.1:{tf_serving.rest_port}",
-        # The upstreams are IP literals, never looked up; nginx still needs a resolver to parse.
-        "GATEWAY_RESOLVER": "127.0.0.1",
-        "GATEWAY_SECRETS_DIR": str(gateway_secrets.directory),
-        "GATEWAY_RUN_DIR": str(run_dir),
-    }
-    assert set(local) == set(LOCAL_VALUES)
-    values = {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
+    values = {**values, "GATEWAY_GRPC_LISTEN": f"127.0.0.1:{ports['grpc']}",
+              "GATEWAY_REST_LISTEN": f"127.0.0.1:{ports['rest']}", "GATEWAY_MTLS_LISTEN": f"127.0.0.1:{ports['mtls']}",
+              "GATEWAY_SECRETS_DIR": str(secrets.directory), "GATEWAY_RUN_DIR": str(run_dir)}
     conf = render_templates(values, conf_dir, nginx_version=nginx_version)
     command = nginx_command(nginx, conf, run_dir)
     check = subprocess.run([*command, "-t"], capture_output=True, text=True)
@@ -196,8 +188,7 @@ def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_servi
     try:
         for port in ports.values():
             wait_for_port(port, timeout=20, alive=lambda: proc.poll() is None)
-        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, gateway_secrets, tf_serving,
-                      nginx_version)
+        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, secrets, upstream, nginx_version)
     finally:
         proc.send_signal(signal.SIGQUIT)  # graceful shutdown
         try:
@@ -205,3 +196,23 @@ def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_servi
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def compose_values(compose_gateway_env: dict[str, str], **local: str) -> dict[str, str]:
+    """The compose service's GATEWAY_* values with ``local`` (only :data:`LOCAL_VALUES`) changed."""
+    assert set(local) <= set(LOCAL_VALUES), set(local) - set(LOCAL_VALUES)
+    return {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
+
+
+@pytest.fixture(scope="session")
+def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving,
+            tmp_path_factory) -> Iterator[Gateway]:
+    values = compose_values(
+        compose_gateway_env,
+        GATEWAY_GRPC_UPSTREAM=tf_serving.grpc_target,
+        GATEWAY_REST_UPSTREAM=f"127.0.0.1:{tf_serving.rest_port}",
+        # The upstreams are IP literals, never looked up; nginx still needs a resolver to parse.
+        GATEWAY_RESOLVER="127.0.0.1")
+    with running_gateway(nginx, nginx_version, values, tmp_path_factory.mktemp("gateway"), gateway_secrets,
+                         tf_serving) as gateway:
+        yield gateway
