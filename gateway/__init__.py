@@ -13,20 +13,30 @@ Importing this package has no side effects.
 from __future__ import annotations
 
 from gateway.templates import (
+    HTTP2_DIRECTIVE_SINCE,
     SECRET_FILES,
     TEMPLATE_DIR,
     TEMPLATES,
+    NginxVersion,
     UnsetVariable,
+    for_nginx_version,
+    installed_nginx_version,
+    parse_nginx_version,
     render_template,
     render_templates,
     template_variables,
 )
 
 __all__ = [
+    "HTTP2_DIRECTIVE_SINCE",
     "SECRET_FILES",
     "TEMPLATE_DIR",
     "TEMPLATES",
+    "NginxVersion",
     "UnsetVariable",
+    "for_nginx_version",
+    "installed_nginx_version",
+    "parse_nginx_version",
     "render_template",
     "render_templates",
     "template_variables",

@@ -40,6 +40,9 @@ def test_the_gateway_listens_where_it_publishes_and_forwards_to_tf_servings_port
     assert env["GATEWAY_GRPC_UPSTREAM"] == f"tfserving:{command['port']}"
     assert env["GATEWAY_REST_UPSTREAM"] == f"tfserving:{command['rest_api_port']}"
     assert services["gateway"]["depends_on"]["tfserving"]["condition"] == "service_healthy"
+    # The names are looked up again while nginx runs (gateway/nginx.conf.template), through Docker's
+    # embedded DNS: the only resolver that knows the compose service names.
+    assert env["GATEWAY_RESOLVER"] == "127.0.0.11"
 
 
 def test_the_image_renders_the_repository_templates_with_only_the_gateway_variables(services):

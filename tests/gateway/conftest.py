@@ -7,13 +7,15 @@
   their own for the rate-limit tests.
 - ``gateway``: nginx as a child process (``daemon off;`` from the template,
   this user, a prefix, pid and temp paths in tmp) with ``gateway/*.template``
-  rendered by :func:`gateway.render_templates` with the compose ``gateway``
+  rendered by :func:`gateway.render_templates` for the host nginx's version
+  (Debian 12's 1.22: ``http2`` on the ``listen`` lines) with the compose ``gateway``
   service's own environment (Compose's model), where only the listen
   addresses (free 127.0.0.1 ports), the upstreams (the embedded server) and
   the paths change. Its access log is nginx's stdout, its error log stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -31,7 +33,7 @@ import grpc
 import httpx
 import pytest
 
-from gateway import render_templates
+from gateway import NginxVersion, installed_nginx_version, render_templates
 from gateway.certs import Credentials, init_secrets, issue_client
 from serving.config.compose import load_compose_model
 from serving.server.launcher import ServerProcess, free_port, wait_for_port
@@ -39,7 +41,8 @@ from tests.compose.conftest import CPU, PASSWORD, compose_env
 
 # The only values a test changes: where nginx listens, what it forwards to, and where its files are.
 LOCAL_VALUES = ("GATEWAY_GRPC_LISTEN", "GATEWAY_REST_LISTEN", "GATEWAY_MTLS_LISTEN",
-                "GATEWAY_GRPC_UPSTREAM", "GATEWAY_REST_UPSTREAM", "GATEWAY_SECRETS_DIR", "GATEWAY_RUN_DIR")
+                "GATEWAY_GRPC_UPSTREAM", "GATEWAY_REST_UPSTREAM", "GATEWAY_RESOLVER", "GATEWAY_SECRETS_DIR",
+                "GATEWAY_RUN_DIR")
 # Clients with a rate bucket of their own, so exhausting it disturbs no other test.
 BURST_CLIENTS = ("burst-rest", "burst-grpc", "burst-sdk")
 MODEL = "digits"
@@ -51,6 +54,12 @@ def nginx() -> str:
     path = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
     assert path, "nginx is not installed: `make debs` installs it (Debian's nginx package; make test runs it)"
     return path
+
+
+@pytest.fixture(scope="session")
+def nginx_version(nginx) -> NginxVersion:
+    """The host nginx's version: the gateway fixture renders the templates for it."""
+    return installed_nginx_version(nginx)
 
 
 @pytest.fixture(scope="session")
@@ -94,6 +103,7 @@ class Gateway:
     error_log: Path
     secrets: Credentials
     upstream: ServerProcess
+    nginx_version: NginxVersion
 
     @property
     def grpc_target(self) -> str:
@@ -158,24 +168,17 @@ def nginx_command(nginx: str, conf: Path, prefix: Path) -> list[str]:
     return command
 
 
-@pytest.fixture(scope="session")
-def gateway(nginx, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_factory) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("gateway")
+@contextlib.contextmanager
+def running_gateway(nginx: str, nginx_version: NginxVersion, values: dict[str, str], root: Path,
+                    secrets: Credentials, upstream: ServerProcess) -> Iterator[Gateway]:
+    """nginx with the templates rendered from ``values`` (listen addresses and paths set here) in ``root``."""
     run_dir, conf_dir = root / "run", root / "conf"
-    run_dir.mkdir()
+    run_dir.mkdir(parents=True)
     ports = {"grpc": free_port(), "rest": free_port(), "mtls": free_port()}
-    local = {
-        "GATEWAY_GRPC_LISTEN": f"127.0.0.1:{ports['grpc']}",
-        "GATEWAY_REST_LISTEN": f"127.0.0.1:{ports['rest']}",
-        "GATEWAY_MTLS_LISTEN": f"127.0.0.1:{ports['mtls']}",
-        "GATEWAY_GRPC_UPSTREAM": tf_serving.grpc_target,
-        "GATEWAY_REST_UPSTREAM": f"127.0.0.1:{tf_serving.rest_port}",
-        "GATEWAY_SECRETS_DIR": str(gateway_secrets.directory),
-        "GATEWAY_RUN_DIR": str(run_dir),
-    }
-    assert set(local) == set(LOCAL_VALUES)
-    values = {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
-    conf = render_templates(values, conf_dir)
+    values = {**values, "GATEWAY_GRPC_LISTEN": f"127.0.0.1:{ports['grpc']}",
+              "GATEWAY_REST_LISTEN": f"127.0.0.1:{ports['rest']}", "GATEWAY_MTLS_LISTEN": f"127.0.0.1:{ports['mtls']}",
+              "GATEWAY_SECRETS_DIR": str(secrets.directory), "GATEWAY_RUN_DIR": str(run_dir)}
+    conf = render_templates(values, conf_dir, nginx_version=nginx_version)
     command = nginx_command(nginx, conf, run_dir)
     check = subprocess.run([*command, "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -185,7 +188,7 @@ def gateway(nginx, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_fa
     try:
         for port in ports.values():
             wait_for_port(port, timeout=20, alive=lambda: proc.poll() is None)
-        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, gateway_secrets, tf_serving)
+        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, secrets, upstream, nginx_version)
     finally:
         proc.send_signal(signal.SIGQUIT)  # graceful shutdown
         try:
@@ -193,3 +196,23 @@ def gateway(nginx, gateway_secrets, compose_gateway_env, tf_serving, tmp_path_fa
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def compose_values(compose_gateway_env: dict[str, str], **local: str) -> dict[str, str]:
+    """The compose service's GATEWAY_* values with ``local`` (only :data:`LOCAL_VALUES`) changed."""
+    assert set(local) <= set(LOCAL_VALUES), set(local) - set(LOCAL_VALUES)
+    return {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
+
+
+@pytest.fixture(scope="session")
+def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving,
+            tmp_path_factory) -> Iterator[Gateway]:
+    values = compose_values(
+        compose_gateway_env,
+        GATEWAY_GRPC_UPSTREAM=tf_serving.grpc_target,
+        GATEWAY_REST_UPSTREAM=f"127.0.0.1:{tf_serving.rest_port}",
+        # The upstreams are IP literals, never looked up; nginx still needs a resolver to parse.
+        GATEWAY_RESOLVER="127.0.0.1")
+    with running_gateway(nginx, nginx_version, values, tmp_path_factory.mktemp("gateway"), gateway_secrets,
+                         tf_serving) as gateway:
+        yield gateway

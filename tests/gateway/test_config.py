@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gateway import TEMPLATE_DIR, TEMPLATES, UnsetVariable, render_template
+from gateway import TEMPLATE_DIR, TEMPLATES, UnsetVariable, for_nginx_version, render_template
 from tests.compose.test_compose_stack import dotenv
 from tests.gateway.conftest import LOCAL_VALUES
 from tests.support.servers import REPO_ROOT
@@ -31,7 +31,7 @@ def test_nginx_runs_the_repository_templates_and_only_addresses_ports_and_paths_
     title = Path(f"/proc/{gateway.proc.pid}/cmdline").read_bytes().decode()  # nginx's process title
     assert f" -c {gateway.conf_dir / 'nginx.conf'} " in title
     for name in TEMPLATES:
-        template = (REPO_ROOT / "gateway" / name).read_text()
+        template = for_nginx_version((REPO_ROOT / "gateway" / name).read_text(), gateway.nginx_version)
         rendered = (gateway.conf_dir / name.removesuffix(".template")).read_text()
         match = template_pattern(template).fullmatch(rendered)
         assert match, f"{name}: the config nginx runs is not a render of gateway/{name}"
