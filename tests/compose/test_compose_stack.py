@@ -159,7 +159,7 @@ def test_images_are_pinned_in_dotenv_and_never_latest(gpu_model_all_profiles):
     raw = "\n".join((REPO_ROOT / f).read_text() for f in ("docker-compose.yml", "docker-compose.cpu.yml"))
     for line in re.findall(r"image: (\S+)", raw):
         assert "${" in line, f"{line}: the tag must come from .env"
-    for key in ("TF_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION",
+    for key in ("TF_VERSION", "TF_BASE_IMAGE_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION",
                 "NGINX_VERSION"):
         assert env[key] and env[key] != "latest", key
 
@@ -181,7 +181,21 @@ def test_tensorflow_pin_is_the_same_in_dotenv_images_and_pyproject(gpu_model):
     pins = gpu
     services = gpu_model["services"]
     assert services["tfserving"]["image"] == f"tensorflow/serving:{pins['tensorflow']}-gpu"
-    assert services["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{pins['tensorflow']}-gpu"
+    assert services["exporter"]["build"]["args"]["TF_VERSION"] == pins["tensorflow"]
+
+
+def test_the_exporter_base_image_is_the_pinned_minor_release_with_its_own_pin(gpu_model, cpu_model):
+    # TensorFlow publishes no image for most patch releases (none for 2.17.1): the base is a release
+    # of the same major.minor, and the Dockerfile's pip step installs TF_VERSION on top of it.
+    env = dotenv()
+    base, pin = env["TF_BASE_IMAGE_VERSION"], env["TF_VERSION"]
+    assert base.split(".")[:2] == pin.split(".")[:2], (base, pin)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", base), base
+    assert gpu_model["services"]["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{base}-gpu"
+    assert cpu_model["services"]["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{base}"
+    text = (REPO_ROOT / "exporter/Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE=tensorflow/tensorflow:{base}-gpu" in text
+    assert f"ARG TF_VERSION={pin}" in text
 
 
 def exporter_calls(script: str) -> list[dict]:
@@ -217,11 +231,30 @@ def test_exporter_exports_exactly_the_models_tfserving_serves(variant, gpu_model
 
 def test_exporter_dockerfile_builds_from_the_pinned_tensorflow_with_tensorrt_8_6():
     text = (REPO_ROOT / "exporter/Dockerfile").read_text()
-    pin = dotenv()["TF_VERSION"]
-    assert f"ARG BASE_IMAGE=tensorflow/tensorflow:{pin}-gpu" in text
     assert re.search(r"TENSORRT_DEB_VERSION=8\.6\.\d+\.\d+-1\+cuda12", text)
     assert "libnvinfer8=" in text and "libnvinfer-plugin8=" in text
     assert 'ENTRYPOINT ["python", "-m", "exporter"]' in text
+
+
+def dockerfile_steps(text: str) -> list[str]:
+    """The Dockerfile's instructions, one string each (continuation lines joined, comments dropped)."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return [step.strip() for step in "\n".join(lines).replace("\\\n", " ").splitlines() if step.strip()]
+
+
+def test_exporter_dependencies_install_in_a_layer_the_code_does_not_invalidate():
+    steps = dockerfile_steps((REPO_ROOT / "exporter/Dockerfile").read_text())
+    installs = [i for i, s in enumerate(steps) if s.startswith("RUN") and "pip install" in s]
+    assert len(installs) == 2, steps
+    deps, code = installs
+    copied_before_deps = [s for s in steps[:deps] if s.startswith("COPY")]
+    assert copied_before_deps == ["COPY pyproject.toml ./"]  # not README.md, serving/ or exporter/
+    assert '".[exporter-image]"' in steps[deps] and "touch README.md" in steps[deps]
+    copied_after = {s for s in steps[deps:code] if s.startswith("COPY")}
+    assert {"COPY serving ./serving", "COPY exporter ./exporter"} <= copied_after
+    assert "--no-deps" in steps[code] and "[exporter-image]" not in steps[code]
+    # The version check runs at build time, after the last install.
+    assert "tf.__version__" in steps[code] and "${TF_VERSION}" in steps[code]
 
 
 @pytest.mark.parametrize("variant", ["gpu", "cpu"])
