@@ -80,6 +80,15 @@ def test_cpu_command_differs_only_in_the_models_and_batching_files(gpu_model, cp
     assert cpu["batching_parameters_file"].endswith("/batching.cpu.config")
 
 
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_every_tfserving_flag_is_a_flag_of_the_pinned_tf_serving(variant, gpu_model, cpu_model):
+    # TF Serving prints its usage text for an unknown flag and starts without it (main.cc at 2.17.1).
+    from tests.server.frontend.test_flags import TF_SERVING_2_17_1_FLAGS
+    assert dotenv()["TF_SERVING_VERSION"] == "2.17.1"  # the flag list below is 2.17.1's
+    command = (gpu_model if variant == "gpu" else cpu_model)["services"]["tfserving"]["command"]
+    assert set(flags(command)) - set(TF_SERVING_2_17_1_FLAGS) == set()
+
+
 def test_tfserving_flags_point_at_the_serving_files(gpu_model):
     service = gpu_model["services"]["tfserving"]
     args = flags(service["command"])
@@ -89,7 +98,10 @@ def test_tfserving_flags_point_at_the_serving_files(gpu_model):
                        ("monitoring_config_file", "monitoring.config")):
         assert args[flag] == f"/etc/tfserving/{name}"
     assert args["enable_batching"] == "true"
-    assert args["xla_gpu_compilation_enabled"] == args["xla_cpu_compilation_enabled"] == "true"
+    # In TF Serving 2.17.1 this one flag keeps XLA on for CPU and GPU; --xla_gpu_compilation_enabled
+    # is a flag from 2.18.0 on, and 2.17.1 answers it with its usage text.
+    assert args["xla_cpu_compilation_enabled"] == "true"
+    assert "xla_gpu_compilation_enabled" not in args
     assert int(args["model_config_file_poll_wait_seconds"]) > 0
     # Labels of the startup config are assigned before its models load (ServerCore::ReloadConfig).
     assert args["allow_version_labels_for_unavailable_models"] == "true"
