@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from deploy.k8s.generate import duration_seconds
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, compose_command, load_compose_model, volume_map
 from serving.model_repo import published_name
@@ -146,6 +147,26 @@ def test_healthcheck_asks_the_rest_port_with_bash_not_curl(gpu_model):
     assert check["start_period"]  # resnet50 + TensorRT engines take minutes to load
 
 
+def test_gpu_services_keep_cudas_jit_cache_on_a_host_directory_that_must_exist(gpu_model, cpu_model):
+    # A Hopper GPU compiles TensorFlow's kernels from PTX at start (TF Serving 2.17.1 carries SASS up to
+    # sm_80): the cache must outlive the container, and HOME (/) is read-only.
+    for name in ("exporter", "tfserving"):
+        service = gpu_model["services"][name]
+        mounts = {v["target"]: v for v in service["volumes"]}
+        cache = mounts[service["environment"]["CUDA_CACHE_PATH"]]
+        assert cache["type"] == "bind" and not cache.get("read_only")
+        assert cache["source"] == str(REPO_ROOT / ".cache" / "cuda" / name)
+        # Compose renders create_host_path: false as its absence; the engine would make the directory root's.
+        assert not cache["bind"].get("create_host_path")
+        assert int(service["environment"]["CUDA_CACHE_MAXSIZE"]) >= 2 ** 31
+        cpu = cpu_model["services"][name]
+        assert not any(k.startswith("CUDA_") for k in cpu.get("environment") or {})
+        assert "/var/cache/cuda" not in {v["target"] for v in cpu["volumes"]}
+    # A first start with an empty cache: TensorFlow warns the JIT "could take 30 minutes or longer".
+    start = gpu_model["services"]["tfserving"]["healthcheck"]["start_period"]
+    assert duration_seconds(start) >= 30 * 60, start
+
+
 @pytest.mark.parametrize("service", ["prometheus", "grafana"])
 def test_monitoring_services_have_healthchecks(gpu_model, service):
     assert gpu_model["services"][service]["healthcheck"]["test"]
@@ -238,7 +259,8 @@ def test_exporter_exports_exactly_the_models_tfserving_serves(variant, gpu_model
     assert sorted(exported) == sorted(served)
     # Warmup (and TensorRT engines) cover the batch sizes tfserving's batching file allows.
     assert {c["batching"] for c in calls} == {tfserving["batching_parameters_file"]}
-    assert {v["target"] for v in services["exporter"]["volumes"]} == {"/models", "/etc/tfserving"}
+    cuda_cache = {"/var/cache/cuda"} if variant == "gpu" else set()
+    assert {v["target"] for v in services["exporter"]["volumes"]} == {"/models", "/etc/tfserving", *cuda_cache}
 
 
 def test_exporter_dockerfile_builds_from_the_pinned_tensorflow_with_tensorrt_8_6():

@@ -17,8 +17,8 @@ ROOT_SERVICES = {
 }
 # Capabilities a service adds back after dropping ALL, and the profile it must be under.
 ADDED_CAPABILITIES = {"dcgm-exporter": ({"SYS_ADMIN"}, "gpu-metrics")}
-# Writable bind mounts (host paths a container may change).
-WRITABLE_BINDS = {"exporter": {"/models"}}
+# Writable bind mounts (host paths a container may change). CUDA's JIT cache: GPU variant only.
+WRITABLE_BINDS = {"exporter": {"/models", "/var/cache/cuda"}, "tfserving": {"/var/cache/cuda"}}
 
 
 def service_name(key: str) -> str:
