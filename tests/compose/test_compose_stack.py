@@ -1,7 +1,7 @@
 """docker-compose.yml and its CPU variant, as parsed by the real Compose v2 binary.
 
 Nothing here starts a container (no Docker engine on CI): these are the
-static checks of the GPU path that the README section "Run on a GPU host" names.
+static checks of the GPU path that docs/gpu-host.md names.
 """
 from __future__ import annotations
 
@@ -298,3 +298,17 @@ def test_the_healthcheck_model_is_served_by_the_variant(variant, gpu_model, cpu_
     config = load_model_server_config(flags(service["command"])["model_config_file"].replace(
         "/etc/tfserving", str(REPO_ROOT / "serving")))
     assert model in {e.name for e in config.model_config_list.config}
+
+
+def test_the_gpu_host_guide_the_files_point_to_exists_and_says_what_never_ran():
+    for name in ("exporter/Dockerfile", "docker-compose.yml", ".env", "README.md"):
+        for doc in re.findall(r"docs/[\w-]+\.md", (REPO_ROOT / name).read_text()):
+            assert (REPO_ROOT / doc).is_file(), f"{name} points to {doc}"
+    guide = (REPO_ROOT / "docs/gpu-host.md").read_text()
+    assert "docs/gpu-host.md" in (REPO_ROOT / "README.md").read_text()
+    for heading in ("## What you need", "## Start the stack", "## What the first start does", "## What has never run"):
+        assert heading in guide, heading
+    # The commands match the compose files: the CUDA cache directories they mount, the base image.
+    env = dotenv()
+    assert f"tensorflow/tensorflow:{env['TF_BASE_IMAGE_VERSION']}-gpu" in guide
+    assert "mkdir -p .cache/cuda/tfserving .cache/cuda/exporter" in guide
