@@ -197,14 +197,20 @@ def container_patch(service: Mapping) -> dict:
     return _workload_patch("apps/v1", "Deployment", SERVER_SERVICE, service, **_probes(service["healthcheck"]))
 
 
+# Compose's CUDA JIT cache lives on a host bind mount; the Kubernetes workloads have none.
+COMPOSE_ONLY_ENV_PREFIX = "CUDA_CACHE_"
+
+
 def exporter_patch(service: Mapping) -> dict:
     """The patch of the ``exporter`` Job from the compose ``exporter`` service (with its environment).
 
     Compose prints a literal ``$`` of the script as ``$$``; Kubernetes reads
     ``$$`` in ``command``/``args`` as an escaped ``$`` too, so the script passes
-    through unchanged.
+    through unchanged. ``CUDA_CACHE_*`` are left out: they name compose's host
+    bind mount for CUDA's JIT cache, which the Job has no counterpart of.
     """
-    env = [{"name": k, "value": str(v)} for k, v in sorted(service.get("environment", {}).items())]
+    env = [{"name": k, "value": str(v)} for k, v in sorted(service.get("environment", {}).items())
+           if not k.startswith(COMPOSE_ONLY_ENV_PREFIX)]
     return _workload_patch("batch/v1", "Job", EXPORTER_SERVICE, service, env=env)
 
 

@@ -1,7 +1,7 @@
 """docker-compose.yml and its CPU variant, as parsed by the real Compose v2 binary.
 
 Nothing here starts a container (no Docker engine on CI): these are the
-static checks of the GPU path that the README section "Run on a GPU host" names.
+static checks of the GPU path that docs/gpu-host.md names.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from deploy.k8s.generate import duration_seconds
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, compose_command, load_compose_model, volume_map
 from serving.model_repo import published_name
@@ -80,6 +81,15 @@ def test_cpu_command_differs_only_in_the_models_and_batching_files(gpu_model, cp
     assert cpu["batching_parameters_file"].endswith("/batching.cpu.config")
 
 
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_every_tfserving_flag_is_a_flag_of_the_pinned_tf_serving(variant, gpu_model, cpu_model):
+    # TF Serving prints its usage text for an unknown flag and starts without it (main.cc at 2.17.1).
+    from tests.server.frontend.test_flags import TF_SERVING_2_17_1_FLAGS
+    assert dotenv()["TF_SERVING_VERSION"] == "2.17.1"  # the flag list below is 2.17.1's
+    command = (gpu_model if variant == "gpu" else cpu_model)["services"]["tfserving"]["command"]
+    assert set(flags(command)) - set(TF_SERVING_2_17_1_FLAGS) == set()
+
+
 def test_tfserving_flags_point_at_the_serving_files(gpu_model):
     service = gpu_model["services"]["tfserving"]
     args = flags(service["command"])
@@ -89,7 +99,10 @@ def test_tfserving_flags_point_at_the_serving_files(gpu_model):
                        ("monitoring_config_file", "monitoring.config")):
         assert args[flag] == f"/etc/tfserving/{name}"
     assert args["enable_batching"] == "true"
-    assert args["xla_gpu_compilation_enabled"] == args["xla_cpu_compilation_enabled"] == "true"
+    # In TF Serving 2.17.1 this one flag keeps XLA on for CPU and GPU; --xla_gpu_compilation_enabled
+    # is a flag from 2.18.0 on, and 2.17.1 answers it with its usage text.
+    assert args["xla_cpu_compilation_enabled"] == "true"
+    assert "xla_gpu_compilation_enabled" not in args
     assert int(args["model_config_file_poll_wait_seconds"]) > 0
     # Labels of the startup config are assigned before its models load (ServerCore::ReloadConfig).
     assert args["allow_version_labels_for_unavailable_models"] == "true"
@@ -134,6 +147,26 @@ def test_healthcheck_asks_the_rest_port_with_bash_not_curl(gpu_model):
     assert check["start_period"]  # resnet50 + TensorRT engines take minutes to load
 
 
+def test_gpu_services_keep_cudas_jit_cache_on_a_host_directory_that_must_exist(gpu_model, cpu_model):
+    # A Hopper GPU compiles TensorFlow's kernels from PTX at start (TF Serving 2.17.1 carries SASS up to
+    # sm_80): the cache must outlive the container, and HOME (/) is read-only.
+    for name in ("exporter", "tfserving"):
+        service = gpu_model["services"][name]
+        mounts = {v["target"]: v for v in service["volumes"]}
+        cache = mounts[service["environment"]["CUDA_CACHE_PATH"]]
+        assert cache["type"] == "bind" and not cache.get("read_only")
+        assert cache["source"] == str(REPO_ROOT / ".cache" / "cuda" / name)
+        # Compose renders create_host_path: false as its absence; the engine would make the directory root's.
+        assert not cache["bind"].get("create_host_path")
+        assert int(service["environment"]["CUDA_CACHE_MAXSIZE"]) >= 2 ** 31
+        cpu = cpu_model["services"][name]
+        assert not any(k.startswith("CUDA_") for k in cpu.get("environment") or {})
+        assert "/var/cache/cuda" not in {v["target"] for v in cpu["volumes"]}
+    # A first start with an empty cache: TensorFlow warns the JIT "could take 30 minutes or longer".
+    start = gpu_model["services"]["tfserving"]["healthcheck"]["start_period"]
+    assert duration_seconds(start) >= 30 * 60, start
+
+
 @pytest.mark.parametrize("service", ["prometheus", "grafana"])
 def test_monitoring_services_have_healthchecks(gpu_model, service):
     assert gpu_model["services"][service]["healthcheck"]["test"]
@@ -159,7 +192,7 @@ def test_images_are_pinned_in_dotenv_and_never_latest(gpu_model_all_profiles):
     raw = "\n".join((REPO_ROOT / f).read_text() for f in ("docker-compose.yml", "docker-compose.cpu.yml"))
     for line in re.findall(r"image: (\S+)", raw):
         assert "${" in line, f"{line}: the tag must come from .env"
-    for key in ("TF_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION",
+    for key in ("TF_VERSION", "TF_BASE_IMAGE_VERSION", "TF_SERVING_VERSION", "PROMETHEUS_VERSION", "GRAFANA_VERSION", "DCGM_EXPORTER_VERSION",
                 "NGINX_VERSION"):
         assert env[key] and env[key] != "latest", key
 
@@ -181,7 +214,21 @@ def test_tensorflow_pin_is_the_same_in_dotenv_images_and_pyproject(gpu_model):
     pins = gpu
     services = gpu_model["services"]
     assert services["tfserving"]["image"] == f"tensorflow/serving:{pins['tensorflow']}-gpu"
-    assert services["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{pins['tensorflow']}-gpu"
+    assert services["exporter"]["build"]["args"]["TF_VERSION"] == pins["tensorflow"]
+
+
+def test_the_exporter_base_image_is_the_pinned_minor_release_with_its_own_pin(gpu_model, cpu_model):
+    # TensorFlow publishes no image for most patch releases (none for 2.17.1): the base is a release
+    # of the same major.minor, and the Dockerfile's pip step installs TF_VERSION on top of it.
+    env = dotenv()
+    base, pin = env["TF_BASE_IMAGE_VERSION"], env["TF_VERSION"]
+    assert base.split(".")[:2] == pin.split(".")[:2], (base, pin)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", base), base
+    assert gpu_model["services"]["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{base}-gpu"
+    assert cpu_model["services"]["exporter"]["build"]["args"]["BASE_IMAGE"] == f"tensorflow/tensorflow:{base}"
+    text = (REPO_ROOT / "exporter/Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE=tensorflow/tensorflow:{base}-gpu" in text
+    assert f"ARG TF_VERSION={pin}" in text
 
 
 def exporter_calls(script: str) -> list[dict]:
@@ -212,16 +259,36 @@ def test_exporter_exports_exactly_the_models_tfserving_serves(variant, gpu_model
     assert sorted(exported) == sorted(served)
     # Warmup (and TensorRT engines) cover the batch sizes tfserving's batching file allows.
     assert {c["batching"] for c in calls} == {tfserving["batching_parameters_file"]}
-    assert {v["target"] for v in services["exporter"]["volumes"]} == {"/models", "/etc/tfserving"}
+    cuda_cache = {"/var/cache/cuda"} if variant == "gpu" else set()
+    assert {v["target"] for v in services["exporter"]["volumes"]} == {"/models", "/etc/tfserving", *cuda_cache}
 
 
 def test_exporter_dockerfile_builds_from_the_pinned_tensorflow_with_tensorrt_8_6():
     text = (REPO_ROOT / "exporter/Dockerfile").read_text()
-    pin = dotenv()["TF_VERSION"]
-    assert f"ARG BASE_IMAGE=tensorflow/tensorflow:{pin}-gpu" in text
     assert re.search(r"TENSORRT_DEB_VERSION=8\.6\.\d+\.\d+-1\+cuda12", text)
     assert "libnvinfer8=" in text and "libnvinfer-plugin8=" in text
     assert 'ENTRYPOINT ["python", "-m", "exporter"]' in text
+
+
+def dockerfile_steps(text: str) -> list[str]:
+    """The Dockerfile's instructions, one string each (continuation lines joined, comments dropped)."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return [step.strip() for step in "\n".join(lines).replace("\\\n", " ").splitlines() if step.strip()]
+
+
+def test_exporter_dependencies_install_in_a_layer_the_code_does_not_invalidate():
+    steps = dockerfile_steps((REPO_ROOT / "exporter/Dockerfile").read_text())
+    installs = [i for i, s in enumerate(steps) if s.startswith("RUN") and "pip install" in s]
+    assert len(installs) == 2, steps
+    deps, code = installs
+    copied_before_deps = [s for s in steps[:deps] if s.startswith("COPY")]
+    assert copied_before_deps == ["COPY pyproject.toml ./"]  # not README.md, serving/ or exporter/
+    assert '".[exporter-image]"' in steps[deps] and "touch README.md" in steps[deps]
+    copied_after = {s for s in steps[deps:code] if s.startswith("COPY")}
+    assert {"COPY serving ./serving", "COPY exporter ./exporter"} <= copied_after
+    assert "--no-deps" in steps[code] and "[exporter-image]" not in steps[code]
+    # The version check runs at build time, after the last install.
+    assert "tf.__version__" in steps[code] and "${TF_VERSION}" in steps[code]
 
 
 @pytest.mark.parametrize("variant", ["gpu", "cpu"])
@@ -231,3 +298,17 @@ def test_the_healthcheck_model_is_served_by_the_variant(variant, gpu_model, cpu_
     config = load_model_server_config(flags(service["command"])["model_config_file"].replace(
         "/etc/tfserving", str(REPO_ROOT / "serving")))
     assert model in {e.name for e in config.model_config_list.config}
+
+
+def test_the_gpu_host_guide_the_files_point_to_exists_and_says_what_never_ran():
+    for name in ("exporter/Dockerfile", "docker-compose.yml", ".env", "README.md"):
+        for doc in re.findall(r"docs/[\w-]+\.md", (REPO_ROOT / name).read_text()):
+            assert (REPO_ROOT / doc).is_file(), f"{name} points to {doc}"
+    guide = (REPO_ROOT / "docs/gpu-host.md").read_text()
+    assert "docs/gpu-host.md" in (REPO_ROOT / "README.md").read_text()
+    for heading in ("## What you need", "## Start the stack", "## What the first start does", "## What has never run"):
+        assert heading in guide, heading
+    # The commands match the compose files: the CUDA cache directories they mount, the base image.
+    env = dotenv()
+    assert f"tensorflow/tensorflow:{env['TF_BASE_IMAGE_VERSION']}-gpu" in guide
+    assert "mkdir -p .cache/cuda/tfserving .cache/cuda/exporter" in guide

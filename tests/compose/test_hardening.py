@@ -17,8 +17,8 @@ ROOT_SERVICES = {
 }
 # Capabilities a service adds back after dropping ALL, and the profile it must be under.
 ADDED_CAPABILITIES = {"dcgm-exporter": ({"SYS_ADMIN"}, "gpu-metrics")}
-# Writable bind mounts (host paths a container may change).
-WRITABLE_BINDS = {"exporter": {"/models"}}
+# Writable bind mounts (host paths a container may change). CUDA's JIT cache: GPU variant only.
+WRITABLE_BINDS = {"exporter": {"/models", "/var/cache/cuda"}, "tfserving": {"/var/cache/cuda"}}
 
 
 def service_name(key: str) -> str:
@@ -135,3 +135,12 @@ def test_hardening_holds_with_the_values_of_dotenv_changed(files):
 def test_make_up_turns_the_gpu_metrics_profile_on_only_on_a_gpu_host():
     assert compose_profiles("compose-gpu") == [ADDED_CAPABILITIES["dcgm-exporter"][1]]
     assert compose_profiles("compose-cpu") == [] and compose_profiles("embedded") == []
+
+
+def test_dcgm_exporter_skips_its_entrypoints_setcap_on_the_read_only_root(every_service):
+    # dcgm-exporter 3.3.5-3.4.1 docker/dcgm-exporter-entrypoint.sh: setcap runs unless NO_SETCAP is
+    # non-empty, fails on a read-only root and prints a misleading "use --cap-add SYS_ADMIN".
+    for key in ("gpu/dcgm-exporter", "cpu/dcgm-exporter"):
+        service = every_service[key]
+        assert service["read_only"] is True and "SYS_ADMIN" in service["cap_add"]
+        assert service["environment"]["NO_SETCAP"]

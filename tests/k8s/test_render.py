@@ -61,7 +61,10 @@ def test_the_exporter_job_runs_the_compose_exporter(rendered, compose, overlay):
     container = _container(objects(rendered[overlay], "Job")["exporter"]["spec"]["template"]["spec"], "exporter")
     assert container["image"] == service["image"]
     assert [container["command"], container["args"]] == [service["entrypoint"], service["command"]]
-    assert {e["name"]: e["value"] for e in container["env"]} == service["environment"]
+    # But CUDA's JIT cache: compose keeps it on a host bind mount, which the Job has no counterpart of.
+    environment = {k: v for k, v in service["environment"].items() if not k.startswith("CUDA_CACHE_")}
+    assert "CUDA_CACHE_PATH" in service["environment"] or VARIANT[overlay] == "cpu"
+    assert {e["name"]: e["value"] for e in container["env"]} == environment
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -25,7 +25,7 @@ def test_plan_keeps_every_flag_and_remaps_only_container_paths(cpu_service, tmp_
     assert changed == {f"--model_config_file={tmp_path / 'models.config'}",
                        f"--batching_parameters_file={REPO_ROOT / 'serving/batching.cpu.config'}",
                        f"--monitoring_config_file={REPO_ROOT / 'serving/monitoring.config'}"}
-    assert "--xla_gpu_compilation_enabled=true" in plan.args  # left for the server to report as a no-op
+    assert "--per_process_gpu_memory_fraction=0.8" in plan.args  # left for the server to report as a no-op
 
 
 def test_plan_renders_the_models_config_with_host_base_paths(cpu_service, tmp_path):
