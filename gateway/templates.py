@@ -14,7 +14,9 @@ since nginx 1.25.1, which deprecates ``listen ... http2``); that is what the
 image's envsubst produces. An older nginx (Debian 12's 1.22, which the tests
 run on the host) has no ``http2`` directive: ``render_templates(...,
 nginx_version=installed_nginx_version())`` moves each server's ``http2 on;``
-into its ``listen`` lines (:func:`for_nginx_version`).
+into its ``listen`` lines, and an nginx older than 1.27.3 gets the upstreams'
+``server ADDR resolve;`` without ``resolve`` (it looks the name up once, at
+start; the host tests' upstreams are IP literals) (:func:`for_nginx_version`).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Optional
 
-__all__ = ["TEMPLATE_DIR", "TEMPLATES", "SECRET_FILES", "HTTP2_DIRECTIVE_SINCE", "NginxVersion", "UnsetVariable",
+__all__ = ["TEMPLATE_DIR", "TEMPLATES", "SECRET_FILES", "HTTP2_DIRECTIVE_SINCE", "UPSTREAM_RESOLVE_SINCE", "NginxVersion", "UnsetVariable",
            "template_variables", "render_template", "render_templates", "for_nginx_version",
            "installed_nginx_version", "parse_nginx_version"]
 
@@ -37,6 +39,8 @@ SECRET_FILES = ("ca.crt", "server.crt", "server.key", "api-keys.map")
 NginxVersion = tuple[int, int, int]
 # The first nginx with the `http2` directive; from it on, `listen ... http2` is deprecated (a warning).
 HTTP2_DIRECTIVE_SINCE: NginxVersion = (1, 25, 1)
+# The first nginx (open source) whose upstream `server` takes `resolve` (a name looked up again while it runs).
+UPSTREAM_RESOLVE_SINCE: NginxVersion = (1, 27, 3)
 
 _VARIABLE = re.compile(r"\$(?:\{(GATEWAY_[A-Z0-9_]+)\}|(GATEWAY_[A-Z0-9_]+))")
 
@@ -78,17 +82,20 @@ def render_templates(values: Mapping[str, str], out_dir: Path, template_dir: Pat
 _HTTP2_ON = re.compile(r"^[ \t]*http2[ \t]+on[ \t]*;[ \t]*(#[^\n]*)?\n?", re.M)
 _LISTEN = re.compile(r"^(\s*listen\s[^;#]*?)\s*;", re.M)
 _SERVER_OPEN = re.compile(r"^\s*server\s*\{")
+_SERVER_RESOLVE = re.compile(r"^(\s*server\s+[^;#]*?)\s+resolve(\s*;)", re.M)
 _QUOTED_OR_COMMENT = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|#.*")
 
 
 def for_nginx_version(text: str, version: NginxVersion) -> str:
     """``text`` (a config or template in the current syntax) as ``version`` of nginx accepts it.
 
-    From :data:`HTTP2_DIRECTIVE_SINCE` on, ``text`` itself. Before it, each server block's
-    ``http2 on;`` becomes ``http2`` on every ``listen`` line of that block (the old way to enable
-    HTTP/2); an ``http2`` directive elsewhere (``http2 off;``, or at the ``http`` level) has no
-    old form and is refused.
+    Before :data:`UPSTREAM_RESOLVE_SINCE`, an upstream's ``server ADDR resolve;`` loses
+    ``resolve``. Before :data:`HTTP2_DIRECTIVE_SINCE`, each server block's ``http2 on;`` becomes
+    ``http2`` on every ``listen`` line of that block (the old way to enable HTTP/2); an ``http2``
+    directive elsewhere (``http2 off;``, or at the ``http`` level) has no old form and is refused.
     """
+    if tuple(version) < UPSTREAM_RESOLVE_SINCE:
+        text = _SERVER_RESOLVE.sub(r"\1\2", text)
     if tuple(version) >= HTTP2_DIRECTIVE_SINCE:
         return text
     out, block, depth = [], None, 0

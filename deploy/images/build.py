@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
 from serving.stack.docker import image_id
 
-__all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "content_hash", "build_images",
+__all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "NGINX_IMAGE", "content_hash", "build_images",
            "debian_mirror"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +34,12 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Packages every base has: TLS roots and curl (busybox's wget crashes on name lookups here).
 BASE_PACKAGES = ("ca-certificates", "curl")
+# Suites this machine's debootstrap may not know by name (Debian 12's knows no forky): the script
+# that makes them. Testing and unstable share sid's.
+DEBOOTSTRAP_SCRIPTS = {"forky": "sid"}
+# The gateway's stand-in: nginx from Debian testing (forky), the one Debian nginx at or above 1.27.3,
+# the first with `server ... resolve` in an upstream block, which the pinned image (1.28) has too.
+NGINX_IMAGE = "tfs-stack-local/nginx:1.30-forky"
 
 
 @dataclass(frozen=True)
@@ -68,14 +74,15 @@ def _images(root: Path = REPO_ROOT) -> tuple[Image, ...]:
     return (
         Image("tfs-stack-local/debian:bookworm", suite="bookworm"),
         Image("tfs-stack-local/debian:trixie", suite="trixie"),
+        Image("tfs-stack-local/debian:forky", suite="forky"),
         Image("tfs-stack-local/python:3.11-bookworm", dockerfile="deploy/images/python/Dockerfile",
               base="tfs-stack-local/debian:bookworm", context="ca", inputs=("deploy/images/python",)),
         Image(f"tfs-stack-local/tfserving:{_dotenv('TF_SERVING_VERSION', root)}",
               dockerfile="deploy/images/tfserving/Dockerfile", base="tfs-stack-local/python:3.11-bookworm",
               inputs=("deploy/images/tfserving", "pyproject.toml", "README.md", "serving"),
               args={"TF_SERVING_API": serving_api}),
-        Image("tfs-stack-local/nginx:1.26-trixie", dockerfile="deploy/images/nginx/Dockerfile",
-              base="tfs-stack-local/debian:trixie", context="folder", inputs=("deploy/images/nginx",)),
+        Image(NGINX_IMAGE, dockerfile="deploy/images/nginx/Dockerfile",
+              base="tfs-stack-local/debian:forky", context="folder", inputs=("deploy/images/nginx",)),
         Image("tfs-stack-local/prometheus:2.53-trixie", dockerfile="deploy/images/prometheus/Dockerfile",
               base="tfs-stack-local/debian:trixie", context="folder", inputs=("deploy/images/prometheus",)),
     )
@@ -134,8 +141,10 @@ def _debootstrap(image: Image, log: Path, docker: str) -> None:
         _run(["apt-get", "install", "-y", "-q", "debootstrap"], log,
              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     with tempfile.TemporaryDirectory(prefix=f"rootfs-{image.suite}-", dir=CACHE_DIR) as rootfs:
+        script = DEBOOTSTRAP_SCRIPTS.get(image.suite)
         _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", image.suite, rootfs,
-              debian_mirror()], log, env={**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
+              debian_mirror(), *([f"/usr/share/debootstrap/scripts/{script}"] if script else [])], log,
+             env={**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
         try:
             _run([docker, "import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

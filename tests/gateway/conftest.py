@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence, Union
 
 import grpc
 import httpx
@@ -160,8 +160,9 @@ class Gateway:
             threading.Event().wait(0.02)
 
 
-def nginx_command(nginx: str, conf: Path, prefix: Path) -> list[str]:
-    command = [nginx, "-p", f"{prefix}/", "-e", "stderr", "-c", str(conf)]
+def nginx_command(nginx: Union[str, Sequence[str]], conf: Path, prefix: Path) -> list[str]:
+    """``nginx`` (a path, or a command that runs it, such as ``docker run ... nginx``) with this config."""
+    command = [*([nginx] if isinstance(nginx, str) else nginx), "-p", f"{prefix}/", "-e", "stderr", "-c", str(conf)]
     if os.geteuid() == 0:
         # As root, nginx would run its workers as `nobody`; keep them this user, as compose does.
         command += ["-g", f"user {pwd.getpwuid(os.geteuid()).pw_name};"]
@@ -169,7 +170,7 @@ def nginx_command(nginx: str, conf: Path, prefix: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_gateway(nginx: str, nginx_version: NginxVersion, values: dict[str, str], root: Path,
+def running_gateway(nginx: Union[str, Sequence[str]], nginx_version: NginxVersion, values: dict[str, str], root: Path,
                     secrets: Credentials, upstream: ServerProcess) -> Iterator[Gateway]:
     """nginx with the templates rendered from ``values`` (listen addresses and paths set here) in ``root``."""
     run_dir, conf_dir = root / "run", root / "conf"

@@ -1,25 +1,33 @@
 """TF Serving's address is looked up again while the gateway runs (nginx's resolver, answers kept 5 s).
 
-In compose the resolver is Docker's embedded DNS (127.0.0.11), which cannot run here: a small DNS
-server on a loopback UDP port stands in for it (A records only, as nginx asks with ipv6=off), and
-the embedded server listens on 127.0.0.1. "TF Serving came back on another address" is the name's
-answer changing from 127.0.0.3 (nothing listens there) to 127.0.0.1, with nginx left running.
+`server ... resolve` needs nginx >= 1.27.3, so nginx runs in the gateway's stand-in image (Debian
+testing's 1.30; the pinned image is 1.28) on the host's network, rendered exactly as compose renders
+it. Docker's embedded DNS (127.0.0.11) answers only inside a compose network (tests/e2e restarts
+TF Serving there for real): here a small DNS server on a loopback UDP port stands in for it (A
+records only, as nginx asks with ipv6=off), and the embedded server listens on 127.0.0.1. "TF
+Serving came back on another address" is the name's answer changing from 127.0.0.3 (nothing
+listens there) to 127.0.0.1, with nginx left running.
 """
 from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import threading
 import time
+import uuid
 from typing import Iterator
 
 import grpc
 import pytest
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
+from deploy.images.build import NGINX_IMAGE
+from gateway import parse_nginx_version
+from serving.stack.docker import image_present, probe_engine
 from tests.gateway.conftest import MODEL, Gateway, compose_values, running_gateway
 
-pytestmark = pytest.mark.slow  # waits out the resolver's 5 s cache and its 3 s timeout
+pytestmark = [pytest.mark.slow, pytest.mark.docker]  # waits out the resolver's 5 s cache and 3 s timeout
 
 NOWHERE = "127.0.0.3"   # on loopback, where nothing listens: connections are refused
 VALID_SECONDS = 5       # the template's `resolver ... valid=5s`
@@ -79,17 +87,40 @@ def dns() -> Iterator[StubDns]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def stand_in_nginx() -> tuple[list[str], tuple[int, int, int]]:
+    """The stand-in image's nginx as a command on the host's network, and its version."""
+    engine = probe_engine()
+    if not engine.answers:
+        pytest.skip(engine.reason)
+    if not image_present(NGINX_IMAGE):
+        pytest.skip(f"image {NGINX_IMAGE} is not built (make images)")
+    version = subprocess.run(["docker", "run", "--rm", NGINX_IMAGE, "nginx", "-v"], capture_output=True, text=True)
+    return (["docker", "run", "--rm", "-i", "--network", "host"], parse_nginx_version(version.stderr))
+
+
+def _remove_labelled(label: str) -> None:
+    """Remove what is left of this test's containers (a graceful stop normally removed them: --rm)."""
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True)
+    if left.stdout.split():
+        subprocess.run(["docker", "rm", "-f", *left.stdout.split()], capture_output=True)
+
+
 def named_gateway(request, dns: StubDns, grpc_host: str, rest_host: str) -> Gateway:
-    """A gateway of its own whose upstreams are names that ``dns`` answers."""
+    """A gateway of its own (the stand-in's nginx) whose upstreams are names that ``dns`` answers."""
     upstream = request.getfixturevalue("tf_serving")
     values = compose_values(
         request.getfixturevalue("compose_gateway_env"),
         GATEWAY_GRPC_UPSTREAM=f"{grpc_host}:{upstream.grpc_port}",
         GATEWAY_REST_UPSTREAM=f"{rest_host}:{upstream.rest_port}",
         GATEWAY_RESOLVER=f"127.0.0.1:{dns.port}")
-    manager = running_gateway(request.getfixturevalue("nginx"), request.getfixturevalue("nginx_version"), values,
-                              request.getfixturevalue("tmp_path"), request.getfixturevalue("gateway_secrets"),
-                              upstream)
+    docker_run, version = request.getfixturevalue("stand_in_nginx")
+    root, secrets = request.getfixturevalue("tmp_path"), request.getfixturevalue("gateway_secrets")
+    label = f"tfs-stack-test-gateway={uuid.uuid4().hex}"  # a label, not a name: the `nginx -t` run shares it
+    command = [*docker_run, "--label", label, "-v", f"{root}:{root}", "-v", f"{secrets.directory}:{secrets.directory}:ro",
+               NGINX_IMAGE, "nginx"]
+    manager = running_gateway(command, version, values, root, secrets, upstream)
+    request.addfinalizer(lambda: _remove_labelled(label))
     request.addfinalizer(lambda: manager.__exit__(None, None, None))
     return manager.__enter__()
 
