@@ -252,7 +252,7 @@ def variant_table(measurements: Mapping[str, Any]) -> list[str]:
     if fp32 is None:
         return lines + ["| (no fp32 series in the sweep) | | | | | |"]
     agreement = measurements.get("trt_agreement") or {}
-    for variant, setting, tuned in (("xla", "XLA", "`jit_compile` + --xla_gpu_compilation_enabled"),
+    for variant, setting, tuned in (("xla", "XLA", "`jit_compile` + --xla_cpu_compilation_enabled"),
                                     ("trt-fp16", "TensorRT", "TF-TRT FP16 engines")):
         row = numbers.get(variant)
         if row is None:

@@ -12,7 +12,7 @@ dimension                   how it is applied
 ``inter_op``                ``--tensorflow_inter_op_parallelism`` (0: TensorFlow picks, = cores)
 ``variant``                 which published model is served (``digits``, ``digits_xla``,
                             ``digits_trt_fp16``); ``xla`` adds ``--xla_cpu_compilation_enabled``
-                            (``--xla_gpu_compilation_enabled`` on a GPU), without which TF Serving
+                            (on a GPU too: 2.17.1 has no GPU twin), without which TF Serving
                             refuses to compile ``jit_compile`` functions
 ``batching``                ``--enable_batching`` with ``--batching_parameters_file``
 ``max_batch_size`` ...      the fields of that ``BatchingParameters`` file
@@ -32,7 +32,7 @@ from typing import Any, Mapping, Optional
 from google.protobuf.message import Message
 
 from serving.config.protos import batching_parameters_class
-from serving.model_repo import GPU_ONLY_VARIANTS, model_versions, published_name
+from serving.model_repo import GPU_ONLY_VARIANTS, XLA_SERVING_FLAG, model_versions, published_name
 
 __all__ = [
     "DIMENSIONS",
@@ -85,8 +85,8 @@ class Backend:
 
     @property
     def xla_flag(self) -> str:
-        """The flag TF Serving needs to compile ``jit_compile`` functions (XLA:GPU implies XLA:CPU)."""
-        return "--xla_gpu_compilation_enabled=true" if self.gpu else "--xla_cpu_compilation_enabled=true"
+        """The flag TF Serving needs to compile ``jit_compile`` functions, on CPU and GPU alike."""
+        return XLA_SERVING_FLAG
 
 
 def default_config(variant: str = "fp32", batching_start: Optional[Mapping[str, int]] = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from loadtest import space
 from loadtest.plots import plot_tune_rows
-from serving.model_repo import published_name
+from serving.model_repo import XLA_SERVING_FLAG, published_name
 
 __all__ = [
     "table_rows",
@@ -123,8 +123,7 @@ def recommended_flags(summary: Mapping[str, Any], config: Mapping[str, Any],
     flags = [f"--tensorflow_intra_op_parallelism={int(config['intra_op'])}",
              f"--tensorflow_inter_op_parallelism={int(config['inter_op'])}"]
     if config["variant"] == "xla":
-        flags.append("--xla_gpu_compilation_enabled=true" if summary.get("gpu")
-                     else "--xla_cpu_compilation_enabled=true")
+        flags.append(XLA_SERVING_FLAG)
     if config["batching"] == "on":
         flags += ["--enable_batching=true", f"--batching_parameters_file={batching_file}"]
     if summary.get("gpu") and config.get("gpu_memory_fraction"):

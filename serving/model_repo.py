@@ -39,6 +39,7 @@ from typing import Optional, Union
 __all__ = [
     "VARIANT_SUFFIXES",
     "GPU_ONLY_VARIANTS",
+    "XLA_SERVING_FLAG",
     "published_name",
     "PublishedModel",
     "ZOO",
@@ -63,6 +64,9 @@ PathLike = Union[str, Path]
 VARIANT_SUFFIXES: dict[str, str] = {"fp32": "", "xla": "_xla", "trt-fp16": "_trt_fp16"}
 # TensorRT engines need TF Serving's GPU image and the GPU type that built them.
 GPU_ONLY_VARIANTS = frozenset({"trt-fp16"})
+# The tensorflow_model_server flag an xla variant is served with: TF Serving 2.17.1 disables XLA JIT
+# without it, on CPU and GPU alike (its main.cc has no --xla_gpu_compilation_enabled; 2.18 added one).
+XLA_SERVING_FLAG = "--xla_cpu_compilation_enabled=true"
 
 
 def published_name(model: str, variant: str = "fp32") -> str:

@@ -92,3 +92,10 @@ def promtool() -> str:
 def prometheus() -> str:
     """The path of the ``prometheus`` server binary."""
     return _debian_tool("prometheus")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs a Docker engine is slow too: the fast tier (-m "not slow") needs no engine."""
+    for item in items:
+        if item.get_closest_marker("docker") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)

@@ -8,21 +8,24 @@ one XLA cluster per input shape. A model XLA cannot compile fails with
 :func:`compile_error`'s message, which names the ops TensorFlow reported.
 
 Serving note: real TF Serving disables XLA JIT unless started with
-``--xla_cpu_compilation_enabled=true`` (or ``--xla_gpu_compilation_enabled=true``);
-without the flag it calls ``DisableXlaCompilation()`` and these
-``jit_compile`` functions cannot be compiled (tf-serving.md §6).
+``--xla_cpu_compilation_enabled=true`` (``serving.model_repo.XLA_SERVING_FLAG``), on CPU and GPU
+alike: TF Serving 2.17.1 has no ``--xla_gpu_compilation_enabled`` (it came in
+2.18), and without the flag ``main.cc`` calls ``DisableXlaCompilation()``, so
+these ``jit_compile`` functions cannot be compiled.
 """
 from __future__ import annotations
 
 import re
 from typing import Optional
 
+from serving.model_repo import XLA_SERVING_FLAG
+
 __all__ = ["SERVING_NOTE", "compile_error"]
 
 SERVING_NOTE = (
     "xla variant: the numeric core is a tf.function(jit_compile=True). Real TF Serving disables XLA JIT "
-    "unless tensorflow_model_server runs with --xla_cpu_compilation_enabled=true (CPU) or "
-    "--xla_gpu_compilation_enabled=true (GPU); without it the jit_compile functions cannot be compiled.")
+    f"unless tensorflow_model_server runs with {XLA_SERVING_FLAG} (CPU and GPU: 2.17.1 has no "
+    "--xla_gpu_compilation_enabled); without it the jit_compile functions cannot be compiled.")
 
 # tf2xla's words for an op without an XLA kernel, e.g.
 # "StringLength (No registered 'StringLength' OpKernel for XLA_CPU_JIT devices compatible with node {{node len}}"

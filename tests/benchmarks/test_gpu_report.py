@@ -76,12 +76,12 @@ def test_report_renders_from_recorded_input_not_a_measurement():
     measurements = json.loads(RECORDED_INPUT.read_text())
     assert measurements["_comment"].startswith("RECORDED INPUT") and "NOT a measurement" in measurements["_comment"]
     text = gpu.render_report(measurements)
-    assert "| XLA | off (fp32) | `jit_compile` + --xla_gpu_compilation_enabled | 12.00 → 8.00 | +33 % |" in text
+    assert "| XLA | off (fp32) | `jit_compile` + --xla_cpu_compilation_enabled | 12.00 → 8.00 | +33 % |" in text
     assert ("| TensorRT | off (fp32) | TF-TRT FP16 engines | 12.00 → 5.00 | +267 % | top-1 agreement 99.60 %, "
             "max abs diff 0.0123 |") in text
     # the tuner's own table follows, with the GPU dimensions searched and the flags to paste
     assert "| GPU memory (--per_process_gpu_memory_fraction) |" in text
-    assert "--xla_gpu_compilation_enabled=true" not in text.split("## Flags to use")[1]  # trt-fp16 won, not xla
+    assert "--xla_cpu_compilation_enabled=true" not in text.split("## Flags to use")[1]  # trt-fp16 won, not xla
     assert "## Flags to use" in text and "--enable_batching=true" in text
 
 

@@ -25,7 +25,7 @@ def test_flags_are_tensorflow_model_servers_own_and_xla_gets_its_flag():
     assert space.server_flags(config, CPU) == ["--tensorflow_intra_op_parallelism=4",
                                                "--tensorflow_inter_op_parallelism=1",
                                                "--xla_cpu_compilation_enabled=true"]
-    assert space.server_flags(config, GPU)[2:] == ["--xla_gpu_compilation_enabled=true",
+    assert space.server_flags(config, GPU)[2:] == ["--xla_cpu_compilation_enabled=true",
                                                    "--per_process_gpu_memory_fraction=0.5"]
     # the parser the embedded server uses reads them back as the same settings
     from serving.server.flags import parse_flags
