@@ -23,7 +23,10 @@ to six significant digits, which makes ``rate(..._sum)`` step); a newline in a
 label value is escaped as ``\\n`` (TF leaves it raw, which breaks the page);
 ``CONTENT_TYPE`` names the text format's version (TF sends bare ``text/plain``);
 every family's ``# TYPE`` line is present from the start (TF declares its
-batching families only once batching has run).
+batching families only once batching has run); a request naming a model that
+is not served is counted under ``model_name=""`` (``UNSERVED_MODEL_LABEL``;
+TF Serving records whatever name the request gives, so any client can add
+series without bound: the data plane maps the name before recording).
 
 Thread-safety: every method may be called from any thread; one lock guards
 all series. Lifecycle: none — the object only holds numbers; it is registered
@@ -43,6 +46,7 @@ from serving.status import Code
 
 __all__ = [
     "CONTENT_TYPE",
+    "UNSERVED_MODEL_LABEL",
     "ServerMetrics",
     "exponential_buckets",
     "prometheus_name",
@@ -51,6 +55,9 @@ __all__ = [
 
 #: The text exposition format (TF Serving itself sends plain ``text/plain``).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: The ``model_name`` of a request whose model is not served (TF Serving keeps the request's own name).
+UNSERVED_MODEL_LABEL = ""
 
 LabelValues = Tuple[str, ...]
 
@@ -175,7 +182,8 @@ class ServerMetrics:
         ``api`` is ``Predict``/``Classify``/``Regress`` for gRPC and the URL verb
         (``predict``/``classify``/``regress``) for REST; ``entrypoint`` is
         ``GRPC`` or ``REST``; ``code`` becomes the canonical name (``OK``,
-        ``NOT_FOUND`` ...).
+        ``NOT_FOUND`` ...). ``model_name`` must be a served model's name or
+        ``UNSERVED_MODEL_LABEL``: every distinct value is a series kept for good.
         """
         code = Code(code)
         with self._lock:
