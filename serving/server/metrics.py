@@ -88,9 +88,10 @@ class _Family:
     """One metric family: a TF name, a type, label names and its series."""
 
     def __init__(self, tf_name: str, kind: str, label_names: Sequence[str],
-                 limits: Sequence[float] = ()) -> None:
+                 limits: Sequence[float] = (), documentation: str = "") -> None:
         self.name = prometheus_name(tf_name)
         self.kind = kind
+        self.documentation = documentation   # prometheus_client's help; TF Serving's page prints none
         self.label_names = tuple(label_names)
         self.limits = tuple(limits)
         self.le = tuple(_format_limit(limit) for limit in limits) + ("+Inf",)
@@ -114,7 +115,7 @@ class _Family:
 
     def snapshot(self) -> Metric:
         """A prometheus_client ``Metric`` with TF's sample names (caller holds the lock)."""
-        metric = Metric(self.name, "", self.kind)
+        metric = Metric(self.name, self.documentation, self.kind)
         for labels in sorted(self.series):
             cell = self.series[labels]
             named = dict(zip(self.label_names, labels))
@@ -146,7 +147,10 @@ class ServerMetrics:
         self._lock = threading.Lock()
         fam = _Family
         # Ordered like TF's CollectionRegistry (a std::map keyed by TF name).
-        self._request_count = fam("/tensorflow/serving/request_count", "counter", ("model_name", "status"))
+        self._request_count = fam(
+            "/tensorflow/serving/request_count", "counter", ("model_name", "status"),
+            documentation="The total number of requests. A model that is not served is counted under "
+                          "model_name=\"\" (TF Serving keeps the request's own name).")
         self._request_latency = fam("/tensorflow/serving/request_latency", "histogram",
                                     ("model_name", "API", "entrypoint"), _LATENCY_BUCKETS)
         self._runtime_latency = fam("/tensorflow/serving/runtime_latency", "histogram",
@@ -256,7 +260,7 @@ class ServerMetrics:
 
     def describe(self) -> List[Metric]:
         """Family names only, so registering never takes a snapshot."""
-        return [Metric(family.name, "", family.kind) for family in self._families]
+        return [Metric(family.name, family.documentation, family.kind) for family in self._families]
 
     def render(self) -> bytes:
         """The whole registry in TF Serving's exposition format (see module docstring)."""

@@ -58,7 +58,7 @@ from serving.server.launcher import ServerProcess, write_config_files
 from tests.security.rest_attacks import Probe, rss_kib
 from tests.server.frontend.tiny import export_tiny
 
-__all__ = ["Row", "MODEL", "OUT_OF_RANGE_VERSION", "tiny_repo", "start", "case_labels", "case_reloads",
+__all__ = ["Row", "CASES", "MODEL", "OUT_OF_RANGE_VERSION", "tiny_repo", "start", "case_labels", "case_reloads",
            "case_versions", "case_text", "python_text", "main"]
 
 MODEL = "tiny"
@@ -417,27 +417,35 @@ def _is_error_json(head: bytes, reply: bytes) -> bool:
 
 
 # -- the table ------------------------------------------------------------------------------------
-def run_all(workdir: Path, names: int = 300, name_bytes: int = 1 << 20) -> list[Row]:
+CASES = ("labels", "text", "reloads", "versions")
+
+
+def run_all(workdir: Path, names: int = 300, name_bytes: int = 1 << 20, cases: Sequence[str] = CASES) -> list[Row]:
     repo = tiny_repo(workdir / "repo")
     rows = []
-    server = start(workdir / "server", {MODEL: repo / MODEL})
-    try:
-        rows.append(case_labels(server, names, name_bytes))
-        rows.append(case_text(server))
-        poll = start(workdir / "poll-server", {MODEL: repo / MODEL}, "--model_config_file_poll_wait_seconds=1")
+    if {"labels", "text", "reloads"} & set(cases):
+        server = start(workdir / "server", {MODEL: repo / MODEL})
         try:
-            rows.append(case_reloads(server, workdir, poll, workdir / "poll-server" / "models.config"))
+            if "labels" in cases:
+                rows.append(case_labels(server, names, name_bytes))
+            if "text" in cases:
+                rows.append(case_text(server))
+            if "reloads" in cases:
+                poll = start(workdir / "poll-server", {MODEL: repo / MODEL}, "--model_config_file_poll_wait_seconds=1")
+                try:
+                    rows.append(case_reloads(server, workdir, poll, workdir / "poll-server" / "models.config"))
+                finally:
+                    poll.stop(timeout=10)
         finally:
-            poll.stop(timeout=10)
-    finally:
-        server.stop(timeout=10)
-    versions_repo = workdir / "versions-repo"
-    shutil.copytree(repo / MODEL / "1", versions_repo / MODEL / "1", dirs_exist_ok=True)
-    server = start(workdir / "versions-server", {MODEL: versions_repo / MODEL})
-    try:
-        rows.append(case_versions(server, versions_repo))
-    finally:
-        server.stop(timeout=10)
+            server.stop(timeout=10)
+    if "versions" in cases:
+        versions_repo = workdir / "versions-repo"
+        shutil.copytree(repo / MODEL / "1", versions_repo / MODEL / "1", dirs_exist_ok=True)
+        server = start(workdir / "versions-server", {MODEL: versions_repo / MODEL})
+        try:
+            rows.append(case_versions(server, versions_repo))
+        finally:
+            server.stop(timeout=10)
     return rows
 
 
@@ -446,9 +454,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="models and server files (default: a temp dir)")
     parser.add_argument("--names", type=int, default=300, help="unknown model names sent (labels case)")
     parser.add_argument("--name-kib", type=int, default=1024, help="length of each name in KiB")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="misc-attacks-"))
-    rows = run_all(workdir, args.names, args.name_kib << 10)
+    rows = run_all(workdir, args.names, args.name_kib << 10, [c for c in args.cases.split(",") if c])
     print(HEADER)
     for row in rows:
         print(row.line())
