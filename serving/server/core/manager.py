@@ -180,7 +180,10 @@ class ServableManager:
         later reload of another config ends it with ``status.Aborted``. The
         config stays applied in every case.
         """
-        new_models, start, generation = self._apply_config(config)
+        applied = self._apply_config(config)
+        if applied is None:   # an empty config: nothing was changed
+            return
+        new_models, start, generation = applied
         if new_models:
             self._monitor.wait_until_models_available(
                 new_models, start, timeout,
@@ -200,14 +203,15 @@ class ServableManager:
                 f"{', '.join(models)}")
         return None
 
-    def _apply_config(self, config: Any) -> tuple[list[str], int, int]:
-        """Validate and apply ``config`` under the config lock; the models to wait for, and since when."""
+    def _apply_config(self, config: Any) -> Optional[tuple[list[str], int, int]]:
+        """Validate and apply ``config`` under the config lock: the models to wait for, the monitor's
+        checkpoint to wait from and the config's generation (None for an empty config)."""
         with self._config_lock:
             if self._thread is None:
                 raise RuntimeError("ServableManager.reload_config() called before start()")
             models = self._accepted_model_list(config)
             if models is None:
-                return [], 0, 0
+                return None
             previous = list(self._config.model_config_list.config) if self._config else []
             validate_model_config_list(models, previous)
             with self._cond:
