@@ -14,7 +14,9 @@ whose name is the version number, as TF Serving's file-system source expects::
 - **The zoo table:** :data:`ZOO` lists every zoo model in every variant that
   is published and served; TensorRT variants are GPU-only.
 - **Versions:** numeric child directories are versions (:func:`model_versions`,
-  :func:`latest_version_dir`); anything else is ignored. A new version is
+  :func:`latest_version_dir`); anything else is ignored. A name is a version
+  number as TF Serving parses it (:func:`parse_version`: ``absl::SimpleAtoi``
+  into an int64), so a name beyond int64 is no version at all. A new version is
   written into a non-numeric staging directory and renamed to its number as
   the last step (:class:`Staging`), so no reader ever sees half a version.
 - **Warmup:** TF Serving replays ``assets.extra/tf_serving_warmup_requests``
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -47,6 +50,8 @@ __all__ = [
     "WARMUP_DIR",
     "WARMUP_REQUESTS_FILE",
     "warmup_path",
+    "INT64_MAX",
+    "parse_version",
     "model_versions",
     "latest_version_dir",
     "next_version",
@@ -122,12 +127,41 @@ def warmup_path(version_dir: PathLike) -> Path:
     return Path(version_dir) / WARMUP_DIR / WARMUP_REQUESTS_FILE
 
 
+INT64_MAX = 2**63 - 1
+# absl::SimpleAtoi: ASCII blanks around an optional sign and decimal digits. Leading zeros are
+# matched apart, so no more than 19 significant digits ever reach int().
+_VERSION_NAME = re.compile(r"\s*([+-]?)0*([0-9]{1,19})\s*", re.ASCII)
+
+
+def parse_version(name: str) -> Optional[int]:
+    """The version number a directory name stands for, or None when it is not one.
+
+    TF Serving's file-system source parses each child of a base path with
+    ``absl::SimpleAtoi`` into an int64 and skips what does not parse
+    (``file_system_storage_path_source.cc``): blanks around it and a sign are
+    allowed, and a number outside int64 (``99999999999999999999``) is no version.
+    """
+    match = _VERSION_NAME.fullmatch(name)
+    if match is None:
+        return None
+    sign, digits = match.groups()
+    number = -int(digits) if sign == "-" else int(digits)
+    return number if -INT64_MAX - 1 <= number <= INT64_MAX else None
+
+
 def model_versions(model_dir: PathLike) -> list[int]:
-    """The numeric version directories under ``model_dir``, ascending ([] when it is missing)."""
+    """The version directories under ``model_dir`` (plain decimal names within int64), ascending.
+
+    [] when ``model_dir`` is missing. Stricter than the server's source, which also
+    takes blanks and signs (:func:`parse_version`): a repository written here names
+    versions by their plain number.
+    """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         return []
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    found = (parse_version(p.name) for p in model_dir.iterdir()
+             if p.is_dir() and p.name.isascii() and p.name.isdigit())
+    return sorted(v for v in found if v is not None)
 
 
 def latest_version_dir(model_dir: PathLike) -> Path:

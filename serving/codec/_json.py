@@ -6,12 +6,16 @@ the fast path both ways; the standard library parses documents orjson rejects
 only because of those tokens, and non-finite floats are written as raw tokens.
 Integers are read as rapidjson reads them: int64/uint64 stay integers, larger
 ones become doubles, and one too big for a double is an error (never Python's
-integer-digit limit).
+integer-digit limit). Text is read as rapidjson reads it: a lone surrogate
+escape (``"\\ud800"``) is "The surrogate pair in string is invalid", and
+bytes that are not UTF-8 are "Invalid encoding in string", both 400; so no
+parsed string is ever text that cannot be written back as UTF-8.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import Any, Optional
 
@@ -28,6 +32,7 @@ MAX_JSON_DEPTH = 1024
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 _INT64_MIN, _UINT64_MAX = -2**63, 2**64 - 1
 _DOUBLE_MAX_DIGITS = len(str(int(sys.float_info.max)))
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _FRAGMENTS = {token: orjson.Fragment(token) for token in (b"NaN", b"Infinity", b"-Infinity")}
 
 
@@ -51,8 +56,9 @@ def json_loads(body: bytes | bytearray | memoryview | str) -> Any:
     """Parse a JSON document; ``NaN``/``Infinity``/``-Infinity`` are accepted.
 
     Raises ``status.InvalidArgument`` ("JSON Parse error: ...", TF Serving's
-    prefix) for an empty or malformed document, invalid UTF-8, or arrays and
-    objects nested deeper than ``MAX_JSON_DEPTH`` -- never RecursionError.
+    prefix) for an empty or malformed document, invalid UTF-8, a lone UTF-16
+    surrogate, or arrays and objects nested deeper than ``MAX_JSON_DEPTH`` --
+    never RecursionError or UnicodeError.
     """
     if isinstance(body, memoryview):
         body = body.tobytes()
@@ -63,7 +69,13 @@ def json_loads(body: bytes | bytearray | memoryview | str) -> Any:
     except orjson.JSONDecodeError as exc:
         if "recursion" in str(exc):
             raise _too_deep(exc.pos) from None
+        if "surrogate in string" in str(exc):   # orjson: "no low surrogate in string", ...
+            raise _bad_surrogate(f" at offset: {exc.pos}") from None
     return _stdlib_loads(body)
+
+
+def _bad_surrogate(where: str = "") -> status.InvalidArgument:
+    return status.InvalidArgument(f"JSON Parse error: The surrogate pair in string is invalid{where}")
 
 
 def _too_deep(offset: Optional[int]) -> status.InvalidArgument:
@@ -90,14 +102,42 @@ def _too_big() -> status.InvalidArgument:
 
 
 def _stdlib_loads(body: Any) -> Any:
+    """The documents orjson refuses for their ``NaN``/``Infinity`` tokens (and its errors' wording)."""
     try:
-        return json.loads(body, parse_int=_parse_int)
+        value = json.loads(body, parse_int=_parse_int)
     except RecursionError:
         raise _too_deep(None) from None
     except json.JSONDecodeError as exc:
         raise status.InvalidArgument(f"JSON Parse error: {exc.msg} at offset: {exc.pos}") from None
     except UnicodeDecodeError as exc:
         raise status.InvalidArgument(f"JSON Parse error: Invalid encoding in string at offset: {exc.start}") from None
+    if _may_hold_surrogates(body):
+        _reject_surrogates(value)
+    return value
+
+
+def _may_hold_surrogates(body: Any) -> bool:
+    """A C-speed scan: only a body with a surrogate escape (or, as ``str``, any non-ASCII) needs the walk."""
+    if isinstance(body, str):
+        return not body.isascii()
+    return _SURROGATE_ESCAPE.search(body) is not None
+
+
+def _reject_surrogates(value: Any) -> None:
+    """``_bad_surrogate`` when a string or key of the parsed document is not UTF-8 text (a lone surrogate)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _bad_surrogate() from None
 
 
 def json_dumps(obj: Any) -> bytes:

@@ -23,7 +23,10 @@ to six significant digits, which makes ``rate(..._sum)`` step); a newline in a
 label value is escaped as ``\\n`` (TF leaves it raw, which breaks the page);
 ``CONTENT_TYPE`` names the text format's version (TF sends bare ``text/plain``);
 every family's ``# TYPE`` line is present from the start (TF declares its
-batching families only once batching has run).
+batching families only once batching has run); a request naming a model that
+is not served is counted under ``model_name=""`` (``UNSERVED_MODEL_LABEL``;
+TF Serving records whatever name the request gives, so any client can add
+series without bound: the data plane maps the name before recording).
 
 Thread-safety: every method may be called from any thread; one lock guards
 all series. Lifecycle: none — the object only holds numbers; it is registered
@@ -43,6 +46,7 @@ from serving.status import Code
 
 __all__ = [
     "CONTENT_TYPE",
+    "UNSERVED_MODEL_LABEL",
     "ServerMetrics",
     "exponential_buckets",
     "prometheus_name",
@@ -51,6 +55,9 @@ __all__ = [
 
 #: The text exposition format (TF Serving itself sends plain ``text/plain``).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: The ``model_name`` of a request whose model is not served (TF Serving keeps the request's own name).
+UNSERVED_MODEL_LABEL = ""
 
 LabelValues = Tuple[str, ...]
 
@@ -81,9 +88,10 @@ class _Family:
     """One metric family: a TF name, a type, label names and its series."""
 
     def __init__(self, tf_name: str, kind: str, label_names: Sequence[str],
-                 limits: Sequence[float] = ()) -> None:
+                 limits: Sequence[float] = (), documentation: str = "") -> None:
         self.name = prometheus_name(tf_name)
         self.kind = kind
+        self.documentation = documentation   # prometheus_client's help; TF Serving's page prints none
         self.label_names = tuple(label_names)
         self.limits = tuple(limits)
         self.le = tuple(_format_limit(limit) for limit in limits) + ("+Inf",)
@@ -107,7 +115,7 @@ class _Family:
 
     def snapshot(self) -> Metric:
         """A prometheus_client ``Metric`` with TF's sample names (caller holds the lock)."""
-        metric = Metric(self.name, "", self.kind)
+        metric = Metric(self.name, self.documentation, self.kind)
         for labels in sorted(self.series):
             cell = self.series[labels]
             named = dict(zip(self.label_names, labels))
@@ -139,7 +147,10 @@ class ServerMetrics:
         self._lock = threading.Lock()
         fam = _Family
         # Ordered like TF's CollectionRegistry (a std::map keyed by TF name).
-        self._request_count = fam("/tensorflow/serving/request_count", "counter", ("model_name", "status"))
+        self._request_count = fam(
+            "/tensorflow/serving/request_count", "counter", ("model_name", "status"),
+            documentation="The total number of requests. A model that is not served is counted under "
+                          "model_name=\"\" (TF Serving keeps the request's own name).")
         self._request_latency = fam("/tensorflow/serving/request_latency", "histogram",
                                     ("model_name", "API", "entrypoint"), _LATENCY_BUCKETS)
         self._runtime_latency = fam("/tensorflow/serving/runtime_latency", "histogram",
@@ -175,7 +186,8 @@ class ServerMetrics:
         ``api`` is ``Predict``/``Classify``/``Regress`` for gRPC and the URL verb
         (``predict``/``classify``/``regress``) for REST; ``entrypoint`` is
         ``GRPC`` or ``REST``; ``code`` becomes the canonical name (``OK``,
-        ``NOT_FOUND`` ...).
+        ``NOT_FOUND`` ...). ``model_name`` must be a served model's name or
+        ``UNSERVED_MODEL_LABEL``: every distinct value is a series kept for good.
         """
         code = Code(code)
         with self._lock:
@@ -248,7 +260,7 @@ class ServerMetrics:
 
     def describe(self) -> List[Metric]:
         """Family names only, so registering never takes a snapshot."""
-        return [Metric(family.name, "", family.kind) for family in self._families]
+        return [Metric(family.name, family.documentation, family.kind) for family in self._families]
 
     def render(self) -> bytes:
         """The whole registry in TF Serving's exposition format (see module docstring)."""

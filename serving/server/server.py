@@ -202,7 +202,11 @@ class ModelServer:
         self._poller.start()
 
     def _poll_config(self, seconds: float) -> None:
-        """``PollFilesystemAndReloadConfig``: errors are logged, the old config stays."""
+        """``PollFilesystemAndReloadConfig``: errors are logged, the old config stays.
+
+        Each reload waits for its new models one poll interval at most (TF Serving waits without
+        end, so a model that never gets a version stops it applying later versions of the file).
+        """
         while not self._poll_stop.wait(seconds):
             try:
                 config = config_files.load_model_server_config(self.flags.model_config_file)
@@ -210,7 +214,7 @@ class ModelServer:
                 logger.error("Failed to read ModelServerConfig file: %s", exc)
                 continue
             try:
-                self._manager.reload_config(config)
+                self._manager.reload_config(config, timeout=seconds, caller_gone=self._poll_stop)
             except status.ServingError as exc:
                 logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", exc.details)
 

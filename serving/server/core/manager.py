@@ -8,7 +8,15 @@ Mirrors TF Serving's ``AspiredVersionsManager`` + ``BasicManager`` +
   source is re-pointed (models missing from the new config get an empty
   aspired list, so they are unloaded), and the call returns once every newly
   added model's latest version is AVAILABLE or has failed (then
-  ``status.Unknown`` "N model(s) did not become available: ...").
+  ``status.Unknown`` "N model(s) did not become available: ..."), as
+  ``ServerCore::ReloadConfig`` waits (``WaitUntilModelsAvailable``, no time
+  limit). Unlike TF Serving, which waits holding its config lock (so a model
+  whose base path never has a version wedges every later reload), the lock
+  is held only while the config is applied, and the wait ends early: when
+  the caller has gone (``caller_gone`` is set: its deadline passed or it
+  cancelled; ``status.Cancelled``), past ``timeout`` (``DeadlineExceeded``),
+  or when a later reload applies a different config (``status.Aborted``). So
+  at most one reload is ever waiting, and the newest config always applies.
 * A manager thread applies the availability-preserving policy: a new version
   is loaded (retried ``max_num_load_retries`` times, ``load_retry_interval_micros``
   apart) and warmed up before the old one is unloaded. Loads and unloads run
@@ -102,7 +110,9 @@ class ServableManager:
         self._labels: LabelMap = {}
         self._config: Any = None
         self._model_names: list[str] = []
+        self._served: frozenset[str] = frozenset()   # replaced whole: read without the lock
         self._config_lock = threading.Lock()
+        self._config_generation = 0   # bumped (under _cond) by each reload that changes the config
         self._source = FileSystemSource(self._on_aspired_versions, file_system_poll_wait_seconds)
         self._workers: Optional[ThreadPoolExecutor] = None
         self._thread: Optional[threading.Thread] = None
@@ -160,18 +170,48 @@ class ServableManager:
 
     # ------------------------------------------------------------ config
 
-    def reload_config(self, config: Any, timeout: Optional[float] = None) -> None:
+    def reload_config(self, config: Any, timeout: Optional[float] = None,
+                      caller_gone: Optional[threading.Event] = None) -> None:
         """Replace the served models with ``config`` (a ``ModelServerConfig``); see module doc.
 
         ``timeout`` (seconds, None = wait as long as it takes, like TF Serving)
         bounds the wait for newly added models; past it ``status.DeadlineExceeded``.
+        ``caller_gone``, once set, ends the wait with ``status.Cancelled``; a
+        later reload of another config ends it with ``status.Aborted``. The
+        config stays applied in every case.
         """
+        applied = self._apply_config(config)
+        if applied is None:   # an empty config: nothing was changed
+            return
+        new_models, start, generation = applied
+        if new_models:
+            self._monitor.wait_until_models_available(
+                new_models, start, timeout,
+                stop=lambda: self._wait_abandoned(new_models, generation, caller_gone))
+        log.info("Finished adding/updating models")
+
+    def _wait_abandoned(self, models: list[str], generation: int,
+                        caller_gone: Optional[threading.Event]) -> Optional[status.ServingError]:
+        """Why a reload's wait for ``models`` should end now, if it should (caller holds ``_cond``)."""
+        if caller_gone is not None and caller_gone.is_set():
+            return status.Cancelled(
+                f"The caller of the config reload has gone (deadline or cancel); stopped waiting for "
+                f"model(s) to become available: {', '.join(models)}")
+        if generation != self._config_generation:
+            return status.Aborted(
+                f"A later config reload replaced this config before model(s) became available: "
+                f"{', '.join(models)}")
+        return None
+
+    def _apply_config(self, config: Any) -> Optional[tuple[list[str], int, int]]:
+        """Validate and apply ``config`` under the config lock: the models to wait for, the monitor's
+        checkpoint to wait from and the config's generation (None for an empty config)."""
         with self._config_lock:
             if self._thread is None:
                 raise RuntimeError("ServableManager.reload_config() called before start()")
             models = self._accepted_model_list(config)
             if models is None:
-                return
+                return None
             previous = list(self._config.model_config_list.config) if self._config else []
             validate_model_config_list(models, previous)
             with self._cond:
@@ -181,7 +221,12 @@ class ServableManager:
                     allow_unavailable=self._allow_unavailable_labels)
                 self._labels = labels
                 self._model_names = [m.name for m in models]
+                self._served = frozenset(self._model_names)
                 start = self._monitor.checkpoint()
+                if config != self._config:
+                    self._config_generation += 1
+                    self._cond.notify_all()   # a reload still waiting for the old config gives up
+                generation = self._config_generation
             new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
             self._config = type(config)()
             self._config.CopyFrom(config)
@@ -190,8 +235,7 @@ class ServableManager:
                 [ServableToMonitor(m.name, m.base_path,
                                    m.model_version_policy if m.HasField("model_version_policy")
                                    else None) for m in models])
-            self._monitor.wait_until_models_available(new_models, start, timeout)
-            log.info("Finished adding/updating models")
+            return new_models, start, generation
 
     def _accepted_model_list(self, config: Any) -> Optional[list]:
         kind = config.WhichOneof("config")
@@ -266,6 +310,10 @@ class ServableManager:
         """Names of the models in the current config, in config order."""
         with self._cond:
             return list(self._model_names)
+
+    def serves(self, name: str) -> bool:
+        """Whether ``name`` is a model of the current config (lock-free; the request path asks)."""
+        return name in self._served
 
     def version_labels(self, name: str) -> dict[str, int]:
         """The labels of ``name`` (label -> version) currently in force."""

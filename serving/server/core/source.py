@@ -1,9 +1,11 @@
 """File-system source: polls each model's ``base_path`` for numeric version directories.
 
 Mirrors ``sources/storage_path/file_system_storage_path_source.cc``. Each
-poll lists ``base_path``; children whose name parses as an integer are
-versions, everything else (the exporter's temp dirs, ``.DS_Store``, ...) is
-ignored. The model's ``ServableVersionPolicy`` picks the aspired versions:
+poll lists ``base_path``; children whose name parses as an int64 are
+versions (``serving.model_repo.parse_version``, TF Serving's rule), everything
+else (the exporter's temp dirs, ``.DS_Store``, ...) is ignored. A name of
+digits beyond int64 (``99999999999999999999``) is ignored too, with a warning
+logged once per path (TF Serving skips it silently). The model's ``ServableVersionPolicy`` picks the aspired versions:
 ``latest {num_versions}`` (default, 1), ``all {}`` or ``specific {versions}``.
 The full aspired list is handed to the callback on every poll; the manager
 diffs it against what it holds. A model removed from the config gets one
@@ -24,12 +26,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from serving.model_repo import parse_version
+
 __all__ = ["ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
            "list_versions"]
 
 log = logging.getLogger(__name__)
 
-_VERSION = re.compile(r"\s*[+-]?[0-9]+\s*")
+_NUMERIC = re.compile(r"\s*[+-]?[0-9]+\s*", re.ASCII)
+_MAX_WARNED_PATHS = 4096  # what the once-per-path warning remembers
 
 
 @dataclass(frozen=True)
@@ -50,18 +55,38 @@ class ServableToMonitor:
 AspiredVersionsCallback = Callable[[str, list[AspiredVersion]], None]
 
 
-def list_versions(base_path: str) -> dict[int, str]:
-    """Version number -> child directory name, for children that parse as integers."""
+def list_versions(base_path: str, warned: Optional[set[str]] = None) -> dict[int, str]:
+    """Version number -> child directory name, for children that parse as int64 version numbers.
+
+    A directory of digits beyond int64 is skipped with a warning, once per path
+    when ``warned`` (the paths already warned about) is given.
+    """
     versions: dict[int, str] = {}
     for child in sorted(os.listdir(base_path)):
-        if not _VERSION.fullmatch(child) or not os.path.isdir(os.path.join(base_path, child)):
+        number = parse_version(child)
+        path = os.path.join(base_path, child)
+        if number is None:
+            if _NUMERIC.fullmatch(child) and os.path.isdir(path):
+                _warn_out_of_range(path, warned)
             continue
-        number = int(child)
+        if not os.path.isdir(path):
+            continue
         if number in versions:
             log.warning("Duplicate version directories detected. Version %d will be loaded from "
                         "%s, %s will be ignored.", number, child, versions[number])
         versions[number] = child
     return versions
+
+
+def _warn_out_of_range(path: str, warned: Optional[set[str]]) -> None:
+    if warned is not None:
+        if path in warned:
+            return
+        if len(warned) >= _MAX_WARNED_PATHS:
+            warned.clear()
+        warned.add(path)
+    log.warning("Ignoring version directory %s: its name is beyond the int64 range of version "
+                "numbers, as TF Serving ignores a name that does not parse as an int64", path[:1024])
 
 
 def aspired_versions(servable: ServableToMonitor, on_disk: dict[int, str]) -> list[AspiredVersion]:
@@ -98,6 +123,7 @@ class FileSystemSource:
         self._poll_wait_seconds = poll_wait_seconds
         self._servables: tuple[ServableToMonitor, ...] = ()
         self._lock = threading.Lock()
+        self._warned: set[str] = set()   # out-of-range version paths already logged
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -131,7 +157,7 @@ class FileSystemSource:
     def _poll_locked(self) -> None:
         for servable in self._servables:
             try:
-                on_disk = list_versions(servable.base_path)
+                on_disk = list_versions(servable.base_path, self._warned)
             except OSError as exc:
                 log.error("FileSystemStoragePathSource encountered a filesystem access error: "
                           "Could not find base path %s for servable %s with error %s",

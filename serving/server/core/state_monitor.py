@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from serving import status
 from serving.server.core.state import ManagerState, VersionStatus
 
 __all__ = ["ServableStateMonitor"]
+
+_WAIT_POLL_S = 0.5
+_STOP_POLL_S = 0.1   # how soon a waiter notices that its caller has gone
 
 
 class ServableStateMonitor:
@@ -60,14 +63,18 @@ class ServableStateMonitor:
         return entry is not None and entry[0].state is ManagerState.AVAILABLE
 
     def wait_until_models_available(self, names: Sequence[str], since: int,
-                                     timeout: Optional[float] = None) -> None:
+                                     timeout: Optional[float] = None,
+                                     stop: Optional[Callable[[], Optional[status.ServingError]]] = None) -> None:
         """Wait until each model's latest version published after ``since`` is AVAILABLE or END.
 
         Takes the lock itself. Raises ``status.Unknown`` with ServerCore's
         message if some ended in error, ``status.DeadlineExceeded`` after
-        ``timeout`` seconds (None = no limit), ``status.Cancelled`` once closed.
+        ``timeout`` seconds (None = no limit), ``status.Cancelled`` once closed,
+        and whatever ``stop()`` returns once it returns an error (it is asked
+        under the lock, at each wake-up and every ``_STOP_POLL_S``).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        poll = _WAIT_POLL_S if stop is None else _STOP_POLL_S
         with self._cond:
             while True:
                 pending, failed = self._latest_outcomes(names, since)
@@ -76,11 +83,14 @@ class ServableStateMonitor:
                 if self._closed:
                     raise status.Cancelled(
                         f"Stopped while waiting for model(s) to load: {', '.join(pending)}")
+                reason = stop() if stop is not None else None
+                if reason is not None:
+                    raise reason
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise status.DeadlineExceeded(
                         f"Timed out waiting for model(s) to load: {', '.join(pending)}")
-                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                self._cond.wait(poll if remaining is None else min(remaining, poll))
         if failed:
             details = "".join(
                 f"{{{{name: {name} version: {st.version}}}{_due_to(st)}}}, " for name, st in failed)

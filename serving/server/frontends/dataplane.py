@@ -17,7 +17,9 @@ Metrics are recorded where TF Serving records them:
 
 - per front-end call, through ``DataPlane.track``: ``request_count`` for every
   gRPC Predict/Classify/Regress and every REST request, ``request_latency`` on
-  success only;
+  success only; a model name that is not served (not in the current config) is
+  recorded as ``metrics.UNSERVED_MODEL_LABEL``, so requests cannot grow the
+  metrics without bound (TF Serving records the request's name as it is);
 - ``runtime_latency`` around the model run of Predict, Classify and Regress;
 - ``request_example_counts`` / ``request_example_count_total``: the number of
   tf.Examples of every Classify, Regress and MultiInference that ran
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import (
@@ -65,6 +68,7 @@ from serving import status
 from serving.codec import CLASSIFY_METHOD_NAME, DEFAULT_SIGNATURE, REGRESS_METHOD_NAME
 from serving.server.core.state import VersionStatus
 from serving.server.deadline import request_deadline
+from serving.server.metrics import UNSERVED_MODEL_LABEL
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 from serving.server.tensorflow.servable import Servable, Signature
@@ -98,7 +102,9 @@ class ModelManager(Protocol):
     ``acquire`` holds one servable for one request (omitted version = highest
     AVAILABLE; NotFound / InvalidArgument in TF Serving's words);
     ``model_status`` lists versions newest first; ``reload_config`` replaces
-    the served models. All three may be called from many threads.
+    the served models (``caller_gone``, when set, ends its wait for them);
+    ``serves`` says whether a name is in the current config. All may be
+    called from many threads.
     """
 
     def acquire(self, name: str, version: Optional[int] = None,
@@ -106,7 +112,10 @@ class ModelManager(Protocol):
 
     def model_status(self, name: str, version: Optional[int] = None) -> list[VersionStatus]: ...
 
-    def reload_config(self, config: ModelServerConfig, timeout: Optional[float] = None) -> None: ...
+    def reload_config(self, config: ModelServerConfig, timeout: Optional[float] = None,
+                      caller_gone: Optional[threading.Event] = None) -> None: ...
+
+    def serves(self, name: str) -> bool: ...
 
 
 class RequestMetrics(Protocol):
@@ -205,7 +214,8 @@ class DataPlane:
         finally:
             if self._metrics is not None:
                 latency_us = (time.perf_counter() - start) * 1e6
-                self._metrics.record_request(model_name, api, entrypoint, code, latency_us)
+                label = model_name if self._manager.serves(model_name) else UNSERVED_MODEL_LABEL
+                self._metrics.record_request(label, api, entrypoint, code, latency_us)
 
     @contextlib.contextmanager
     def _runtime(self, model_name: str, api: str) -> Iterator[None]:
@@ -301,8 +311,13 @@ class DataPlane:
         """Every version of ``spec.name`` newest first, or only ``spec.version``; labels are ignored."""
         return self._manager.model_status(spec.name, spec.version)
 
-    def reload_config(self, config: ModelServerConfig) -> None:
-        """Replace the served models with ``config``; only a ``model_config_list`` is accepted."""
+    def reload_config(self, config: ModelServerConfig, timeout: Optional[float] = None,
+                      caller_gone: Optional[threading.Event] = None) -> None:
+        """Replace the served models with ``config``; only a ``model_config_list`` is accepted.
+
+        Waits until the added models are AVAILABLE, as TF Serving does, unless the
+        caller goes first (``caller_gone`` set, or ``timeout`` s passed).
+        """
         if config.WhichOneof("config") != "model_config_list":
             raise status.InvalidArgument(
                 "ServerModelConfig type not supported by HandleReloadConfigRequest. "
@@ -310,7 +325,7 @@ class DataPlane:
         for index, model in enumerate(config.model_config_list.config):
             logger.info("Config entry index: %d path: %s name: %s platform: %s",
                         index, model.base_path, model.name, model.model_platform)
-        self._manager.reload_config(config)
+        self._manager.reload_config(config, timeout, caller_gone)
 
     # -- helpers ---------------------------------------------------------
     def _acquire(self, spec: ModelSpec) -> ContextManager[Servable]:

@@ -45,6 +45,7 @@ import functools
 import logging
 import os
 import socket
+import threading
 import time
 from concurrent import futures
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
@@ -295,10 +296,16 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
 
     def HandleReloadConfigRequest(self, request: model_management_pb2.ReloadConfigRequest,
                                   context: grpc.ServicerContext) -> model_management_pb2.ReloadConfigResponse:
-        """Reload; like TF Serving, the status is both in the response and the RPC status."""
+        """Reload; like TF Serving, the status is both in the response and the RPC status.
+
+        The wait for the new models ends when the call does (its deadline, or a cancel).
+        """
         response = model_management_pb2.ReloadConfigResponse()
+        caller_gone = threading.Event()
+        if not context.add_callback(caller_gone.set):   # runs once the call terminates
+            caller_gone.set()
         try:
-            self._dp.reload_config(request.config)
+            self._dp.reload_config(request.config, timeout=context.time_remaining(), caller_gone=caller_gone)
         except Exception as exc:  # noqa: BLE001 - every failure must become a status
             error = exc if isinstance(exc, status.ServingError) else status.internal_error(
                 "Internal error while handling HandleReloadConfigRequest", exc, logger)

@@ -6,7 +6,9 @@ predict/classify/regress regex and GET the status/metadata regex, otherwise
 the answer is 400 "Malformed request: METHOD PATH". Every ``/v1`` answer is
 ``Content-Type: application/json`` and errors are ``{"error": "..."}`` with
 ``http_server.cc``'s status mapping (``serving.status.to_http_status``). The
-Prometheus page is served at the monitoring config's path as ``text/plain``.
+Prometheus page is served at the monitoring config's path as ``text/plain``;
+it is rendered on a thread of its own, never on the event loop, and scrapes
+that arrive while a page is being rendered share that page.
 
 The event loop only routes and reads bodies. Decoding (gzip inflation too),
 the one data-plane call and encoding run on a pool of ``--rest_api_num_threads``
@@ -22,7 +24,14 @@ slow upload holds a connection, bounded by the read timeout, not a slot) and
 held until the worker thread is done, even after a 504. Bodies being read take
 at most ``max_connections`` x ``max_body_bytes`` of memory. An unexpected
 exception is logged with a request id; the 500 names only the id, never
-Python's text.
+Python's text. Every answer is JSON, the ones aiohttp would write itself too
+(an exception escaping a handler, an HTTP message it cannot parse): its own
+text page never reaches a client.
+
+Text is checked where it enters: a JSON body with a lone surrogate or bytes
+that are not UTF-8 is 400 (``codec.json_loads``), and so is a model name or
+version label whose %-decoded bytes are not UTF-8 ("Failed to decode model
+name:", TF Serving's message; TF Serving itself passes such bytes on).
 
 Checks run in TF Serving's order: the JSON document first, then the model and
 its signature (``DataPlane.signature``, as ``GetInfoMap`` does), then the
@@ -31,6 +40,7 @@ inputs decoded with that signature's dtypes, then the model run.
 from __future__ import annotations
 
 import asyncio
+import http
 import logging
 import re
 import threading
@@ -41,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from google.protobuf import json_format
 
 from serving import codec, status
@@ -84,6 +95,7 @@ _INT64_MAX = 2**63 - 1
 _INT64_DIGITS = len(str(_INT64_MAX))
 _ECHOED_CHARS = 200
 _JSON = "application/json"
+_HTTP_STATUSES = frozenset(http.HTTPStatus)
 _CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
                  "Access-Control-Allow-Headers": "Content-Type"}
 
@@ -122,11 +134,30 @@ def parse_route(http_method: str, path: str) -> RestRoute:
             raise status.InvalidArgument(f"Failed to convert version: {version_text} to numeric.")
         version = int(version_text)
     return RestRoute(
-        model_name=urllib.parse.unquote(name or ""),
+        model_name=_decoded_segment(name or "", "model name"),
         version=version,
-        version_label=urllib.parse.unquote(label) if label else None,
+        version_label=_decoded_segment(label, "model version label") if label else None,
         method=(tail or "").lower() if http_method == "POST" else "",
         subresource=(tail or "").lower() if http_method == "GET" else "")
+
+
+def _decoded_segment(segment: str, what: str) -> str:
+    """A %-escaped path segment as text (``DecodeArg``); InvalidArgument when its bytes are not UTF-8."""
+    raw = segment.encode("utf-8", errors="surrogateescape")  # aiohttp keeps undecodable bytes as surrogates
+    try:
+        return urllib.parse.unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        shown = raw[:_ECHOED_CHARS].decode("ascii", errors="backslashreplace")
+        raise status.InvalidArgument(
+            f"Failed to decode {what}:{shown} (its %-decoded bytes are not UTF-8 text)") from None
+
+
+def _error_json(details: str) -> bytes:
+    """``{"error": details}``; text that is not UTF-8 is written with backslash escapes, never refused."""
+    try:
+        return codec.json_dumps({"error": details})
+    except TypeError:  # orjson refuses lone surrogates
+        return codec.json_dumps({"error": details.encode("utf-8", errors="backslashreplace").decode("utf-8")})
 
 
 def _json_object(body: bytes, loads: Callable[[bytes], Any] = codec.json_loads) -> dict:
@@ -191,6 +222,8 @@ class RestFrontend:
         self._in_flight = 0
         self._monitoring_path = monitoring_path
         self._metrics = metrics
+        self._metrics_pool = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rest-metrics")
+        self._page: Optional[asyncio.Future] = None   # the page being rendered, shared by concurrent scrapes
         self._cors = enable_cors
         self._max_tensor_elements = max_tensor_elements
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -239,26 +272,29 @@ class RestFrontend:
         self._guard.request_started(request.protocol)
         try:
             return await self._answer(request)
+        except Exception as exc:  # noqa: BLE001 - never aiohttp's own page, never Python's text
+            error = status.internal_error(f"Internal error while handling {request.method} request", exc, logger)
+            return self._reply(500, _error_json(error.details))
         finally:
             self._guard.request_finished(request.protocol, body_read=request.content.is_eof())
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         path = request.raw_path.split("?", 1)[0]
         if self._monitoring_path is not None and path == self._monitoring_path:
-            return self._prometheus()
+            return await self._prometheus()
         if not DISPATCH_REGEX.fullmatch(path):
-            return self._reply(404, codec.json_dumps({"error": f"Not found: {request.method} {path}"}))
+            return self._reply(404, _error_json(f"Not found: {request.method} {path}"))
         try:
             return self._reply(200, await self._serve_v1(request, path))
         except RequestRefused as exc:
-            response = self._reply(exc.http_status, codec.json_dumps({"error": exc.details}))
+            response = self._reply(exc.http_status, _error_json(exc.details))
             response.force_close()
             return response
         except status.ServingError as exc:
-            return self._reply(status.to_http_status(exc.code), codec.json_dumps({"error": exc.details}))
+            return self._reply(status.to_http_status(exc.code), _error_json(exc.details))
         except Exception as exc:  # noqa: BLE001 - the server must answer and stay up
             error = status.internal_error(f"Internal error while handling {request.method} {path}", exc, logger)
-            return self._reply(500, codec.json_dumps({"error": error.details}))
+            return self._reply(500, _error_json(error.details))
 
     async def _serve_v1(self, request: web.Request, path: str) -> bytes:
         """One ``/v1`` request, counted in the metrics under its model and verb as TF Serving does."""
@@ -351,8 +387,12 @@ class RestFrontend:
             response.headers.update(_CORS_HEADERS)
         return response
 
-    def _prometheus(self) -> web.Response:
-        body = self._metrics.render() if self._metrics is not None else b""
+    async def _prometheus(self) -> web.Response:
+        body = b""
+        if self._metrics is not None:
+            if self._page is None or self._page.done():
+                self._page = asyncio.wrap_future(self._metrics_pool.submit(self._metrics.render))
+            body = await asyncio.shield(self._page)
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     # -- lifecycle ------------------------------------------------------
@@ -387,7 +427,8 @@ class RestFrontend:
             options["keepalive_timeout"] = self._read_timeout
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, **options)
         await self._runner.setup()
-        self._guard = ConnectionGuard(self._runner.server,
+        server = self._runner.server
+        self._guard = ConnectionGuard(lambda: _JsonErrorHandler(server, loop=server._loop, **server._kwargs),
                                       max_connections=connection_cap(self._limits.max_connections),
                                       read_timeout_seconds=self._limits.read_timeout_seconds)
         await GuardedSite(self._runner, self._guard, self._host, self._port).start()
@@ -403,6 +444,33 @@ class RestFrontend:
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(10)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._metrics_pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it answers itself (an HTTP message it cannot
+    parse, a handler's exception or timeout) as ``{"error": ...}`` instead of its text page.
+
+    The web server's own factory makes plain ``RequestHandler``s; the front-end's connection
+    guard makes these instead, with the same arguments (``web.Server`` keeps them private).
+    """
+
+    __slots__ = ()
+
+    def handle_error(self, request: Any, http_status: int = 500, exc: Optional[BaseException] = None,
+                     message: Optional[str] = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # part of an answer went out: aiohttp closes the connection
+            return super().handle_error(request, http_status, exc, message)
+        if http_status >= 500:
+            details = status.internal_error("Internal error while handling a request",
+                                            exc or RuntimeError(message), logger).details
+        else:
+            logger.debug("Malformed HTTP request: %s", message)
+            phrase = http.HTTPStatus(http_status).phrase if http_status in _HTTP_STATUSES else "Bad Request"
+            details = f"Malformed HTTP request: {phrase}"
+        response = web.Response(status=http_status, body=_error_json(details), headers={"Content-Type": _JSON})
+        response.force_close()
+        return response
 
 
 def _try_parse_route(http_method: str, path: str) -> tuple[RestRoute, Optional[status.ServingError]]:

@@ -70,8 +70,11 @@ class ExplodingManager:
     def model_status(self, name: str, version=None):
         return self._manager.model_status(name, version)
 
-    def reload_config(self, config, timeout=None) -> None:
-        self._manager.reload_config(config, timeout)
+    def reload_config(self, config, timeout=None, caller_gone=None) -> None:
+        self._manager.reload_config(config, timeout, caller_gone)
+
+    def serves(self, name: str) -> bool:
+        return self._manager.serves(name)
 
 
 @contextlib.contextmanager

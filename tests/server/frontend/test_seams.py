@@ -25,7 +25,7 @@ def parameters(function) -> list[tuple]:
 
 
 @pytest.mark.parametrize("protocol, implementation, methods", [
-    (ModelManager, ServableManager, ["acquire", "model_status", "reload_config"]),
+    (ModelManager, ServableManager, ["acquire", "model_status", "reload_config", "serves"]),
     (RequestMetrics, ServerMetrics, ["record_request", "record_runtime", "record_examples"]),
     (MetricsPage, ServerMetrics, ["render"]),
 ])
