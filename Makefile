@@ -69,7 +69,8 @@ images: $(STAMP)
 
 # MODELS=resnet50,digits_xla (or all) also exports those zoo models when missing (default: digits,
 # text and ranker, only into an empty model repository).
-up: $(STAMP)
+# IMAGES=local: the CPU stack on the stand-in images of `make images` (built first when they changed).
+up: $(STAMP) $(if $(filter local,$(IMAGES)),images)
 	$(PY) -m serving.up $(if $(MODELS),--models $(MODELS)) $(if $(IMAGES),--images $(IMAGES))
 
 # The compose gateway's secrets: a local CA, the server certificate, client and admin certificates and

@@ -3,7 +3,7 @@
 - ``build [NAME ...] [--force]`` (``make images``): make sure an engine answers
   (starting Debian's ``dockerd`` if needed, and leaving it running), then build
   what changed.
-- ``list``: each image with its content hash and whether it is built.
+- ``list``: each image with its content hash: up to date, stale or missing.
 - ``run -- CMD ...`` (``make test``): an engine (installed and started if
   needed), the images, then ``CMD``; the engine this run started is stopped at
   the end, and ``CMD``'s exit status is returned. Without an engine ``CMD``
@@ -17,8 +17,8 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
-from deploy.images.build import IMAGES, build_images, content_hash
-from serving.stack.docker import image_id
+from deploy.images.build import HASH_LABEL, IMAGES, build_images, content_hash
+from serving.stack.docker import image_id, image_label
 from deploy.images.engine import start_engine
 
 # What the tests read to learn why no engine answers (the Docker tests' skip reason).
@@ -42,7 +42,9 @@ def _list() -> int:
     hashes: dict[str, str] = {}
     for image in IMAGES:
         hashes[image.name] = content_hash(image, hashes.get(image.base, ""))
-        print(f"{image.name:42} {hashes[image.name][:12]}  {'built' if image_id(image.name) else 'missing'}")
+        label = image_label(image.name, HASH_LABEL)
+        state = "missing" if image_id(image.name) is None else "up to date" if label == hashes[image.name] else "stale"
+        print(f"{image.name:42} {hashes[image.name][:12]}  {state}")
     return 0
 
 
@@ -69,7 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     build = sub.add_parser("build", help="build the local images that changed (make images)")
     build.add_argument("names", nargs="*", metavar="NAME", help="only these images (and their bases)")
     build.add_argument("--force", action="store_true", help="rebuild even when the content hash matches")
-    sub.add_parser("list", help="each image, its content hash, built or missing")
+    sub.add_parser("list", help="each image, its content hash: up to date, stale or missing")
     run = sub.add_parser("run", help="engine + images, then run CMD (make test)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     args = parser.parse_args(argv)

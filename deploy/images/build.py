@@ -5,8 +5,8 @@ the compose stack runs is built locally (``docker-compose.local.yml`` names
 them). Two Debian bases come from ``debootstrap`` + ``docker import``; every
 other image is a ``docker build`` on one of them. An image is rebuilt only
 when the hash of what it is made of changes: its Dockerfile, the files it
-copies, its build arguments and its base's hash (recorded in
-``.cache/images/built.json`` beside the image ID the engine gave it).
+copies, its build arguments and its base's hash, which the image carries as
+the label :data:`HASH_LABEL` (so a new clone on the same engine builds nothing).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
-from serving.stack.docker import image_id
+from serving.stack.docker import image_label
 
 __all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "NGINX_IMAGE", "content_hash", "build_images",
            "debian_mirror"]
@@ -40,6 +40,8 @@ DEBOOTSTRAP_SCRIPTS = {"forky": "sid"}
 # The gateway's stand-in: nginx from Debian testing (forky), the one Debian nginx at or above 1.27.3,
 # the first with `server ... resolve` in an upstream block, which the pinned image (1.28) has too.
 NGINX_IMAGE = "tfs-stack-local/nginx:1.30-forky"
+# The label each image carries: the content hash it was built from.
+HASH_LABEL = "org.tfs-stack.content-hash"
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _run(cmd: Sequence[str], log: Path, **kwargs: object) -> None:
                            + "\n    ".join(tail))
 
 
-def _debootstrap(image: Image, log: Path, docker: str) -> None:
+def _debootstrap(image: Image, digest: str, log: Path, docker: str) -> None:
     if shutil.which("debootstrap") is None and shutil.which("debootstrap", path="/usr/sbin:/sbin") is None:
         _run(["apt-get", "install", "-y", "-q", "debootstrap"], log,
              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
@@ -148,17 +150,18 @@ def _debootstrap(image: Image, log: Path, docker: str) -> None:
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
         try:
             _run([docker, "import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                  "--change", 'CMD ["/bin/bash"]', "-", image.name], log, stdin=tar.stdout)
+                  "--change", 'CMD ["/bin/bash"]', "--change", f"LABEL {HASH_LABEL}={digest}", "-", image.name],
+                 log, stdin=tar.stdout)
         finally:
             tar.wait()
 
 
-def _docker_build(image: Image, root: Path, log: Path, docker: str) -> None:
+def _docker_build(image: Image, digest: str, root: Path, log: Path, docker: str) -> None:
     dockerfile = root / image.dockerfile
     args = [a for k, v in {**image.args}.items() for a in ("--build-arg", f"{k}={v}")]
     base_arg = {"tfs-stack-local/python:3.11-bookworm": "PYTHON_IMAGE"}.get(image.base, "DEBIAN_IMAGE")
-    cmd = [docker, "build", "-q", "-f", str(dockerfile), "-t", image.name, "--build-arg", f"{base_arg}={image.base}",
-           *args]
+    cmd = [docker, "build", "-q", "-f", str(dockerfile), "-t", image.name, "--label", f"{HASH_LABEL}={digest}",
+           "--build-arg", f"{base_arg}={image.base}", *args]
     if image.context == "repo":
         _run([*cmd, str(root)], log)
     elif image.context == "folder":
@@ -185,8 +188,6 @@ def build_images(*, only: Sequence[str] = (), force: bool = False, root: Path = 
     one take seconds.
     """
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    record_path = CACHE_DIR / "built.json"
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     logfile = CACHE_DIR / "build.log"
     images = _images(root)
     wanted = set(only) or {i.name for i in images} | {EXPORTER_IMAGE}
@@ -201,19 +202,15 @@ def build_images(*, only: Sequence[str] = (), force: bool = False, root: Path = 
         hashes[image.name] = content_hash(image, hashes.get(image.base, ""), root)
         if image.name not in wanted:
             continue
-        present = image_id(image.name, docker)
-        entry = record.get(image.name, {})
-        if not force and present and entry.get("hash") == hashes[image.name] and entry.get("id") == present:
+        if not force and image_label(image.name, HASH_LABEL, docker) == hashes[image.name]:
             log(f"images: {image.name} up to date")
             continue
         started = time.monotonic()
         log(f"images: building {image.name} (log: {logfile})")
         if image.suite:
-            _debootstrap(image, logfile, docker)
+            _debootstrap(image, hashes[image.name], logfile, docker)
         else:
-            _docker_build(image, root, logfile, docker)
-        record[image.name] = {"hash": hashes[image.name], "id": image_id(image.name, docker)}
-        record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            _docker_build(image, hashes[image.name], root, logfile, docker)
         built.append(image.name)
         log(f"images: built {image.name} in {time.monotonic() - started:.0f} s")
     if EXPORTER_IMAGE in wanted:

@@ -43,6 +43,7 @@ __all__ = [
     "TFServingUnavailable",
     "probe_engine",
     "image_id",
+    "image_label",
     "image_present",
     "image_absent_reason",
     "tfserving_image",
@@ -123,6 +124,19 @@ def image_id(image: str, docker: str = "docker", timeout: float = 20.0) -> Optio
     except subprocess.TimeoutExpired:
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def image_label(image: str, label: str, docker: str = "docker", timeout: float = 20.0) -> Optional[str]:
+    """The value of ``label`` on ``image`` in the local store; None without the image or the label."""
+    if shutil.which(docker) is None:
+        return None
+    try:
+        proc = _run([docker, "image", "inspect", "--format", "{{json .Config.Labels}}", image], timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0:
+        return None
+    return (json.loads(proc.stdout or "null") or {}).get(label)
 
 
 def image_present(image: str, docker: str = "docker", timeout: float = 20.0) -> bool:

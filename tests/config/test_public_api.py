@@ -6,14 +6,16 @@ import importlib
 import pytest
 
 API = {
-    "gateway": ["SECRET_FILES", "TEMPLATE_DIR", "TEMPLATES", "UnsetVariable", "render_template", "render_templates",
-                "template_variables"],
+    "gateway": ["HTTP2_DIRECTIVE_SINCE", "SECRET_FILES", "TEMPLATE_DIR", "TEMPLATES", "UPSTREAM_RESOLVE_SINCE",
+                "NginxVersion", "UnsetVariable", "for_nginx_version", "installed_nginx_version",
+                "parse_nginx_version", "render_template", "render_templates", "template_variables"],
     "gateway.certs": ["DEFAULT_DIR", "DEFAULT_SERVER_NAMES", "ROLES", "Credentials", "CertsError", "init_secrets",
                       "issue_client", "build_parser", "main"],
     "serving.config": ["load_model_server_config", "load_batching_parameters", "load_monitoring_config",
                        "load_ssl_config", "parse_text_proto"],
-    "serving.config.compose": ["ComposeError", "EmbeddedPlan", "compose_command", "load_compose_model",
-                               "volume_map", "remap_server_args", "service_models_config",
+    "serving.config.compose": ["ComposeError", "EmbeddedPlan", "COMPOSE_FILES", "LOCAL_OVERRIDE",
+                               "GRAFANA_PASSWORD", "with_grafana_placeholder", "compose_command",
+                               "load_compose_model", "volume_map", "remap_server_args", "service_models_config",
                                "plan_embedded_server"],
     "serving.config.protos": ["batching_parameters_class", "monitoring_config_class", "ssl_config_class"],
     "serving.config.edit": ["VersionPolicy", "parse_labels", "model_entry", "find_entry", "entry_problems",
@@ -25,8 +27,11 @@ API = {
     "serving.rollout": ["RolloutError", "Step", "plan_label_move", "canary_labels", "promote_labels",
                         "rollback_labels", "served_versions", "connect", "Rollout"],
     "serving.up": ["Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles",
-                   "missing_gateway_files", "missing_models", "ensure_commands", "DEFAULT_EXPORTS", "zoo_selection",
-                   "export_order", "prepare_served_config", "build_parser", "main"],
+                   "NON_ROOT_ID", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
+                   "ComposePlan", "plan_compose", "cpu_limits", "missing_local_images", "HostPath", "host_paths",
+                   "prepare_host_paths", "missing_gateway_files", "missing_models", "ensure_commands",
+                   "DEFAULT_EXPORTS", "zoo_selection", "export_order", "prepare_served_config", "build_parser",
+                   "main"],
 }
 
 

@@ -53,7 +53,7 @@ HAS_TFS = f'"image inspect") [ "$5" = {TFS} ] && echo sha256:1 && exit 0; echo "
 
 def test_the_public_api_is_pinned():
     assert stack_docker.__all__ == ["Engine", "Mount", "TFServingContainer", "TFServingUnavailable",
-                                    "probe_engine", "image_id", "image_present", "image_absent_reason", "tfserving_image",
+                                    "probe_engine", "image_id", "image_label", "image_present", "image_absent_reason", "tfserving_image",
                                     "tfserving_unavailable", "docker_run_argv", "run_tf_serving"]
     assert all(hasattr(stack_docker, name) for name in stack_docker.__all__)
 
