@@ -185,7 +185,7 @@ def test_dry_run_prints_the_compose_command_and_the_ids(tmp_path, exported, ids)
     assert lines[0] == "make up: compose-cpu: --backend compose-cpu"
     assert f"make up: containers run as {ids[0]}:{ids[1]} (HOST_UID/HOST_GID): " in proc.stdout
     command = next(line for line in lines if line.startswith("+ "))
-    assert command.startswith(f"+ HOST_UID={ids[0]} HOST_GID={ids[1]} GRAFANA_ADMIN_PASSWORD=")
+    assert command.startswith(f"+ HOST_UID={ids[0]} HOST_GID={ids[1]} ") and " GRAFANA_ADMIN_PASSWORD=" in command
     assert command.endswith(f"-f {REPO_ROOT}/docker-compose.cpu.yml -f {REPO_ROOT}/docker-compose.local.yml "
                             f"up -d --build --wait {' '.join(LOCAL_SERVICES)}")
     assert {p: p.stat().st_uid for p in before} == before  # a dry run changes nothing
