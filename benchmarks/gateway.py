@@ -19,6 +19,10 @@ as the stack sees.
     python -m benchmarks.gateway                       # the stack of make up (stack.json)
     python -m benchmarks.gateway --start               # make up IMAGES=local first if none runs; down after
 
+A stack of ``make up`` keeps the gateway's per-client rate limit (``GATEWAY_RATE``,
+100 r/s): start it with ``GATEWAY_RATE=1000000r/s GATEWAY_BURST=1000000`` to
+benchmark it (``--start`` does); refused requests are counted as errors.
+
 The stack is read from ``<work dir>/stack.json`` (``make up`` writes it): the
 gateway's addresses, the CA; the client API key is ``client.api-key`` beside
 the CA (``make certs``).
@@ -178,13 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The gateway's per-client rate limit (.env: 100 r/s, burst 200) would refuse most of a benchmark's
+# requests: a stack started here lifts it, unless the environment sets it.
+BENCH_LIMITS = {"GATEWAY_RATE": "1000000r/s", "GATEWAY_BURST": "1000000"}
+
+
 def _start_stack(work_dir: Path) -> bool:
     """make up IMAGES=local when stack.json names no compose stack; whether it started one."""
     state = read_state(work_dir / STATE_FILE)
     if state is not None and state.backend.startswith("compose"):
         return False
     code = subprocess.run([sys.executable, "-m", "serving.up", "--images", "local", "--work-dir", str(work_dir)],
-                          cwd=REPO_ROOT).returncode
+                          cwd=REPO_ROOT, env={**BENCH_LIMITS, **os.environ}).returncode
     if code != 0:
         raise SystemExit(f"make up IMAGES=local failed ({code})")
     return True

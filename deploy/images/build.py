@@ -73,20 +73,21 @@ def _dotenv(key: str, root: Path = REPO_ROOT) -> str:
 
 def _images(root: Path = REPO_ROOT) -> tuple[Image, ...]:
     serving_api = f"tensorflow-serving-api=={_dotenv('TF_SERVING_VERSION', root)}"
+    tensorflow = f"tfs-stack-local/tensorflow:{_dotenv('TF_VERSION', root)}"
     return (
         Image("tfs-stack-local/debian:bookworm", suite="bookworm"),
-        Image("tfs-stack-local/debian:trixie", suite="trixie"),
         Image("tfs-stack-local/debian:forky", suite="forky"),
-        Image("tfs-stack-local/python:3.11-bookworm", dockerfile="deploy/images/python/Dockerfile",
-              base="tfs-stack-local/debian:bookworm", context="ca", inputs=("deploy/images/python",)),
+        Image(tensorflow, dockerfile="deploy/images/tensorflow/Dockerfile", base="tfs-stack-local/debian:bookworm",
+              context="ca", inputs=("deploy/images/tensorflow",),
+              args={"TENSORFLOW": f"tensorflow=={_dotenv('TF_VERSION', root)}"}),
         Image(f"tfs-stack-local/tfserving:{_dotenv('TF_SERVING_VERSION', root)}",
-              dockerfile="deploy/images/tfserving/Dockerfile", base="tfs-stack-local/python:3.11-bookworm",
+              dockerfile="deploy/images/tfserving/Dockerfile", base=tensorflow,
               inputs=("deploy/images/tfserving", "pyproject.toml", "README.md", "serving"),
               args={"TF_SERVING_API": serving_api}),
         Image(NGINX_IMAGE, dockerfile="deploy/images/nginx/Dockerfile",
               base="tfs-stack-local/debian:forky", context="folder", inputs=("deploy/images/nginx",)),
-        Image("tfs-stack-local/prometheus:2.53-trixie", dockerfile="deploy/images/prometheus/Dockerfile",
-              base="tfs-stack-local/debian:trixie", context="folder", inputs=("deploy/images/prometheus",)),
+        Image("tfs-stack-local/prometheus:2.42-bookworm", dockerfile="deploy/images/prometheus/Dockerfile",
+              base="tfs-stack-local/debian:bookworm", context="folder", inputs=("deploy/images/prometheus",)),
     )
 
 
@@ -159,7 +160,7 @@ def _debootstrap(image: Image, digest: str, log: Path, docker: str) -> None:
 def _docker_build(image: Image, digest: str, root: Path, log: Path, docker: str) -> None:
     dockerfile = root / image.dockerfile
     args = [a for k, v in {**image.args}.items() for a in ("--build-arg", f"{k}={v}")]
-    base_arg = {"tfs-stack-local/python:3.11-bookworm": "PYTHON_IMAGE"}.get(image.base, "DEBIAN_IMAGE")
+    base_arg = "TENSORFLOW_IMAGE" if image.base.startswith("tfs-stack-local/tensorflow:") else "DEBIAN_IMAGE"
     cmd = [docker, "build", "-q", "-f", str(dockerfile), "-t", image.name, "--label", f"{HASH_LABEL}={digest}",
            "--build-arg", f"{base_arg}={image.base}", *args]
     if image.context == "repo":
@@ -183,7 +184,7 @@ def build_images(*, only: Sequence[str] = (), force: bool = False, root: Path = 
     """Build every local image whose content changed (or ``only`` those names and their bases).
 
     Returns the names built. The exporter (compose's own build of
-    ``exporter/Dockerfile`` on the local Python base) is built after the
+    ``exporter/Dockerfile`` on the local TensorFlow base) is built after the
     images, through Compose, where Docker's layer cache makes an unchanged
     one take seconds.
     """
@@ -215,7 +216,7 @@ def build_images(*, only: Sequence[str] = (), force: bool = False, root: Path = 
         log(f"images: built {image.name} in {time.monotonic() - started:.0f} s")
     if EXPORTER_IMAGE in wanted:
         started = time.monotonic()
-        log(f"images: compose build exporter (exporter/Dockerfile on the local Python base; log: {logfile})")
+        log(f"images: compose build exporter (exporter/Dockerfile on the local TensorFlow base; log: {logfile})")
         _compose_build_exporter(root, logfile)
         log(f"images: exporter ready in {time.monotonic() - started:.0f} s")
         built.append(EXPORTER_IMAGE)

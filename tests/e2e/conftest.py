@@ -37,7 +37,8 @@ from serving.server.launcher import free_port
 from serving.stack.docker import image_id, probe_engine
 from tests.support.servers import REPO_ROOT
 
-PROJECT = f"tfs-stack-e2e-{os.getpid()}"
+PROJECT_PREFIX = "tfs-stack-e2e-"
+PROJECT = f"{PROJECT_PREFIX}{os.getpid()}"
 FILES = ("docker-compose.yml", "docker-compose.cpu.yml", "docker-compose.local.yml")
 SERVICES = ("exporter", "tfserving", "gateway", "prometheus")
 # Exported in the container; every other CPU model comes from the test cache.
@@ -137,6 +138,16 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, every: floa
     raise AssertionError(f"{what}: not within {timeout:.0f} s")
 
 
+def remove_stale_projects() -> None:
+    """Remove what an interrupted run left on the engine: its containers would come back with the
+    engine (restart: unless-stopped), holding CPU and memory."""
+    for kind in ("container", "network", "volume"):
+        listing = docker(kind, "ls", *(["-a"] if kind == "container" else []), "--filter",
+                         f"name={PROJECT_PREFIX}", "-q", check=False).stdout.split()
+        if listing:
+            docker(kind, "rm", *(["-f"] if kind != "network" else []), *listing, check=False)
+
+
 def _copy_checkout(dest: Path, cpu_stack_repo: Path) -> None:
     shutil.copytree(REPO_ROOT, dest, ignore=COPY_IGNORE)
     models = dest / "models"
@@ -150,6 +161,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, cpu_stack_repo: Path) -> Ite
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
+    remove_stale_projects()
     root = tmp_path_factory.mktemp("e2e") / "tfs-stack"
     _copy_checkout(root, cpu_stack_repo)
     secrets = init_secrets(root / "gateway" / "secrets")

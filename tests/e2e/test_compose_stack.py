@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 
 import httpx
@@ -183,14 +184,23 @@ def restarted(stack: Stack, service: str, count: int) -> bool:
     return info["RestartCount"] > count and info["State"]["Running"]
 
 
+def crash(stack: Stack, service: str) -> None:
+    """SIGKILL to ``service``'s server process from the host: what an OOM kill or a segfault looks like.
+
+    Not ``docker kill``: Docker takes that for a manual stop, and no restart policy applies to a
+    container stopped by hand (measured here: RestartCount stays 0 under ``unless-stopped``).
+    """
+    os.kill(stack.inspect(service)["State"]["Pid"], signal.SIGKILL)
+
+
 def healthy(stack: Stack, service: str) -> bool:
     return (stack.inspect(service)["State"].get("Health") or {}).get("Status") == "healthy"
 
 
-def test_killed_tfserving_comes_back_and_the_gateway_answers_without_a_restart(stack):
+def test_a_crashed_tfserving_comes_back_and_the_gateway_answers_without_a_restart(stack):
     gateway_started = stack.inspect("gateway")["State"]["StartedAt"]
     count = stack.inspect("tfserving")["RestartCount"]
-    docker("kill", stack.container("tfserving"))
+    crash(stack, "tfserving")
     back = wait_until(lambda: restarted(stack, "tfserving", count), 60, "tfserving restarted by its restart policy")
     loaded = wait_until(lambda: healthy(stack, "tfserving"), 600, "the restarted tfserving healthy")
     answered = wait_until(lambda: answers(stack), 30, "the gateway answering again after tfserving came back")
@@ -218,10 +228,10 @@ def test_a_tfserving_on_a_new_address_is_found_without_a_gateway_restart(stack):
         docker("rm", "-f", holder, check=False)
 
 
-def test_a_killed_gateway_comes_back_within_30_s(stack):
+def test_a_crashed_gateway_comes_back_within_30_s(stack):
     count = stack.inspect("gateway")["RestartCount"]
     started = time.monotonic()
-    docker("kill", stack.container("gateway"))
+    crash(stack, "gateway")
     wait_until(lambda: restarted(stack, "gateway", count), 30, "the gateway restarted by its restart policy")
     wait_until(lambda: answers(stack), 30 - (time.monotonic() - started), "the restarted gateway answering")
     print(f"gateway: answering {time.monotonic() - started:.1f} s after the kill")

@@ -153,7 +153,7 @@ def test_upstream_images_start_everything_and_need_the_grafana_password(checkout
 def test_a_service_is_local_by_its_image_name_or_its_local_base_images():
     assert is_local_service({"image": "tfs-stack-local/nginx:1.30-forky"})
     assert not is_local_service({"image": "grafana/grafana:11.6.0"})
-    assert is_local_service({"build": {"args": {"BASE_IMAGE": "tfs-stack-local/python:3.11-bookworm",
+    assert is_local_service({"build": {"args": {"BASE_IMAGE": "tfs-stack-local/tensorflow:2.17.1",
                                                 "TF_VERSION": "2.17.1"}}, "image": "tfs-stack-exporter:2.17.1"})
     assert not is_local_service({"build": {"args": {"BASE_IMAGE": "tensorflow/tensorflow:2.17.1"}}})
     assert not is_local_service({"build": {"context": "."}})  # the Dockerfile's own FROM: not known local
