@@ -363,9 +363,10 @@ def host_paths(plan: ComposePlan, root: Path) -> list[HostPath]:
     """The host paths the started services need owned by their user (when ``make up`` runs as root).
 
     - Every bind mount source of a started service that is under the checkout and not read-only,
-      a directory or missing (Docker would create it, as root): the model repository the exporter
-      writes, a cache. Chowned recursively: the exporter stages each version inside the model's own
-      directory.
+      a directory or missing: the model repository the exporter writes, the GPU services' CUDA cache
+      (``create_host_path: false``: Docker would make it root's, so compose refuses a missing one and
+      make up creates it). Chowned recursively: the exporter stages each version inside the model's
+      own directory.
     - The gateway's mounted secrets of ``make certs`` (server.key, ...): chowned, not made
       world-readable (chmod o+r), because the keys must stay unreadable to the host's other users.
     """
@@ -376,8 +377,7 @@ def host_paths(plan: ComposePlan, root: Path) -> list[HostPath]:
         for volume in service.get("volumes", []):
             source = Path(volume.get("source") or "")
             if (volume.get("type") == "bind" and not volume.get("read_only") and source.is_relative_to(root)
-                    and (source.is_dir() or (not source.exists()
-                                             and (volume.get("bind") or {}).get("create_host_path", True)))):
+                    and (source.is_dir() or not source.exists())):
                 paths.setdefault(source, HostPath(source, *ids, True))
     if "gateway" in plan.started:
         ids = _service_ids(plan.services["gateway"])

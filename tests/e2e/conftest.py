@@ -32,9 +32,10 @@ import pytest
 
 from deploy.images import IMAGES
 from gateway.certs import Credentials, init_secrets
-from serving.config.compose import compose_command
+from serving.config.compose import compose_command, with_grafana_placeholder
 from serving.server.launcher import free_port
 from serving.stack.docker import image_id, probe_engine
+from serving.up import plan_compose
 from tests.support.servers import REPO_ROOT
 
 PROJECT_PREFIX = "tfs-stack-e2e-"
@@ -148,8 +149,16 @@ def remove_stale_projects() -> None:
             docker(kind, "rm", *(["-f"] if kind != "network" else []), *listing, check=False)
 
 
+def _ignore(directory: str, names: list[str]) -> set[str]:
+    """What a clone would not have: caches, secrets, and the model repository's models (user data)."""
+    ignored = set(COPY_IGNORE(directory, names))
+    if Path(directory) == REPO_ROOT / "models":
+        ignored |= {n for n in names if n != "README.md"}
+    return ignored
+
+
 def _copy_checkout(dest: Path, cpu_stack_repo: Path) -> None:
-    shutil.copytree(REPO_ROOT, dest, ignore=COPY_IGNORE)
+    shutil.copytree(REPO_ROOT, dest, ignore=_ignore)
     models = dest / "models"
     for entry in cpu_stack_repo.iterdir():
         if entry.is_dir() and entry.name != EXPORTED_IN_CONTAINER:
@@ -167,8 +176,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, cpu_stack_repo: Path) -> Ite
     secrets = init_secrets(root / "gateway" / "secrets")
     ports = {name: free_port() for name in ("GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "GATEWAY_MTLS_PORT",
                                              "PROMETHEUS_PORT")}
-    env = {**{k: v for k, v in os.environ.items() if k not in ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD")},
-           "COMPOSE_PROJECT_NAME": PROJECT, **{k: str(v) for k, v in ports.items()}}
+    # Grafana is not started; Compose still interpolates its required password in every command.
+    env = with_grafana_placeholder({**{k: v for k, v in os.environ.items()
+                                       if k not in ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD")},
+                                    "COMPOSE_PROJECT_NAME": PROJECT, **{k: str(v) for k, v in ports.items()}})
+    # What make up gives compose (HOST_UID/HOST_GID, CPU limits capped to this host), for the tests'
+    # own compose commands.
+    env = plan_compose("compose-cpu", "local", root, env, os.getuid(), os.getgid()).env
     made = Stack(root, env, secrets, ports["GATEWAY_GRPC_PORT"], ports["GATEWAY_REST_PORT"],
                  ports["GATEWAY_MTLS_PORT"], ports["PROMETHEUS_PORT"], "")
     try:

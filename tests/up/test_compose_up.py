@@ -238,3 +238,12 @@ def test_cpu_limits_above_the_hosts_cpus_are_capped_unless_exported(checkout):
     assert limits, "the .env of the checkout asks for more than 2 CPUs somewhere (TFS_CPUS=4)"
     assert cpu_limits(checkout, {"TFS_CPUS": "4"}, 2).get("TFS_CPUS") is None
     assert cpu_limits(checkout, {}, 64) == {}
+
+
+def test_the_gpu_stacks_cuda_caches_are_created_though_compose_would_not(checkout):
+    plan = plan_compose("compose-gpu", "upstream", checkout, environ(GRAFANA_ADMIN_PASSWORD="x"), 1234, 1234)
+    created = {p.path.relative_to(checkout) for p in host_paths(plan, checkout) if p.directory}
+    assert {Path(".cache/cuda/tfserving"), Path(".cache/cuda/exporter")} <= created
+    for service in ("tfserving", "exporter"):
+        (cache,) = [v for v in plan.services[service]["volumes"] if v["target"] == "/var/cache/cuda"]
+        assert not (cache.get("bind") or {}).get("create_host_path")  # compose refuses it missing: make up makes it
