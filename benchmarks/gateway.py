@@ -86,11 +86,16 @@ class Endpoints:
     api_key: str
 
 
+def _tfserving_containers(project: str) -> list[str]:
+    """The running tfserving containers of compose project ``project``."""
+    return subprocess.run(["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}",
+                           "--filter", "label=com.docker.compose.service=tfserving"],
+                          capture_output=True, text=True).stdout.split()
+
+
 def _tfserving_address(project: str) -> str:
     """tfserving's address on the compose network (the container publishes no host port)."""
-    ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}",
-                          "--filter", "label=com.docker.compose.service=tfserving"],
-                         capture_output=True, text=True).stdout.split()
+    ids = _tfserving_containers(project)
     if not ids:
         raise SystemExit(f"no running tfserving container of compose project {project!r} (make up; --project)")
     info = json.loads(subprocess.run(["docker", "inspect", ids[0]], capture_output=True, text=True).stdout)[0]
@@ -104,8 +109,8 @@ def endpoints(state: StackState, project: str) -> Endpoints:
                          "(make up with a Docker engine, or make up IMAGES=local)")
     address = _tfserving_address(project)
     ca = Path(state.root_certificates)
-    return Endpoints(f"{address}:8500", f"http://{address}:8501", state.grpc_target,
-                     state.rest_url, ca, (ca.parent / "client.api-key").read_text().strip())
+    return Endpoints(f"{address}:8500", f"http://{address}:8501", state.grpc,
+                     state.rest, ca, (ca.parent / "client.api-key").read_text().strip())
 
 
 def _payloads(model_repo: Path, model: str) -> tuple[bytes, bytes]:
@@ -187,10 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
 BENCH_LIMITS = {"GATEWAY_RATE": "1000000r/s", "GATEWAY_BURST": "1000000"}
 
 
-def _start_stack(work_dir: Path) -> bool:
-    """make up IMAGES=local when stack.json names no compose stack; whether it started one."""
+def _start_stack(work_dir: Path, project: str) -> bool:
+    """make up IMAGES=local when no compose stack runs; whether it started one."""
     state = read_state(work_dir / STATE_FILE)
-    if state is not None and state.backend.startswith("compose"):
+    if state is not None and state.backend.startswith("compose") and _tfserving_containers(project):
         return False
     code = subprocess.run([sys.executable, "-m", "serving.up", "--images", "local", "--work-dir", str(work_dir)],
                           cwd=REPO_ROOT, env={**BENCH_LIMITS, **os.environ}).returncode
@@ -207,7 +212,7 @@ def _down() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    started = _start_stack(args.work_dir) if args.start else False
+    started = _start_stack(args.work_dir, args.project) if args.start else False
     try:
         state = read_state(args.work_dir / STATE_FILE)
         if state is None:
