@@ -245,7 +245,8 @@ class ModelServer:
             self.dataplane, addresses, max_threads=flags.grpc_max_threads,
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
             use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials,
-            max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags))
+            max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags),
+            max_receive_message_bytes=effective_memory_budgets(flags)[0])
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:

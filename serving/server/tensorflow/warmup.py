@@ -10,7 +10,8 @@ non-TFRecord file or a failing request fail the load; a missing file is fine.
 Once the records ran, the servable's memory per row is measured (the
 embedded server's own step, ``serving.server.admission``): for each
 signature, the records with the fewest and the most rows run once more under
-``memory.peak_rss_during`` (already warm, so one-time costs stay out), and
+``memory.peak_rss_during`` (already warm, so one-time costs stay out;
+without the run wrapper, so it is the model's memory), and
 the line through the two peaks becomes ``servable.memory_profile``. That is at
 most two more runs per signature; a multi-inference record is not measured.
 """
@@ -143,13 +144,22 @@ def _keep_extremes(extremes: dict[str, dict[int, Callable[[], None]]], servable:
     key, rows = found
     kind = log_proto.WhichOneof("log_type")
     seen = extremes.setdefault(key, {})
-    replay = lambda: _RUNNERS[kind](servable, getattr(log_proto, kind).request)  # noqa: E731
+    replay = lambda: _RUNNERS[kind](_Unwrapped(servable), getattr(log_proto, kind).request)  # noqa: E731
     if not seen or rows < min(seen):
         seen[rows] = replay
     if rows > max(seen):
         seen[rows] = replay
     for extra in sorted(seen)[1:-1]:
         del seen[extra]
+
+
+class _Unwrapped:
+    """The servable as ``inference`` sees it, running without the run wrapper: a measurement replay is the
+    model's own memory, not a batching queue's, and adds no call to the wrapper."""
+
+    def __init__(self, servable: Servable) -> None:
+        self.signatures, self.signature_defs = servable.signatures, servable.signature_defs
+        self.run = servable.run_direct
 
 
 def _measure(extremes: dict[str, dict[int, Callable[[], None]]]) -> Optional[MemoryProfile]:
