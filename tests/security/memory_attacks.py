@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import socket
 import tempfile
@@ -58,22 +59,25 @@ class Row:
     crashed: bool = False
     good_sent: int = 0
     good_failed: int = 0
+    good_errors: int = 0   # of which errors (past the 5 s deadline, or any code but OK)
     peak_mb: float = 0.0
     retained_mb: float = 0.0
     python_text: int = 0
     details: set = dataclasses.field(default_factory=set)
+    probe: Optional["Probe"] = None
+    model_runs: Optional[int] = None   # Predict runs of the attack that reached the model (where counted)
 
     def end(self, kind: str, detail: str = "") -> None:
         self.endings[kind] += 1
         if detail:
-            self.details.add(detail[:200])
+            self.details.add(detail[:600])
             self.python_text += bool(_PYTHON_TEXT.search(detail))
 
     def line(self) -> str:
         e = self.endings
         return (f"| {self.case} | {self.sent} | {e['4xx']} | {e['5xx']} | {int(self.crashed)} | {e['hang']} | "
                 f"{self.good_failed}/{self.good_sent} | {self.peak_mb:.0f} | {self.retained_mb:.0f} | "
-                f"{self.python_text} | {dict(e)} |")
+                f"{self.python_text} | {dict(e)}{'' if self.model_runs is None else f', model runs {self.model_runs}'} |")
 
 
 HEADER = ("| case | sent | 4xx | 5xx | crash | hang | failed good | peak RSS +MB | retained RSS +MB | py text | "
@@ -118,7 +122,7 @@ class Probe:
         self._channel = grpc.insecure_channel(target)
         self._stub = Stub(self._channel)
         self._stop = threading.Event()
-        self.sent = self.failed = 0
+        self.sent = self.failed = self.errors = 0   # failed: an error or slower than GOOD_WITHIN_S
         self.first = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -130,6 +134,7 @@ class Probe:
                 ok = time.monotonic() - started <= GOOD_WITHIN_S
             except grpc.RpcError:
                 ok = False
+                self.errors += 1
             self.sent += 1
             self.failed += not ok
             self.first.set()
@@ -289,9 +294,52 @@ def concurrent_20mb(server: ServerProcess, row: Row, requests: int = 64) -> None
         except httpx.TransportError as error:
             row.end("closed", type(error).__name__)
 
+    runs, probes = _model_runs(server), row.probe.sent
     with futures.ThreadPoolExecutor(requests) as pool:
         row.sent = requests
         list(pool.map(lambda _: one(), range(requests)))
+    attack_runs = lambda: _model_runs(server) - runs - (row.probe.sent - probes)  # noqa: E731 - the probe's excluded
+    while True:   # until the server's workers are idle: a request answered 504 may still be running
+        count = attack_runs()
+        time.sleep(5)
+        if abs(attack_runs() - count) <= 1:   # a probe call in flight at either reading counts once
+            break
+    row.model_runs = attack_runs()
+
+
+def _model_runs(server: ServerProcess, model: str = "digits") -> int:
+    """Model runs of ``model`` so far, from the server's own ``runtime_latency`` count."""
+    page = httpx.get(server.metrics_url, timeout=30).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in page.splitlines()
+               if line.startswith(":tensorflow:serving:runtime_latency_count") and f'model_name="{model}"' in line)
+
+
+def queued_behind_a_nap(server: ServerProcess, row: Row, queued: int = 4, nap_s: float = 2.0) -> None:
+    """For a server with one REST thread and a 3 s ``--rest_api_timeout_in_ms``: a REST Predict of the
+    napping model's ``nap`` (2 x ``nap_s`` s), then ``queued`` zero-second naps behind it. All are answered 504;
+    only the first reaches the model (``row.model_runs``). A last zero-second nap, sent once the 504s are in,
+    is answered after everything queued before it (one thread, first come first served): then it is counted."""
+    runs = _model_runs(server, "napping")
+    body = json.dumps({"signature_name": "nap", "instances": [nap_s]}).encode()
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as first:
+        first.sendall(b"POST /v1/models/napping:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))   # whole, before the others start
+
+        def nap() -> None:
+            answer = httpx.post(f"{server.rest_url}/v1/models/napping:predict", timeout=60,
+                                json={"signature_name": "nap", "instances": [0.0]})
+            row.end(_http_kind(answer.status_code), "" if answer.status_code < 300 else answer.text)
+
+        with futures.ThreadPoolExecutor(queued) as pool:
+            list(pool.map(lambda _: nap(), range(queued)))
+        reply = first.recv(4096).decode("latin-1")
+        row.end(_http_kind(int(reply[9:12])), reply.split("\r\n\r\n", 1)[-1])
+    row.sent = 1 + queued
+    answer = httpx.post(f"{server.rest_url}/v1/models/napping:predict", timeout=60,
+                        json={"signature_name": "nap", "instances": [0.0]})
+    row.model_runs = _model_runs(server, "napping") - runs - (1 if answer.status_code == 200 else 0)
+    if answer.status_code != 200:
+        row.details.add(f"the marker request got {answer.status_code}: the count may miss a late run")
 
 
 CASES: dict[str, Callable[[ServerProcess, Row], None]] = {
@@ -306,9 +354,11 @@ CASES: dict[str, Callable[[ServerProcess, Row], None]] = {
 }
 
 
-def start(repo: Path, workdir: Path, extra_flags: Sequence[str] = ()) -> ServerProcess:
-    return ServerProcess.for_models({name: repo / name for name in MODELS}, workdir=workdir,
-                                    extra_flags=list(extra_flags)).start()
+def start(repo: Path, workdir: Path, extra_flags: Sequence[str] = (),
+          extra_models: Optional[dict[str, Path]] = None) -> ServerProcess:
+    """A server for ``MODELS`` in ``repo`` (and ``extra_models``, name -> base path) with ``extra_flags``."""
+    models = {**{name: repo / name for name in MODELS}, **(extra_models or {})}
+    return ServerProcess.for_models(models, workdir=workdir, extra_flags=list(extra_flags)).start()
 
 
 def run_case(server: ServerProcess, name: str, attack: Optional[Callable[[ServerProcess, Row], None]] = None) -> Row:
@@ -316,6 +366,7 @@ def run_case(server: ServerProcess, name: str, attack: Optional[Callable[[Server
     row = Row(name)
     pid = server.pid
     with Probe(server.grpc_target) as probe:
+        row.probe = probe
         before = _rss_kib(pid, "VmRSS")
         Path(f"/proc/{pid}/clear_refs").write_text("5")
         (attack or CASES[name])(server, row)
@@ -326,7 +377,7 @@ def run_case(server: ServerProcess, name: str, attack: Optional[Callable[[Server
             row.crashed = not server.running()
         if not row.crashed:
             row.retained_mb = max(0, _rss_kib(pid, "VmRSS") - before) / 1024
-    row.good_sent, row.good_failed = probe.sent, probe.failed
+    row.good_sent, row.good_failed, row.good_errors = probe.sent, probe.failed, probe.errors
     return row
 
 
