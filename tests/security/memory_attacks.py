@@ -39,8 +39,9 @@ import httpx
 import numpy as np
 from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_service_pb2_grpc, regression_pb2
 
-from serving import codec, status
+from serving import codec
 from serving.server.launcher import ServerProcess
+from tests.security.attacks import _kind as _grpc_kind   # ok | hang | 4xx | 5xx, as the gRPC attack table counts
 
 __all__ = ["CASES", "MODELS", "Row", "Probe", "start", "run_case", "table", "main"]
 
@@ -93,15 +94,6 @@ def _rss_kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise KeyError(field)
-
-
-def _grpc_kind(code: grpc.StatusCode) -> str:
-    if code == grpc.StatusCode.OK:
-        return "ok"
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return "hang"
-    http = status.to_http_status(status.from_grpc_status(code))
-    return "4xx" if 400 <= http < 500 else "5xx"
 
 
 def _http_kind(code: int) -> str:
@@ -193,22 +185,25 @@ def _context_input(message: object, examples: int = 20_000, context_bytes: int =
         with_context.examples.add()
 
 
+def _examples_call(server: ServerProcess, row: Row, request: object, method: str) -> None:
+    _context_input(request)
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        call = getattr(Stub(channel), method)
+        _grpc_call(row, lambda: call(request, timeout=60), 60)
+
+
 def classify_context(server: ServerProcess, row: Row) -> None:
     """gRPC Classify on text's ``classification``: a 100 KB context x 20,000 empty examples."""
     request = classification_pb2.ClassificationRequest()
     request.model_spec.name, request.model_spec.signature_name = "text", "classification"
-    _context_input(request)
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        _grpc_call(row, lambda: Stub(channel).Classify(request, timeout=60), 60)
+    _examples_call(server, row, request, "Classify")
 
 
 def regress_context(server: ServerProcess, row: Row) -> None:
     """gRPC Regress on ranker's ``regression``: a 100 KB context x 20,000 empty examples."""
     request = regression_pb2.RegressionRequest()
     request.model_spec.name, request.model_spec.signature_name = "ranker", "regression"
-    _context_input(request)
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        _grpc_call(row, lambda: Stub(channel).Regress(request, timeout=60), 60)
+    _examples_call(server, row, request, "Regress")
 
 
 def classify_context_rest(server: ServerProcess, row: Row) -> None:
