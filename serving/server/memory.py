@@ -28,7 +28,9 @@ SavedModel with ``tf.saved_model.load`` and calls it, both on tensorflow-cpu:
   ``malloc_trim``, ``VmRSS``, reset ``VmHWM`` (``/proc/self/clear_refs``
   ``5``), run, read ``VmHWM``. On digits this gave 16.5 KiB per row from
   1,024 to 16,384 rows (``serving.server.admission`` projects requests from it).
-  It is process-wide: a request running meanwhile adds to the figure.
+  It is process-wide: a request running meanwhile adds to the figure (loads
+  measure one at a time), and it resets the process's ``VmHWM``, so a peak
+  read from outside spans from the last load on.
 
 ``configure_tensorflow_environment()`` sets both variables' defaults (an
 operator's own values win). TensorFlow reads them when it is imported or first

@@ -345,6 +345,7 @@ CASES: dict[str, Callable[[ServerProcess, Row], None]] = {
     "classify-context-rest": classify_context_rest,
     "grpc-gzip-bomb-1GiB": grpc_gzip_bomb,
     "rest-incomplete-bodies-112x60MiB": incomplete_bodies,
+    "rest-incomplete-bodies-40x60MiB": lambda server, row: incomplete_bodies(server, row, connections=40),
     "rest-concurrent-64x20MB": concurrent_20mb,
 }
 
