@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
+import os
 import re
 import socket
 import tempfile
@@ -67,6 +69,7 @@ class Row:
     details: set = dataclasses.field(default_factory=set)
     probe: Optional["Probe"] = None
     model_runs: Optional[int] = None   # Predict runs of the attack that reached the model (where counted)
+    cpu_s: Optional[float] = None      # server CPU seconds spent after the attack's answers (where counted)
 
     def end(self, kind: str, detail: str = "") -> None:
         self.endings[kind] += 1
@@ -78,7 +81,8 @@ class Row:
         e = self.endings
         return (f"| {self.case} | {self.sent} | {e['4xx']} | {e['5xx']} | {int(self.crashed)} | {e['hang']} | "
                 f"{self.good_failed}/{self.good_sent} | {self.peak_mb:.0f} | {self.retained_mb:.0f} | "
-                f"{self.python_text} | {dict(e)}{'' if self.model_runs is None else f', model runs {self.model_runs}'} |")
+                f"{self.python_text} | {dict(e)}{'' if self.model_runs is None else f', model runs {self.model_runs}'}"
+                f"{'' if self.cpu_s is None else f', CPU after the answers {self.cpu_s:.1f} s'} |")
 
 
 HEADER = ("| case | sent | 4xx | 5xx | crash | hang | failed good | peak RSS +MB | retained RSS +MB | py text | "
@@ -309,32 +313,43 @@ def _model_runs(server: ServerProcess, model: str = "digits") -> int:
                if line.startswith(":tensorflow:serving:runtime_latency_count") and f'model_name="{model}"' in line)
 
 
-def queued_behind_a_nap(server: ServerProcess, row: Row, queued: int = 4, nap_s: float = 2.0) -> None:
-    """For a server with one REST thread and a 3 s ``--rest_api_timeout_in_ms``: a REST Predict of the
-    napping model's ``nap`` (2 x ``nap_s`` s), then ``queued`` zero-second naps behind it. All are answered 504;
-    only the first reaches the model (``row.model_runs``). A last zero-second nap, sent once the 504s are in,
-    is answered after everything queued before it (one thread, first come first served): then it is counted."""
+def _cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def gone_behind_a_nap(server: ServerProcess, row: Row, queued: int = 4, nap_s: float = 0.75) -> None:
+    """For a server with one REST thread: a REST Predict of the napping model's ``nap`` (2 x ``nap_s`` s,
+    inside the REST timeout), then ``queued`` zero-second naps behind it, each a gzip body inflating to about
+    40 MiB of JSON, whose clients close their connections once sent. A last plain zero-second nap is answered
+    after everything queued before it (one thread, first come first served). Then ``row.model_runs`` counts
+    the abandoned naps that reached the model, and ``row.cpu_s`` the server's CPU seconds from the slow
+    answer to that last one: the work done for clients that had gone."""
     runs = _model_runs(server, "napping")
-    body = json.dumps({"signature_name": "nap", "instances": [nap_s]}).encode()
-    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as first:
-        first.sendall(b"POST /v1/models/napping:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))   # whole, before the others start
-
-        def nap() -> None:
-            answer = httpx.post(f"{server.rest_url}/v1/models/napping:predict", timeout=60,
-                                json={"signature_name": "nap", "instances": [0.0]})
-            row.end(_http_kind(answer.status_code), "" if answer.status_code < 300 else answer.text)
-
-        with futures.ThreadPoolExecutor(queued) as pool:
-            list(pool.map(lambda _: nap(), range(queued)))
+    heavy = gzip.compress(b'{"signature_name": "nap", "instances": [' + b"0.0, " * (8 << 20) + b"0.0]}")
+    with _raw_post(server, json.dumps({"signature_name": "nap", "instances": [nap_s]}).encode()) as first:
+        for _ in range(queued):   # sent whole behind the first, then gone
+            _raw_post(server, heavy, "Content-Encoding: gzip\r\n").close()
+        row.sent = 1 + queued
         reply = first.recv(4096).decode("latin-1")
-        row.end(_http_kind(int(reply[9:12])), reply.split("\r\n\r\n", 1)[-1])
-    row.sent = 1 + queued
+    row.end(_http_kind(int(reply[9:12])), "" if reply[9:10] == "2" else reply.split("\r\n\r\n", 1)[-1])
+    row.endings["closed"] += queued
+    cpu = _cpu_seconds(server.pid)
     answer = httpx.post(f"{server.rest_url}/v1/models/napping:predict", timeout=60,
                         json={"signature_name": "nap", "instances": [0.0]})
-    row.model_runs = _model_runs(server, "napping") - runs - (1 if answer.status_code == 200 else 0)
+    row.cpu_s = _cpu_seconds(server.pid) - cpu
+    row.model_runs = _model_runs(server, "napping") - runs - 1 - (1 if answer.status_code == 200 else 0)
     if answer.status_code != 200:
-        row.details.add(f"the marker request got {answer.status_code}: the count may miss a late run")
+        row.details.add(f"the last request got {answer.status_code}: the counts may miss late work")
+
+
+def _raw_post(server: ServerProcess, body: bytes, headers: str = "") -> socket.socket:
+    """A socket that has sent a whole REST Predict of the napping model."""
+    sock = socket.create_connection(("127.0.0.1", server.rest_port), timeout=60)
+    sock.sendall(b"POST /v1/models/napping:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + headers.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return sock
 
 
 CASES: dict[str, Callable[[ServerProcess, Row], None]] = {
