@@ -32,7 +32,14 @@ never queued.
 ``--max_tensor_elements`` (0: ``default_max_tensor_elements()``, 2**28 or less
 on a small host) bounds the elements of one request's input tensors together,
 counted from their shapes before anything is allocated; more are refused with
-INVALID_ARGUMENT. ``--log_format`` (default ``text``, TF Serving's line shape;
+INVALID_ARGUMENT. ``--max_request_memory_bytes`` (0: an eighth of the
+memory, ``memory_budget_bytes()``: physical memory or the cgroup's limit if
+less) refuses with INVALID_ARGUMENT a request whose projected peak memory
+(``serving.server.admission``) is over it; ``--max_in_flight_memory_bytes``
+(0: half of the memory) refuses with RESOURCE_EXHAUSTED one that would take
+the admitted requests together past it; ``--rest_api_max_body_bytes_in_flight``
+(0: an eighth of the memory) bounds the REST bodies being read and held
+together (429). ``--log_format`` (default ``text``, TF Serving's line shape;
 ``json``: one JSON object per line, ``serving.server.logs``) sets the log output.
 """
 from __future__ import annotations
@@ -66,6 +73,8 @@ __all__ = [
     "default_max_tensor_elements",
     "effective_max_tensor_elements",
     "effective_grpc_max_concurrent_rpcs",
+    "memory_budget_bytes",
+    "effective_memory_budgets",
     "LOG_FORMATS",
 ]
 
@@ -191,6 +200,19 @@ class ServerFlags:
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
            "0 means 2**28, or physical memory / 64 bytes if less.")
+    max_request_memory_bytes: int = _flag(
+        0, "EMBEDDED-ONLY extension (TF Serving has no such limit): most memory one Predict/Classify/Regress "
+           "may be projected to take while it runs (rows x the model's memory per row measured at warmup, plus "
+           "its input bytes; without warmup 8 x its input bytes); more get INVALID_ARGUMENT before it runs. "
+           "0 means an eighth of physical memory (or of the cgroup's memory limit if less).")
+    max_in_flight_memory_bytes: int = _flag(
+        0, "EMBEDDED-ONLY extension (TF Serving has no such limit): most memory the requests running at once "
+           "may be projected to take together; a request that would pass it gets RESOURCE_EXHAUSTED. "
+           "0 means half of physical memory (or of the cgroup's memory limit if less).")
+    rest_api_max_body_bytes_in_flight: int = _flag(
+        0, "EMBEDDED-ONLY extension (TF Serving has no such limit): most bytes of REST request bodies being "
+           "read or held by requests in progress, together; a body that would pass it gets 429. "
+           "0 means an eighth of physical memory (or of the cgroup's memory limit if less).")
     log_format: str = _flag(
         "text", "EMBEDDED-ONLY extension: log output, text (TF Serving's line shape) or json (one JSON object "
                 "per line: time, level, logger, message, and request_id and exception where present).")
@@ -325,6 +347,9 @@ def validate_flags(flags: ServerFlags) -> None:
         raise status.InvalidArgument("--grpc_max_concurrent_rpcs must be positive, or 0 for the default.")
     if flags.max_tensor_elements < 0:
         raise status.InvalidArgument("--max_tensor_elements must be positive, or 0 for the default.")
+    for name in ("max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight"):
+        if getattr(flags, name) < 0:
+            raise status.InvalidArgument(f"--{name} must be positive, or 0 for the default.")
     if flags.log_format not in LOG_FORMATS:
         raise status.InvalidArgument(f"--log_format must be one of {', '.join(LOG_FORMATS)}, "
                                      f"not {flags.log_format!r}.")
@@ -346,6 +371,45 @@ def _physical_memory_bytes() -> Optional[int]:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def _cgroup_memory_limit_bytes() -> Optional[int]:
+    """The cgroup v2 (``memory.max``) or v1 (``memory.limit_in_bytes``) limit of this process; None if none."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as limit_file:
+                text = limit_file.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:   # v1 writes a huge number for "no limit"
+            return int(text)
+    return None
+
+
+def memory_budget_bytes() -> Optional[int]:
+    """The memory the server may count on: physical memory, or the cgroup's limit if less; None if unknown."""
+    known = [m for m in (_physical_memory_bytes(), _cgroup_memory_limit_bytes()) if m]
+    return min(known) if known else None
+
+
+_REQUEST_MEMORY_SHARE = 8     # one request: an eighth of memory
+_IN_FLIGHT_MEMORY_SHARE = 2   # every request at once: half of it, the rest for models and the system
+
+
+def effective_memory_budgets(flags: ServerFlags, memory_bytes: Optional[int] = None
+                             ) -> tuple[Optional[int], Optional[int], Optional[int]]:
+    """Per request, in flight, REST bodies in flight: the flags, or shares of ``memory_budget_bytes()`` for 0.
+
+    None (no limit) only when a flag is 0 and the memory cannot be read.
+    """
+    memory = memory_budget_bytes() if memory_bytes is None else memory_bytes
+
+    def share(value: int, parts: int) -> Optional[int]:
+        return value or (memory // parts if memory else None)
+
+    return (share(flags.max_request_memory_bytes, _REQUEST_MEMORY_SHARE),
+            share(flags.max_in_flight_memory_bytes, _IN_FLIGHT_MEMORY_SHARE),
+            share(flags.rest_api_max_body_bytes_in_flight, _REQUEST_MEMORY_SHARE))
 
 
 def default_max_tensor_elements(memory_bytes: Optional[int] = None) -> int:

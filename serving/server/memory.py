@@ -24,6 +24,14 @@ SavedModel with ``tf.saved_model.load`` and calls it, both on tensorflow-cpu:
   ``limit_malloc_arenas()`` sets one arena per usable core (``mallopt``),
   unless the operator set ``MALLOC_ARENA_MAX``.
 
+- Warmup measures each servable's memory per row with ``peak_rss_during``:
+  ``malloc_trim``, ``VmRSS``, reset ``VmHWM`` (``/proc/self/clear_refs``
+  ``5``), run, read ``VmHWM``. On digits this gave 16.5 KiB per row from
+  1,024 to 16,384 rows (``serving.server.admission`` projects requests from it).
+  It is process-wide: a request running meanwhile adds to the figure (loads
+  measure one at a time), and it resets the process's ``VmHWM``, so a peak
+  read from outside spans from the last load on.
+
 ``configure_tensorflow_environment()`` sets both variables' defaults (an
 operator's own values win). TensorFlow reads them when it is imported or first
 allocates, so ``main()`` calls it and ``limit_malloc_arenas()`` when the
@@ -38,10 +46,13 @@ import functools
 import logging
 import os
 import sys
-from typing import MutableMapping, Optional
+import threading
+from typing import Callable, MutableMapping, Optional, TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["TENSORFLOW_ENVIRONMENT", "configure_tensorflow_environment", "limit_malloc_arenas",
-           "release_free_memory"]
+           "release_free_memory", "peak_rss_during"]
 
 log = logging.getLogger(__name__)
 
@@ -112,3 +123,38 @@ def release_free_memory() -> bool:
     """
     libc = _glibc()
     return bool(libc.malloc_trim(0)) if libc is not None else False
+
+
+_PEAK_LOCK = threading.Lock()
+
+
+def _status_bytes(field: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status") as status_file:
+            for line in status_file:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_during(run: Callable[[], T]) -> tuple[T, Optional[int]]:
+    """``run()``'s result and how far the process's peak RSS rose above its RSS while it ran.
+
+    The free heap is trimmed first and ``VmHWM`` reset to ``VmRSS``
+    (``/proc/self/clear_refs``), so the figure is the memory ``run`` touched (one measurement at a time);
+    None where Linux's ``/proc`` does not allow it. Process-wide: costs a trim
+    and three ``/proc`` reads, so it is for loads, never per request.
+    """
+    with _PEAK_LOCK:   # the peak is the process's: two loads measuring at once would count each other
+        release_free_memory()
+        before = _status_bytes("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")
+        except OSError:
+            before = None
+        result = run()
+        peak = _status_bytes("VmHWM") if before is not None else None
+    return result, (None if peak is None else max(0, peak - before))

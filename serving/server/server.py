@@ -34,7 +34,13 @@ from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.collector import HeapFreezer
 from serving.server.core.manager import LoaderOptions, ServableManager
-from serving.server.flags import ServerFlags, effective_grpc_max_concurrent_rpcs, effective_max_tensor_elements
+from serving.server.admission import MemoryAdmission
+from serving.server.flags import (
+    ServerFlags,
+    effective_grpc_max_concurrent_rpcs,
+    effective_max_tensor_elements,
+    effective_memory_budgets,
+)
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
 from serving.server.frontends.rest_limits import RestLimits
@@ -91,7 +97,7 @@ class ModelServer:
         self._manager = self._build_manager()
         self._manager.start()
         self._manager.reload_config(model_config)
-        self.dataplane = DataPlane(self._manager, self.metrics)
+        self.dataplane = DataPlane(self._manager, self.metrics, self._memory_admission())
         self._start_config_poller()
         self._start_grpc(grpc_credentials)
         if grpc_credentials is not None:
@@ -157,6 +163,12 @@ class ModelServer:
         security = ("mutual TLS (client certificates signed by custom_ca required)" if ssl_config.client_verify
                     else "TLS")
         return server_credentials(ssl_config), security
+
+    def _memory_admission(self) -> MemoryAdmission:
+        per_request, in_flight, _ = effective_memory_budgets(self.flags)
+        logger.info("Memory admission: a request may take an estimated %s bytes, requests in flight %s bytes "
+                    "together (--max_request_memory_bytes, --max_in_flight_memory_bytes)", per_request, in_flight)
+        return MemoryAdmission(per_request, in_flight)
 
     def _build_manager(self) -> ServableManager:
         flags = self.flags
@@ -233,7 +245,8 @@ class ModelServer:
             self.dataplane, addresses, max_threads=flags.grpc_max_threads,
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
             use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials,
-            max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags))
+            max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags),
+            max_receive_message_bytes=effective_memory_budgets(flags)[0])
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
@@ -241,7 +254,8 @@ class ModelServer:
         limits = RestLimits(
             max_body_bytes=flags.rest_api_max_body_bytes, read_timeout_seconds=flags.rest_api_read_timeout_seconds,
             max_connections=flags.rest_api_max_connections,
-            max_concurrent_requests=flags.rest_api_max_concurrent_requests)
+            max_concurrent_requests=flags.rest_api_max_concurrent_requests,
+            max_body_bytes_in_flight=effective_memory_budgets(flags)[2])
         self.rest = RestFrontend(
             self.dataplane, port=flags.rest_api_port, host=flags.bind_address,
             num_threads=flags.rest_api_num_threads,

@@ -38,6 +38,11 @@ checked before the model runs and is visible to a batching queue through
 ``serving.server.deadline.remaining_seconds()`` (TF Serving turns the client
 deadline into the session's ``RunOptions.timeout_in_ms``).
 
+Memory: with a ``MemoryAdmission`` (``serving.server.admission``), every
+Predict, Classify, Regress and MultiInference is costed once its servable is
+held, from its rows and input bytes and the servable's warmup profile, and
+refused before it runs when over the per-request or in-flight budget.
+
 Thread-safety: every method may be called from many threads at once.
 """
 from __future__ import annotations
@@ -66,6 +71,7 @@ from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import status
 from serving.codec import CLASSIFY_METHOD_NAME, DEFAULT_SIGNATURE, REGRESS_METHOD_NAME
+from serving.server.admission import MemoryAdmission, RequestCost, examples_cost, predict_cost
 from serving.server.core.state import VersionStatus
 from serving.server.deadline import request_deadline
 from serving.server.metrics import UNSERVED_MODEL_LABEL
@@ -193,9 +199,11 @@ class ModelMetadata:
 class DataPlane:
     """Model calls and model management over a ``ModelManager``; ``metrics`` may be None."""
 
-    def __init__(self, manager: ModelManager, metrics: Optional[RequestMetrics] = None) -> None:
+    def __init__(self, manager: ModelManager, metrics: Optional[RequestMetrics] = None,
+                 admission: Optional[MemoryAdmission] = None) -> None:
         self._manager = manager
         self._metrics = metrics
+        self._admission = admission
 
     # -- metrics ---------------------------------------------------------
     @contextlib.contextmanager
@@ -251,7 +259,8 @@ class DataPlane:
                 *, deadline: Optional[float] = None) -> Prediction:
         """Run ``spec``'s signature on ``inputs`` (arrays by input alias)."""
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
-        with self._acquire(spec) as servable, request_deadline(deadline):
+        with self._acquire(spec) as servable, request_deadline(deadline), \
+                self._admit(servable, lambda: predict_cost(servable.memory_profile, signature_name, inputs)):
             with self._runtime(servable.name, "Predict"):
                 outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
             return Prediction(servable.name, servable.version, signature_name, outputs)
@@ -270,7 +279,8 @@ class DataPlane:
                       run: Callable[[Servable, str, Input], ResultT]) -> InferenceResult[ResultT]:
         """Classify or Regress: ``run(servable, signature, examples)``, timed and counted."""
         signature_name = spec.signature_name or DEFAULT_SIGNATURE
-        with self._acquire(spec) as servable, request_deadline(deadline):
+        with self._acquire(spec) as servable, request_deadline(deadline), \
+                self._admit(servable, lambda: examples_cost(servable.memory_profile, signature_name, examples)):
             with self._runtime(servable.name, api):
                 result = run(servable, signature_name, examples)
             self._record_examples(servable.name, _example_count(result))
@@ -285,7 +295,8 @@ class DataPlane:
         ``multi_inference.cc`` checks them.
         """
         results: list[InferenceResult] = []
-        with self._acquire(spec) as servable, request_deadline(deadline), _model_errors():
+        with self._acquire(spec) as servable, request_deadline(deadline), \
+                self._admit(servable, lambda: _tasks_cost(servable, tasks, examples)), _model_errors():
             _check_multi_inference_tasks(tasks, servable)
             for task in tasks:
                 signature_name = task.signature_name or DEFAULT_SIGNATURE
@@ -328,6 +339,12 @@ class DataPlane:
         self._manager.reload_config(config, timeout, caller_gone)
 
     # -- helpers ---------------------------------------------------------
+    def _admit(self, servable: Servable, cost: Callable[[], RequestCost]) -> ContextManager[None]:
+        """Hold the request's projected memory while it runs (no admission: nothing to hold)."""
+        if self._admission is None:
+            return contextlib.nullcontext()
+        return self._admission.admit(servable.name, cost())
+
     def _acquire(self, spec: ModelSpec) -> ContextManager[Servable]:
         return self._manager.acquire(spec.name, version=spec.version, label=spec.version_label)
 
@@ -341,6 +358,13 @@ def _model_errors() -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - the client gets what failed, the log gets why
         raise status.internal_error("Internal error while running the model", exc, logger) from None
+
+
+def _tasks_cost(servable: Servable, tasks: Sequence[InferenceTask], examples: Input) -> RequestCost:
+    """The tasks run one after another on the same examples: the costliest task's cost."""
+    costs = [examples_cost(servable.memory_profile, task.signature_name or DEFAULT_SIGNATURE, examples)
+             for task in tasks] or [RequestCost(0, 0, 0, "no task")]
+    return max(costs, key=lambda cost: cost.projected_bytes)
 
 
 def _example_count(result: Union[ClassificationResult, RegressionResult]) -> int:

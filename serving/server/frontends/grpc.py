@@ -30,6 +30,18 @@ come for ``_CATCH_UP_QUIET_SECONDS`` (at most ``_CATCH_UP_MAX_SECONDS``), and
 only then does grpc's ``stop(grace)`` send GOAWAY and wait for the calls in
 flight, cancelling them after ``grace`` seconds.
 
+Messages: grpc core applies ``grpc.max_receive_message_length`` to a
+message once inflated from ``grpc-encoding: gzip`` too (it refuses a bomb
+with RESOURCE_EXHAUSTED "Decompressed message larger than max"), so
+decompression is capped by the receive limit: TF Serving's int32 max, or the
+per-request memory budget if less (``max_receive_message_bytes``). Core
+inflates into many small heap blocks, which glibc keeps after a large
+message is parsed (or fails to parse: grpc then answers INTERNAL "Exception
+deserializing request!" itself): every method's deserializer gives the free
+heap back to the OS (``malloc_trim``) after a message of
+``admission.DEFAULT_RELEASE_AFTER_BYTES`` or more, and a message that does
+not parse is answered INVALID_ARGUMENT, a client error, not grpc's INTERNAL.
+
 Every listener (TCP and UNIX socket) uses the same credentials, as
 ``server.cc`` does: plaintext, or those ``server_credentials`` builds from an
 ``SSLConfig`` (``BuildServerCredentialsFromSSLConfigFile``): TLS with
@@ -68,6 +80,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving import codec, status
+from serving.server.admission import DEFAULT_RELEASE_AFTER_BYTES
 from serving.server.core.state import VersionStatus
 from serving.server.deadline import deadline_after
 from serving.server.frontends.dataplane import (
@@ -77,6 +90,7 @@ from serving.server.frontends.dataplane import (
     InferenceTask,
     ModelSpec,
 )
+from serving.server.memory import release_free_memory
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
@@ -317,6 +331,69 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
+class _Unparsable:
+    """A request message that did not parse; its method answers INVALID_ARGUMENT instead of running."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def _trimming(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserialize`` (``_Unparsable`` when it fails), then the free heap given back after a large message."""
+    def deserialize_and_trim(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except message.DecodeError:
+            return _Unparsable(len(raw))
+        finally:
+            if len(raw) >= DEFAULT_RELEASE_AFTER_BYTES:
+                release_free_memory()
+    return deserialize_and_trim
+
+
+def _refusing_unparsable(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
+                         ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def run(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Unparsable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"The request message of {request.size} bytes could not be parsed as {method}'s request")
+        return behavior(request, context)
+    return run
+
+
+class _TrimmingHandler(grpc.GenericRpcHandler):
+    """A generated service's handler whose methods' request deserializers trim after large messages, and
+    whose methods answer a message that does not parse with INVALID_ARGUMENT (grpc's own answer: INTERNAL)."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+        self._inner = inner
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Optional[grpc.RpcMethodHandler]:
+        handler = self._wrapped.get(handler_call_details.method)
+        if handler is None:   # wrapped once per method this service has; unknown names are never kept
+            handler = self._inner.service(handler_call_details)
+            if handler is None or handler.request_deserializer is None or handler.unary_unary is None:
+                return handler
+            handler = handler._replace(
+                request_deserializer=_trimming(handler.request_deserializer),
+                unary_unary=_refusing_unparsable(handler.unary_unary, handler_call_details.method.rsplit("/", 1)[-1]))
+            self._wrapped[handler_call_details.method] = handler
+        return handler
+
+
+class _TrimmingRegistrar:
+    """What a generated ``add_*Servicer_to_server`` needs of a server; wraps its handlers in ``_TrimmingHandler``."""
+
+    def __init__(self, server: grpc.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_TrimmingHandler(h) for h in handlers))
+
+
 class _TakingExecutor(futures.ThreadPoolExecutor):
     """The server's thread pool. grpc submits each call the moment it takes it from gRPC core,
     so ``last_taken`` (``time.monotonic()``) says when the server last took a call."""
@@ -379,14 +456,16 @@ class GrpcFrontend:
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
                  channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False,
                  credentials: Optional[grpc.ServerCredentials] = None,
-                 max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None) -> None:
+                 max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None,
+                 max_receive_message_bytes: Optional[int] = None) -> None:
         self._dataplane = dataplane
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
         self._max_concurrent_rpcs = max_concurrent_rpcs
         self._max_tensor_elements = max_tensor_elements
         self._options = [("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
-                         ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
+                         ("grpc.max_receive_message_length",
+                          min(MAX_MESSAGE_LENGTH, max_receive_message_bytes or MAX_MESSAGE_LENGTH)),
                          ("grpc.so_reuseport", 0), *channel_arguments]
         self._use_tensor_content = use_tensor_content
         self._credentials = credentials
@@ -398,9 +477,10 @@ class GrpcFrontend:
         """Bind every address and serve; InvalidArgument when an address cannot be bound."""
         executor = _TakingExecutor(max_workers=self._max_threads, thread_name_prefix="grpc")
         server = grpc.server(executor, options=self._options, maximum_concurrent_rpcs=self._max_concurrent_rpcs)
+        registrar = _TrimmingRegistrar(server)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements), server)
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), server)
+            _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements), registrar)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), registrar)
         for address in self._addresses:
             port = self._bind(server, address)
             self.bound_ports.append(port)

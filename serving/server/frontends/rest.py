@@ -21,8 +21,12 @@ after gzip inflation), and the ``/v1`` requests past their body: over
 ``max_concurrent_requests`` a request gets 429 / RESOURCE_EXHAUSTED at once,
 never a place in the pool's queue. A slot is taken once the body is read (so a
 slow upload holds a connection, bounded by the read timeout, not a slot) and
-held until the worker thread is done, even after a 504. Bodies being read take
-at most ``max_connections`` x ``max_body_bytes`` of memory. An unexpected
+held until the worker thread is done, even after a 504. Bodies being read or
+held take at most ``max_body_bytes_in_flight`` together (``BodyBytes``, 429
+past it), and after a body of ``_RELEASE_AFTER_BODY_BYTES`` or more is
+dropped, the free heap goes back to the OS (``malloc_trim``, on a helper
+thread, one at a time). A worker that starts a request whose 504 was already
+sent, or whose client has closed its connection, does nothing. An unexpected
 exception is logged with a request id; the 500 names only the id, never
 Python's text. Every answer is JSON, the ones aiohttp would write itself too
 (an exception escaping a handler, an HTTP message it cannot parse): its own
@@ -58,6 +62,8 @@ from serving import codec, status
 from serving.server.core.state import VersionStatus
 from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelMetadata, ModelSpec
 from serving.server.frontends.rest_limits import (
+    BodyBytes,
+    BodyCharge,
     ConnectionGuard,
     GuardedSite,
     RequestRefused,
@@ -67,6 +73,7 @@ from serving.server.frontends.rest_limits import (
     inflate_gzip,
     request_body_encoding,
 )
+from serving.server.memory import release_free_memory
 from serving.server.metrics import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 
 if TYPE_CHECKING:  # loads TensorFlow; only annotates
@@ -83,6 +90,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_RELEASE_AFTER_BODY_BYTES = 8 << 20
 
 # http_rest_api_util.{h,cc}, matched in full like RE2::FullMatch. ASCII: RE2's \d is [0-9].
 DISPATCH_REGEX = re.compile(r"(?i)/v1/.*", re.ASCII)
@@ -220,6 +229,8 @@ class RestFrontend:
         self._limits = limits
         self._read_timeout = limits.read_timeout_seconds if limits.read_timeout_seconds > 0 else None
         self._in_flight = 0
+        self._body_bytes = BodyBytes(limits.max_body_bytes_in_flight, self._body_given_back)
+        self._trim_pending = False
         self._monitoring_path = monitoring_path
         self._metrics = metrics
         self._metrics_pool = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rest-metrics")
@@ -307,35 +318,45 @@ class RestFrontend:
             if error is not None:
                 raise error
             body, encoding = b"", "identity"
-            if request.method == "POST":
-                encoding = request_body_encoding(request.headers.get("Content-Encoding"))
-                body = await self._read_body(request)
-            return await self._run(self._handlers[route.method or route.subresource], route, body, encoding)
+            charge = BodyCharge(self._body_bytes)
+            try:
+                if request.method == "POST":
+                    encoding = request_body_encoding(request.headers.get("Content-Encoding"))
+                    body = await self._read_body(request, charge)
+            except BaseException:
+                charge.release()
+                raise
+            return await self._run(self._handlers[route.method or route.subresource], route, body, encoding,
+                                   charge, request.transport)
 
     async def _run(self, handler: Callable[[RestRoute, bytes, Optional[float]], bytes], route: RestRoute,
-                   body: bytes, encoding: str) -> bytes:
-        """Admit the request (429 over the limit), then run it on the pool within ``--rest_api_timeout_in_ms``."""
-        if self._in_flight >= self._limits.max_concurrent_requests:
-            raise status.ResourceExhausted(
-                f"Too many REST requests in progress: the limit is {self._limits.max_concurrent_requests} "
-                "(embedded server flag --rest_api_max_concurrent_requests)")
-        self._in_flight += 1
+                   body: bytes, encoding: str, charge: BodyCharge, transport: Optional[asyncio.BaseTransport]
+                   ) -> bytes:
+        """Admit the request (429 over the limit), then run it on the pool within ``--rest_api_timeout_in_ms``.
+
+        The body's ``charge`` is given back once the worker is done (or at once if it never starts).
+        """
         worker: Optional[futures.Future] = None
         try:
+            if self._in_flight >= self._limits.max_concurrent_requests:
+                raise status.ResourceExhausted(
+                    f"Too many REST requests in progress: the limit is {self._limits.max_concurrent_requests} "
+                    "(embedded server flag --rest_api_max_concurrent_requests)")
             deadline = None if self._timeout is None else time.monotonic() + self._timeout
-            worker = self._pool.submit(self._call, handler, route, body, encoding, deadline)
+            worker = self._pool.submit(self._call, handler, route, body, encoding, deadline, transport)
+            self._in_flight += 1
             return await self._result(worker)
         finally:
-            self._leave_when_done(worker)
+            self._leave_when_done(worker, charge)
 
-    async def _read_body(self, request: web.Request) -> bytes:
+    async def _read_body(self, request: web.Request, charge: BodyCharge) -> bytes:
         limit = self._limits.max_body_bytes
         declared = request.content_length
         if declared is not None and declared > limit:
             raise body_too_large(limit, f"Request body of {declared} bytes")
         try:
             async with asyncio.timeout(self._read_timeout):
-                return await self._read_chunks(request, limit)
+                return await self._read_chunks(request, limit, charge)
         except TimeoutError:
             raise RequestRefused(
                 f"Request body not received within {self._limits.read_timeout_seconds:g} seconds "
@@ -343,17 +364,34 @@ class RestFrontend:
                 code=status.Code.DEADLINE_EXCEEDED, http_status=408) from None
 
     @staticmethod
-    async def _read_chunks(request: web.Request, limit: int) -> bytes:
+    async def _read_chunks(request: web.Request, limit: int, charge: BodyCharge) -> bytearray:
+        """The body as one growing buffer (no copy at the end), each chunk charged as it arrives."""
         body = bytearray()
-        async for chunk in request.content.iter_chunked(1 << 16):
-            if len(body) + len(chunk) > limit:
-                raise body_too_large(limit, f"Request body of {len(body) + len(chunk)}+ bytes")
-            body += chunk
-        return bytes(body)
+        try:
+            async for chunk in request.content.iter_chunked(1 << 16):
+                if len(body) + len(chunk) > limit:
+                    raise body_too_large(limit, f"Request body of {len(body) + len(chunk)}+ bytes")
+                charge.take(len(chunk))
+                body += chunk
+        except ConnectionResetError:   # aiohttp's word for a client that closed mid-body
+            body.clear()
+            raise status.Cancelled("The client closed its connection while sending the request body") from None
+        except BaseException:
+            # The exception's traceback keeps this frame, a cycle the frozen heap's collector finds late:
+            # the buffer itself goes now.
+            body.clear()
+            raise
+        return body
 
     def _call(self, handler: Callable[[RestRoute, bytes, Optional[float]], bytes], route: RestRoute,
-              raw: bytes, encoding: str, deadline: Optional[float]) -> bytes:
-        """On the pool: inflate a gzip body (bounded), then the handler."""
+              raw: bytes, encoding: str, deadline: Optional[float], transport: Optional[asyncio.BaseTransport]
+              ) -> bytes:
+        """On the pool: nothing if the answer can no longer reach the client; else inflate a gzip body
+        (bounded), then the handler."""
+        if deadline is not None and time.monotonic() >= deadline:
+            raise status.DeadlineExceeded("Deadline Exceeded")   # the loop has already answered 504
+        if transport is None or transport.is_closing():          # an attribute read: the client has gone
+            raise status.Cancelled("The client closed its connection before the request ran")
         body = inflate_gzip(raw, self._limits.max_body_bytes) if encoding == "gzip" else raw
         return handler(route, body, deadline)
 
@@ -365,21 +403,36 @@ class RestFrontend:
                 f"Timed out waiting for notification (REST call exceeded --rest_api_timeout_in_ms="
                 f"{int(self._timeout * 1000)})") from None
 
-    def _leave_when_done(self, worker: Optional[futures.Future]) -> None:
-        """Free the request's slot now, or when its worker thread finishes (it may outlive a 504)."""
-        if worker is None or worker.done():
-            self._in_flight -= 1
+    def _leave_when_done(self, worker: Optional[futures.Future], charge: BodyCharge) -> None:
+        """Free the request's slot and body bytes now, or when its worker thread finishes (it may outlive
+        a 504)."""
+        if worker is None:
+            charge.release()
+        elif worker.done():
+            self._leave(charge)
         else:
-            worker.add_done_callback(self._leave_from_worker)
+            worker.add_done_callback(lambda _: self._leave_from_worker(charge))
 
-    def _leave_from_worker(self, _: futures.Future) -> None:
+    def _leave_from_worker(self, charge: BodyCharge) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._leave)
+            self._loop.call_soon_threadsafe(self._leave, charge)
         except RuntimeError:  # the loop has stopped: nothing is admitted any more
             pass
 
-    def _leave(self) -> None:
+    def _leave(self, charge: BodyCharge) -> None:
         self._in_flight -= 1
+        charge.release()
+
+    def _body_given_back(self, count: int) -> None:
+        """After a large body is dropped, one ``malloc_trim`` at a time on a helper thread."""
+        if count < _RELEASE_AFTER_BODY_BYTES or self._trim_pending or self._loop is None:
+            return
+        self._trim_pending = True   # after this loop step, once the request's frames (and body) are gone
+        self._loop.call_soon(self._loop.run_in_executor, None, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_pending = False
+        release_free_memory()
 
     def _reply(self, http_status: int, body: bytes) -> web.Response:
         response = web.Response(status=http_status, body=body, headers={"Content-Type": _JSON})

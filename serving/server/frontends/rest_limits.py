@@ -22,6 +22,11 @@ cannot take the event loop, the file descriptors or the memory:
   gzip`` bodies itself (``net_http`` ``EvHTTPRequest::ReadRequestGzipBytes``,
   at most 10 MiB inflated); here ``inflate_gzip`` inflates in 64 KiB steps on a
   worker thread, never past ``max_body_bytes``. Any other coding is 415.
+- ``BodyBytes``: the bytes of every body being read or held by a request in
+  progress, together, at most ``max_body_bytes_in_flight``; a body that would
+  pass it gets 429 and a close (``--rest_api_max_body_bytes_in_flight``), so
+  1024 connections cannot hold 1024 x 64 MiB. ``BodyCharge`` is one
+  request's share, given back once its worker thread is done.
 - ``RequestRefused``: a refusal with its own HTTP status (408, 413, 415), which
   TF Serving's code-to-status table has no row for.
 """
@@ -54,6 +59,8 @@ __all__ = [
     "inflate_gzip",
     "body_too_large",
     "MAX_HEADER_BYTES",
+    "BodyBytes",
+    "BodyCharge",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,6 +80,7 @@ class RestLimits:
     read_timeout_seconds: float = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_REST_API_MAX_CONNECTIONS
     max_concurrent_requests: int = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
+    max_body_bytes_in_flight: Optional[int] = None   # None: no limit
 
 
 class RequestRefused(status.ServingError):
@@ -81,6 +89,45 @@ class RequestRefused(status.ServingError):
     def __init__(self, details: str, *, code: status.Code, http_status: int) -> None:
         super().__init__(details, code=code)
         self.http_status = http_status
+
+
+class BodyBytes:
+    """Bytes of REST bodies read or held by requests in progress, across connections; loop thread only."""
+
+    def __init__(self, limit: Optional[int], on_given_back: Callable[[int], None] = lambda count: None) -> None:
+        self.limit = limit
+        self.held = 0
+        self._on_given_back = on_given_back
+
+    def take(self, count: int) -> None:
+        """Charge ``count`` more bytes; 429 (and a close) if bodies together would pass the limit."""
+        if self.limit is not None and self.held + count > self.limit:
+            raise RequestRefused(
+                f"REST request bodies in progress would hold more than {self.limit} bytes together "
+                f"({self.held} held, {count} more arrived) (embedded server flag "
+                "--rest_api_max_body_bytes_in_flight)", code=status.Code.RESOURCE_EXHAUSTED, http_status=429)
+        self.held += count
+
+    def give(self, count: int) -> None:
+        self.held -= count
+        if count:
+            self._on_given_back(count)
+
+
+class BodyCharge:
+    """One request's bytes in a ``BodyBytes``: charged as chunks arrive, given back once (``release``)."""
+
+    def __init__(self, pool: BodyBytes) -> None:
+        self._pool = pool
+        self.bytes = 0
+
+    def take(self, count: int) -> None:
+        self._pool.take(count)
+        self.bytes += count
+
+    def release(self) -> None:
+        taken, self.bytes = self.bytes, 0
+        self._pool.give(taken)
 
 
 def body_too_large(limit: int, what: str) -> RequestRefused:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from serving import status
 from serving.codec import Signature, TensorSpec
+from serving.server.admission import MemoryProfile
 
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
     import tensorflow as tf
@@ -61,6 +62,7 @@ class Servable:
         self._close_callbacks: list[Callable[[], None]] = []
         self._run: RunFn = self.run_direct
         self._closed = False
+        self.memory_profile: Optional[MemoryProfile] = None  # set by warmup (serving.server.admission)
 
     def __repr__(self) -> str:
         return f"Servable({self.name!r}, version={self.version})"

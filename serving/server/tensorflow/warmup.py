@@ -6,19 +6,29 @@ TFRecord of ``tensorflow.serving.PredictionLog``; each record's request
 ``num_request_iterations`` times through the servable's (possibly batching)
 ``run``. More than ``MAX_NUM_RECORDS`` records, an unparsable record, a
 non-TFRecord file or a failing request fail the load; a missing file is fine.
+
+Once the records ran, the servable's memory per row is measured (the
+embedded server's own step, ``serving.server.admission``): for each
+signature, the records with the fewest and the most rows run once more under
+``memory.peak_rss_during`` (already warm, so one-time costs stay out;
+without the run wrapper, so it is the model's memory), and
+the line through the two peaks becomes ``servable.memory_profile``. That is at
+most two more runs per signature; a multi-inference record is not measured.
 """
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from google.protobuf.message import DecodeError
 
 from serving import status
 from serving.codec import tensor_proto_to_ndarray
 from serving.model_repo import WARMUP_REQUESTS_FILE, warmup_path
+from serving.server.admission import LineFit, MemoryProfile, examples_cost
+from serving.server.memory import peak_rss_during
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.servable import Servable
 
@@ -47,15 +57,23 @@ def run_saved_model_warmup(servable: Servable, export_dir: str, *,
     start = time.monotonic()
     records = 0
     error: Optional[status.ServingError] = None
+    extremes: dict[str, dict[int, Callable[[], None]]] = {}
     try:
         for record in _read_records(path):
-            _run_record(servable, _parse_record(record, path), iterations)
+            log_proto = _parse_record(record, path)
+            _run_record(servable, log_proto, iterations)
+            _keep_extremes(extremes, servable, log_proto)
             records += 1
             if records > MAX_NUM_RECORDS:
                 raise status.InvalidArgument(
                     f"Number of warmup records exceeds the maximum ({MAX_NUM_RECORDS}) at {path}")
     except status.ServingError as exc:
         error = exc
+    if error is None and extremes:
+        try:
+            servable.memory_profile = _measure(extremes)
+        except status.ServingError as exc:
+            error = exc
     latency_us = (time.monotonic() - start) * 1e6
     if metrics is not None:
         metrics.record_warmup(export_dir, error is None, latency_us, records, error=error)
@@ -103,6 +121,61 @@ def _run_record(servable: Servable, log_proto: Any, iterations: int) -> None:
         return
     for _ in range(iterations):
         _RUNNERS[kind](servable, getattr(log_proto, kind).request)
+
+
+def _record_rows(log_proto: Any) -> Optional[tuple[str, int]]:
+    """The signature key and rows (batch dimension, or tf.Examples) of a predict/classify/regress record."""
+    kind = log_proto.WhichOneof("log_type")
+    if kind not in ("predict_log", "classify_log", "regress_log"):
+        return None
+    request = getattr(log_proto, kind).request
+    key = request.model_spec.signature_name or inference.DEFAULT_SIGNATURE
+    if kind != "predict_log":
+        return key, examples_cost(None, key, request.input).rows
+    dims = [t.tensor_shape.dim for t in request.inputs.values()]
+    return key, max((int(d[0].size) if d else 1 for d in dims), default=0)
+
+
+def _keep_extremes(extremes: dict[str, dict[int, Callable[[], None]]], servable: Servable, log_proto: Any) -> None:
+    """Keep, per signature, a replay of the record with the fewest and with the most rows."""
+    found = _record_rows(log_proto)
+    if found is None:
+        return
+    key, rows = found
+    kind = log_proto.WhichOneof("log_type")
+    seen = extremes.setdefault(key, {})
+    replay = lambda: _RUNNERS[kind](_Unwrapped(servable), getattr(log_proto, kind).request)  # noqa: E731
+    if not seen or rows < min(seen):
+        seen[rows] = replay
+    if rows > max(seen):
+        seen[rows] = replay
+    for extra in sorted(seen)[1:-1]:
+        del seen[extra]
+
+
+class _Unwrapped:
+    """The servable as ``inference`` sees it, running without the run wrapper: a measurement replay is the
+    model's own memory, not a batching queue's, and adds no call to the wrapper."""
+
+    def __init__(self, servable: Servable) -> None:
+        self.signatures, self.signature_defs = servable.signatures, servable.signature_defs
+        self.run = servable.run_direct
+
+
+def _measure(extremes: dict[str, dict[int, Callable[[], None]]]) -> Optional[MemoryProfile]:
+    """Each kept record once more, its peak RSS rise measured; None where ``/proc`` cannot say."""
+    fits: dict[str, LineFit] = {}
+    for key, replays in extremes.items():
+        points = []
+        for rows, replay in sorted(replays.items()):
+            _, peak = peak_rss_during(replay)
+            if peak is None:
+                return None
+            points.append((rows, peak))
+        fits[key] = LineFit.through(points)
+        log.info("Memory of signature %s measured at warmup: %d bytes + %d bytes per row (rows %s)",
+                 key, fits[key].fixed_bytes, fits[key].bytes_per_row, list(fits[key].measured_rows))
+    return MemoryProfile(fits)
 
 
 def _predict(servable: Servable, request: Any) -> None:

@@ -24,10 +24,11 @@ PUBLIC = {
                              "DEFAULT_REST_API_READ_TIMEOUT_SECONDS", "DEFAULT_REST_API_MAX_CONNECTIONS",
                              "DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS", "DEFAULT_BIND_ADDRESS",
                              "MAX_TENSOR_ELEMENTS_CAP", "default_max_tensor_elements", "effective_max_tensor_elements",
-                             "effective_grpc_max_concurrent_rpcs", "LOG_FORMATS"},
+                             "effective_grpc_max_concurrent_rpcs", "LOG_FORMATS",
+                             "memory_budget_bytes", "effective_memory_budgets"},
     "serving.server.frontends.rest_limits": {"RestLimits", "RequestRefused", "ConnectionGuard", "GuardedSite",
                                              "connection_cap", "request_body_encoding", "inflate_gzip",
-                                             "body_too_large", "MAX_HEADER_BYTES"},
+                                             "body_too_large", "MAX_HEADER_BYTES", "BodyBytes", "BodyCharge"},
     "serving.server.server": {"ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"},
     "serving.server.main": {"main", "version_text", "DRAIN_GRACE_SECONDS"},
 }
