@@ -20,8 +20,11 @@ bound what one client may hold on the REST port:
 ``--rest_api_max_body_bytes`` (default 64 MiB; larger bodies, also once
 inflated from gzip, get 413), ``--rest_api_read_timeout_seconds`` (default 30:
 headers, body and keep-alive idle time; 408 or a closed connection),
-``--rest_api_max_connections`` (default 1024, at most half of RLIMIT_NOFILE)
+``--rest_api_max_connections`` (default 1024, at most a quarter of RLIMIT_NOFILE)
 and ``--rest_api_max_concurrent_requests`` (default 256; more get 429 at once), and
+``--grpc_read_timeout_seconds`` (REST's 30 s), ``--grpc_max_connections`` (REST's 1024) and
+``--grpc_max_concurrent_streams`` (128 per connection) bound the gRPC port the same way
+(``serving.server.frontends.grpc_limits``), and
 ``--bind_address`` (default 127.0.0.1) is the address the gRPC and REST
 listeners bind, where TF Serving binds every interface (0.0.0.0).
 ``--grpc_max_concurrent_rpcs`` (0: 4 x ``--grpc_max_threads``, at least 256 like
@@ -62,6 +65,9 @@ __all__ = [
     "DEFAULT_REST_API_READ_TIMEOUT_SECONDS",
     "DEFAULT_REST_API_MAX_CONNECTIONS",
     "DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS",
+    "DEFAULT_GRPC_READ_TIMEOUT_SECONDS",
+    "DEFAULT_GRPC_MAX_CONNECTIONS",
+    "DEFAULT_GRPC_MAX_CONCURRENT_STREAMS",
     "MAX_TENSOR_ELEMENTS_CAP",
     "default_max_tensor_elements",
     "effective_max_tensor_elements",
@@ -76,6 +82,9 @@ DEFAULT_REST_API_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_REST_API_READ_TIMEOUT_SECONDS = 30
 DEFAULT_REST_API_MAX_CONNECTIONS = 1024
 DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS = 256
+DEFAULT_GRPC_READ_TIMEOUT_SECONDS = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
+DEFAULT_GRPC_MAX_CONNECTIONS = DEFAULT_REST_API_MAX_CONNECTIONS
+DEFAULT_GRPC_MAX_CONCURRENT_STREAMS = 128   # nginx's http2_max_concurrent_streams default
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
 _CONCURRENT_RPCS_PER_THREAD = 4
@@ -174,7 +183,7 @@ class ServerFlags:
         "request body, or stay idle between requests; then 408 or the connection is closed. 0 disables.")
     rest_api_max_connections: int = _flag(
         DEFAULT_REST_API_MAX_CONNECTIONS,
-        "EMBEDDED-ONLY extension: open REST connections at most (capped at half of RLIMIT_NOFILE); over it "
+        "EMBEDDED-ONLY extension: open REST connections at most (capped at a quarter of RLIMIT_NOFILE); over it "
         "the least recently active idle connection is closed, or the new one gets 503 and is closed.")
     rest_api_max_concurrent_requests: int = _flag(
         DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS,
@@ -186,7 +195,21 @@ class ServerFlags:
         "0.0.0.0 listens on every interface, as TF Serving does.")
     grpc_max_concurrent_rpcs: int = _flag(
         0, "EMBEDDED-ONLY extension: gRPC calls handled or waiting for a thread at once; more get "
-           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads, at least 256.")
+           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads, at least 256. A call counts once "
+           "its request message has arrived.")
+    grpc_read_timeout_seconds: int = _flag(
+        DEFAULT_GRPC_READ_TIMEOUT_SECONDS,
+        "EMBEDDED-ONLY extension: seconds a gRPC connection may take to finish its handshake, a call may take "
+        "to send its request message, or a connection may stay without calls; then the handshake fails, the "
+        "call gets DEADLINE_EXCEEDED, the connection gets GOAWAY. 0 disables.")
+    grpc_max_connections: int = _flag(
+        DEFAULT_GRPC_MAX_CONNECTIONS,
+        "EMBEDDED-ONLY extension: open gRPC connections at most (capped at a quarter of RLIMIT_NOFILE); a "
+        "connection over it is closed when accepted.")
+    grpc_max_concurrent_streams: int = _flag(
+        DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
+        "EMBEDDED-ONLY extension: open calls per gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
+        "gRPC clients queue more, others get RST_STREAM.")
     max_tensor_elements: int = _flag(
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
@@ -311,11 +334,13 @@ def validate_flags(flags: ServerFlags) -> None:
             "Either configure server_options.tensorflow_session_parallelism or "
             "(server_options.tensorflow_intra_op_parallelism, "
             "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
-    for name in ("rest_api_max_body_bytes", "rest_api_max_connections", "rest_api_max_concurrent_requests"):
+    for name in ("rest_api_max_body_bytes", "rest_api_max_connections", "rest_api_max_concurrent_requests",
+                 "grpc_max_connections", "grpc_max_concurrent_streams"):
         if getattr(flags, name) <= 0:
             raise status.InvalidArgument(f"--{name} must be positive.")
-    if flags.rest_api_read_timeout_seconds < 0:
-        raise status.InvalidArgument("--rest_api_read_timeout_seconds must not be negative.")
+    for name in ("rest_api_read_timeout_seconds", "grpc_read_timeout_seconds"):
+        if getattr(flags, name) < 0:
+            raise status.InvalidArgument(f"--{name} must not be negative.")
     if not _is_bind_address(flags.bind_address):
         raise status.InvalidArgument(
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "

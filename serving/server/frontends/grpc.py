@@ -76,6 +76,8 @@ from serving.server.frontends.dataplane import (
     InferenceTask,
     ModelSpec,
 )
+from serving.server.frontends.grpc_admission import MessageFirstExecutor
+from serving.server.frontends.grpc_limits import GrpcConnectionLimits
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
@@ -310,17 +312,6 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-class _TakingExecutor(futures.ThreadPoolExecutor):
-    """The server's thread pool. grpc submits each call the moment it takes it from gRPC core,
-    so ``last_taken`` (``time.monotonic()``) says when the server last took a call."""
-
-    last_taken = 0.0
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "futures.Future[Any]":
-        self.last_taken = time.monotonic()
-        return super().submit(fn, *args, **kwargs)
-
-
 def _shut_listening_sockets(ports: Sequence[int], paths: Sequence[str]) -> int:
     """``shutdown(SHUT_RD)`` this process's listening sockets on TCP ``ports`` and UNIX ``paths``.
 
@@ -372,25 +363,29 @@ class GrpcFrontend:
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
                  channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False,
                  credentials: Optional[grpc.ServerCredentials] = None,
-                 max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None) -> None:
+                 max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None,
+                 limits: Optional[GrpcConnectionLimits] = None) -> None:
         self._dataplane = dataplane
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
         self._max_concurrent_rpcs = max_concurrent_rpcs
         self._max_tensor_elements = max_tensor_elements
+        self._limits = limits or GrpcConnectionLimits()
         self._options = [("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
                          ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
-                         ("grpc.so_reuseport", 0), *channel_arguments]
+                         ("grpc.so_reuseport", 0), *self._limits.channel_arguments(), *channel_arguments]
         self._use_tensor_content = use_tensor_content
         self._credentials = credentials
         self._server: Optional[grpc.Server] = None
-        self._executor: Optional[_TakingExecutor] = None
+        self._executor: Optional[MessageFirstExecutor] = None
         self.bound_ports: list[int] = []
 
     def start(self) -> None:
         """Bind every address and serve; InvalidArgument when an address cannot be bound."""
-        executor = _TakingExecutor(max_workers=self._max_threads, thread_name_prefix="grpc")
-        server = grpc.server(executor, options=self._options, maximum_concurrent_rpcs=self._max_concurrent_rpcs)
+        executor = MessageFirstExecutor(self._max_threads, max_concurrent_rpcs=self._max_concurrent_rpcs,
+                                        read_timeout=self._limits.read_timeout_seconds or None)
+        # Admission is the executor's (it counts calls whose message has arrived), not grpcio's.
+        server = grpc.server(executor, options=self._options)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
             _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), server)
@@ -399,6 +394,7 @@ class GrpcFrontend:
             self.bound_ports.append(port)
             logger.info("Running gRPC ModelServer at %s%s ...", address, " (TLS)" if self._credentials else "")
         server.start()
+        executor.start_watchdog()
         self._server, self._executor = server, executor
 
     def _bind(self, server: grpc.Server, address: str) -> int:
@@ -426,9 +422,10 @@ class GrpcFrontend:
         if grace:
             _wait_until_quiet(executor, min(grace, _CATCH_UP_MAX_SECONDS))
         server.stop(grace).wait()
+        executor.shutdown(wait=False)
 
 
-def _wait_until_quiet(executor: _TakingExecutor, limit: float) -> None:
+def _wait_until_quiet(executor: MessageFirstExecutor, limit: float) -> None:
     """Until no call has been taken for ``_CATCH_UP_QUIET_SECONDS`` (counted from now at the
     earliest), or ``limit`` seconds have passed."""
     start = time.monotonic()

@@ -79,7 +79,8 @@ TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
                               "enable_serialization_as_tensor_content": False}
 EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds", "rest_api_max_connections",
                        "rest_api_max_concurrent_requests", "bind_address", "grpc_max_concurrent_rpcs",
-                       "max_tensor_elements", "log_format"}
+                       "max_tensor_elements", "log_format", "grpc_read_timeout_seconds", "grpc_max_connections",
+                       "grpc_max_concurrent_streams"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():
