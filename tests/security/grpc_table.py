@@ -63,6 +63,15 @@ def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _after(server, memory: ServerMemory) -> tuple[bool, int, int, int]:
+    """Whether the server died, its peak RSS (kB), its RSS a second later, and its descriptors then."""
+    if not server.running():
+        return True, 0, 0, 0
+    peak = memory.field("VmHWM")
+    time.sleep(1)   # a pause for the kernel's counts to settle, not an ordering of threads
+    return False, peak, memory.field("VmRSS"), _fds(server.pid)
+
+
 def _row(name, sent, codes, crashed, hangs, failed_good, peak_kb, kept_kb, fds, leaks) -> str:
     client_errors = {x.name for x in CLIENT_ERRORS} | {"refused"}   # a connection closed at accept: a refusal
     four = sum(n for c, n in codes.items() if c in client_errors)
@@ -112,11 +121,7 @@ def stall_case(server, name: str, calls: int, channels: int) -> str:
             release.set()
             for channel in attack:
                 channel.close()
-        crashed = not server.running()
-        peak = memory.field("VmHWM") if not crashed else 0
-        time.sleep(1)
-        kept = memory.field("VmRSS") if not crashed else 0
-        fds_after = _fds(server.pid) if not crashed else 0
+        crashed, peak, kept, fds_after = _after(server, memory)
     for failure in probe.failures[:3]:
         print(f"  {name} good failure: {failure}", file=sys.stderr)
     return _row(name, calls, codes, crashed, hangs, len(probe.failures), peak - before_kb, kept - before_kb,
@@ -158,11 +163,7 @@ def idle_case(server, count: int = 1100, nofile: int = 1100) -> str:
             except OSError:
                 refused += 1
             sock.close()
-        crashed = not server.running()
-        peak = memory.field("VmHWM") if not crashed else 0
-        time.sleep(1)
-        kept = memory.field("VmRSS") if not crashed else 0
-        fds_after = _fds(server.pid) if not crashed else 0
+        crashed, peak, kept, fds_after = _after(server, memory)
     return _row("idle-conns", count, {"refused": refused} if refused else {}, crashed, 0,
                 failed + len(probe.failures), peak - before_kb, kept - before_kb,
                 (fds_before, peak_fds, fds_after), 0)
