@@ -23,7 +23,7 @@ headers, body and keep-alive idle time; 408 or a closed connection),
 ``--rest_api_max_connections`` (default 1024, at most a quarter of RLIMIT_NOFILE)
 and ``--rest_api_max_concurrent_requests`` (default 256; more get 429 at once), and
 ``--grpc_read_timeout_seconds`` (REST's 30 s), ``--grpc_max_connections`` (REST's 1024) and
-``--grpc_max_concurrent_streams`` (128 per connection) bound the gRPC port the same way
+``--grpc_max_concurrent_streams`` (0: twice the admission bound, per connection) bound the gRPC port the same way
 (``serving.server.frontends.grpc_limits``), and
 ``--bind_address`` (default 127.0.0.1) is the address the gRPC and REST
 listeners bind, where TF Serving binds every interface (0.0.0.0).
@@ -72,6 +72,7 @@ __all__ = [
     "default_max_tensor_elements",
     "effective_max_tensor_elements",
     "effective_grpc_max_concurrent_rpcs",
+    "effective_grpc_max_concurrent_streams",
     "LOG_FORMATS",
 ]
 
@@ -84,11 +85,12 @@ DEFAULT_REST_API_MAX_CONNECTIONS = 1024
 DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS = 256
 DEFAULT_GRPC_READ_TIMEOUT_SECONDS = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
 DEFAULT_GRPC_MAX_CONNECTIONS = DEFAULT_REST_API_MAX_CONNECTIONS
-DEFAULT_GRPC_MAX_CONCURRENT_STREAMS = 128   # nginx's http2_max_concurrent_streams default
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
 _CONCURRENT_RPCS_PER_THREAD = 4
 _CONCURRENT_RPCS_FLOOR = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
+_STREAMS_PER_ADMITTED_CALL = 2
+DEFAULT_GRPC_MAX_CONCURRENT_STREAMS = _STREAMS_PER_ADMITTED_CALL * _CONCURRENT_RPCS_FLOOR   # with the default bound
 
 
 def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
@@ -207,9 +209,14 @@ class ServerFlags:
         "EMBEDDED-ONLY extension: open gRPC connections at most (capped at a quarter of RLIMIT_NOFILE); a "
         "connection over it is closed when accepted.")
     grpc_max_concurrent_streams: int = _flag(
-        DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
+        0,
         "EMBEDDED-ONLY extension: open calls per gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
-        "gRPC clients queue more, others get RST_STREAM.")
+        "gRPC clients queue more, others get RST_STREAM. 0 means twice the admission bound "
+        "(--grpc_max_concurrent_rpcs; 512 by default), so that admission, not this limit, refuses a client: "
+        "a client over the bound gets RESOURCE_EXHAUSTED at once instead of queueing in its channel, and the "
+        "streams the server has not yet released leave no room for a REFUSED_STREAM (at 128, one channel "
+        "under 4x overload got 16 of 1338 calls UNAVAILABLE). A stalled stream costs ~22 kB until the read "
+        "timeout ends it.")
     max_tensor_elements: int = _flag(
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
@@ -335,7 +342,7 @@ def validate_flags(flags: ServerFlags) -> None:
             "(server_options.tensorflow_intra_op_parallelism, "
             "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
     for name in ("rest_api_max_body_bytes", "rest_api_max_connections", "rest_api_max_concurrent_requests",
-                 "grpc_max_connections", "grpc_max_concurrent_streams"):
+                 "grpc_max_connections"):
         if getattr(flags, name) <= 0:
             raise status.InvalidArgument(f"--{name} must be positive.")
     for name in ("rest_api_read_timeout_seconds", "grpc_read_timeout_seconds"):
@@ -346,8 +353,9 @@ def validate_flags(flags: ServerFlags) -> None:
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "
             f"not {flags.bind_address!r}.")
 
-    if flags.grpc_max_concurrent_rpcs < 0:
-        raise status.InvalidArgument("--grpc_max_concurrent_rpcs must be positive, or 0 for the default.")
+    for name in ("grpc_max_concurrent_rpcs", "grpc_max_concurrent_streams"):
+        if getattr(flags, name) < 0:
+            raise status.InvalidArgument(f"--{name} must be positive, or 0 for the default.")
     if flags.max_tensor_elements < 0:
         raise status.InvalidArgument("--max_tensor_elements must be positive, or 0 for the default.")
     if flags.log_format not in LOG_FORMATS:
@@ -398,6 +406,11 @@ def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
     """
     return flags.grpc_max_concurrent_rpcs or max(_CONCURRENT_RPCS_FLOOR,
                                                  _CONCURRENT_RPCS_PER_THREAD * max(1, flags.grpc_max_threads))
+
+
+def effective_grpc_max_concurrent_streams(flags: ServerFlags) -> int:
+    """Streams per gRPC connection: the flag, or twice the admission bound for 0 (see the flag's help)."""
+    return flags.grpc_max_concurrent_streams or _STREAMS_PER_ADMITTED_CALL * effective_grpc_max_concurrent_rpcs(flags)
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

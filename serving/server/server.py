@@ -34,7 +34,12 @@ from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.collector import HeapFreezer
 from serving.server.core.manager import LoaderOptions, ServableManager
-from serving.server.flags import ServerFlags, effective_grpc_max_concurrent_rpcs, effective_max_tensor_elements
+from serving.server.flags import (
+    ServerFlags,
+    effective_grpc_max_concurrent_rpcs,
+    effective_grpc_max_concurrent_streams,
+    effective_max_tensor_elements,
+)
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
 from serving.server.frontends.rest_limits import RestLimits
@@ -232,7 +237,7 @@ class ModelServer:
             use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials,
             max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags),
             limits=GrpcConnectionLimits(max_connections=flags.grpc_max_connections,
-                                        max_concurrent_streams=flags.grpc_max_concurrent_streams,
+                                        max_concurrent_streams=effective_grpc_max_concurrent_streams(flags),
                                         read_timeout_seconds=flags.grpc_read_timeout_seconds))
         self.grpc.start()
 

@@ -1,11 +1,12 @@
-"""Before/after rows for the gRPC port's attacks: stalled streams, idle connections, 4x overload.
+"""Before/after rows for the gRPC port's attacks: stalled streams, idle connections, 4x overload, SIGTERM.
 
 ``python -m tests.security.grpc_table [--checkout DIR]`` starts the embedded
 server of ``DIR``'s ``serving`` package (default: this checkout; flags an older
 checkout does not know are logged and ignored) and prints one row per case:
 sent, client-error and server-error statuses, crash, hang (no answer within
 the case's window), failed good requests (an error or over 1 s), the
-server's peak and retained RSS growth (MB), and descriptors before/peak/after.
+server's peak and retained RSS growth (MB), descriptors before/peak/after, and
+how many calls came back CANCELLED (also counted as server errors).
 
 - ``stall-8``: 8 real gRPC calls whose message never comes (headers sent, the
   request iterator blocks), no deadline; watched for 8 s.
@@ -14,7 +15,17 @@ server's peak and retained RSS growth (MB), and descriptors before/peak/after.
   with the server's RLIMIT_NOFILE lowered to 1100 after start; a fresh
   channel's call and a REST status call count as good requests too.
 - ``overload``: tests/security/test_overload.py's shape (napping model, 4x
-  saturation, 10 s); CANCELLED is counted apart.
+  saturation, 10 s, one channel) with the server's default flags and no
+  batching; ``overload-batch`` the same with batching (``max_batch_size`` 2);
+  ``overload-32`` with batching and ``--grpc_max_concurrent_rpcs=32`` (the
+  test's own bound). Failed good: calls neither answered OK nor refused
+  (RESOURCE_EXHAUSTED, UNAVAILABLE).
+- ``sigterm``: 16 connections each sending a call every 10 ms (open loop, as a
+  client that does not stop on errors); after 48 answers SIGTERM, sending on until
+  the process has exited. Crash: a non-zero exit status; hang: calls never
+  answered; failed good: calls in flight at SIGTERM answered neither OK nor
+  with a refusal (RESOURCE_EXHAUSTED, UNAVAILABLE);
+  retained RSS: none (the process is gone).
 """
 from __future__ import annotations
 
@@ -35,7 +46,7 @@ import grpc
 from serving import wire
 from tests.security.attacks import GoodProbe, ServerMemory, Stub, good_request, napping_repo, python_internals
 from tests.security.grpc_stall import idle_connections
-from tests.security.load import open_loop, saturation
+from tests.security.load import open_loop, saturation, until_exit
 from tests.security.models import MODEL, nap_request
 
 __all__ = ["main"]
@@ -44,17 +55,22 @@ CLIENT_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHA
                  grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION,
                  grpc.StatusCode.UNAVAILABLE}
 AFTER_FLAGS = ("--grpc_read_timeout_seconds=2",)
-HEADER = (f"{'case':<11} {'sent':>5} {'4xx':>5} {'5xx':>5} {'crash':>5} {'hang':>5} {'failed good':>11} "
-          f"{'peak RSS+MB':>11} {'kept RSS+MB':>11} {'fds b/peak/a':>14}  codes")
+HEADER = (f"{'case':<14} {'sent':>5} {'4xx':>5} {'5xx':>5} {'crash':>5} {'hang':>5} {'failed good':>11} "
+          f"{'peak RSS+MB':>11} {'kept RSS+MB':>11} {'fds b/peak/a':>14} {'CANCELLED':>9}  codes")
+REFUSALS = {"OK", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}
+SIGTERM_CHANNELS = 16
+SIGTERM_PERIOD = 0.01
+SIGTERM_BATCHING = {"max_batch_size": 4, "batch_timeout_micros": 0, "num_batch_threads": 2}   # test_sigterm's
 
 
 def _server(checkout: Optional[Path], workdir: Path, flags: Sequence[str], batching=None):
+    """``batching``: None for the attacks' default batching, ``{}`` for none."""
     from benchmarks.grpc_admission import CheckoutServer
     repo = napping_repo(workdir / "models")
+    if batching is None:
+        batching = {"max_batch_size": 32, "batch_timeout_micros": 1000, "num_batch_threads": 2}
     server = CheckoutServer.for_models({MODEL: repo / MODEL}, workdir=workdir / "server",
-                                       batching=batching or {"max_batch_size": 32, "batch_timeout_micros": 1000,
-                                                             "num_batch_threads": 2},
-                                       extra_flags=[*AFTER_FLAGS, *flags])
+                                       batching=batching or None, extra_flags=[*AFTER_FLAGS, *flags])
     server.root = checkout
     return server.start()
 
@@ -77,9 +93,9 @@ def _row(name, sent, codes, crashed, hangs, failed_good, peak_kb, kept_kb, fds, 
     four = sum(n for c, n in codes.items() if c in client_errors)
     five = sum(n for c, n in codes.items() if c != "OK" and c not in client_errors)
     text = ",".join(f"{c}:{n}" for c, n in sorted(codes.items()))
-    return (f"{name:<11} {sent:>5} {four:>5} {five:>5} {int(crashed):>5} {hangs:>5} {failed_good:>11} "
-            f"{peak_kb / 1024:>11.0f} {kept_kb / 1024:>11.0f} {'/'.join(map(str, fds)):>14}  {text}"
-            f"{'  PYTHON TEXT' if leaks else ''}")
+    return (f"{name:<14} {sent:>5} {four:>5} {five:>5} {int(crashed):>5} {hangs:>5} {failed_good:>11} "
+            f"{peak_kb / 1024:>11.0f} {kept_kb / 1024:>11.0f} {'/'.join(map(str, fds)):>14} "
+            f"{codes.get('CANCELLED', 0):>9}  {text}{'  PYTHON TEXT' if leaks else ''}")
 
 
 def stall_case(server, name: str, calls: int, channels: int) -> str:
@@ -169,7 +185,7 @@ def idle_case(server, count: int = 1100, nofile: int = 1100) -> str:
                 (fds_before, peak_fds, fds_after), 0)
 
 
-def overload_case(server) -> str:
+def overload_case(server, name: str) -> str:
     memory = ServerMemory(server.pid)
     with grpc.insecure_channel(server.grpc_target) as channel:
         stub = Stub(channel)
@@ -181,24 +197,59 @@ def overload_case(server) -> str:
         peak = memory.field("VmHWM") if not crashed else 0
         kept = memory.field("VmRSS") if not crashed else 0
     codes = result.codes()
-    return _row("overload", result.sent, codes, crashed, result.unanswered, 0, peak - before_kb, kept - before_kb,
+    lost = sum(n for code, n in codes.items() if code not in REFUSALS)
+    return _row(name, result.sent, codes, crashed, result.unanswered, lost, peak - before_kb, kept - before_kb,
                 (fds_before, fds_before, _fds(server.pid) if not crashed else 0),
                 any(python_internals(a.details) for a in result.answers))
+
+
+def sigterm_case(server) -> str:
+    """Open-loop calls on open connections through SIGTERM until the process has exited (``load.until_exit``)."""
+    memory = ServerMemory(server.pid)
+    channels = [grpc.insecure_channel(server.grpc_target, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(SIGTERM_CHANNELS)]
+    for channel in channels:
+        grpc.channel_ready_future(channel).result(timeout=30)
+    before_kb, fds_before = memory.field("VmRSS"), _fds(server.pid)
+    memory.reset_peak()
+    peak = [0, 0]
+
+    def sample() -> None:
+        try:
+            peak[:] = max(peak[0], memory.field("VmHWM")), max(peak[1], _fds(server.pid))
+        except (OSError, KeyError):   # the process has just exited
+            pass
+
+    result = until_exit(server, [Stub(c) for c in channels], nap_request(0.1), SIGTERM_PERIOD,
+                        calls_before=3 * SIGTERM_CHANNELS, while_draining=sample)
+    for channel in channels:
+        channel.close()
+    return _row("sigterm", result.sent, result.codes(), result.returncode != 0, result.sent - len(result.records),
+                sum(r.code not in REFUSALS for r in result.in_flight), peak[0] - before_kb if peak[0] else 0, 0,
+                (fds_before, peak[1], 0), any(python_internals(r.details) for r in result.records))
+
+
+OVERLOAD_SHAPES = {   # case: (flags, batching)
+    "overload": ([], {}),
+    "overload-batch": ([], {"max_batch_size": 2, "batch_timeout_micros": 0, "num_batch_threads": 1}),
+    "overload-32": (["--grpc_max_concurrent_rpcs=32"],
+                    {"max_batch_size": 2, "batch_timeout_micros": 0, "num_batch_threads": 1}),
+}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, default=None, help="the checkout whose server runs (default: this)")
-    parser.add_argument("--cases", default="stall-8,stall-300,idle-conns,overload")
+    parser.add_argument("--cases", default="stall-8,stall-300,idle-conns,overload,overload-batch,overload-32,sigterm")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     workdir = Path(tempfile.mkdtemp(prefix="grpc-table-"))
     print(f"checkout {args.checkout or 'this'}; flags {' '.join(AFTER_FLAGS)} (ignored by a server without them)")
     print(HEADER)
     for case in args.cases.split(","):
-        flags = ["--grpc_max_concurrent_rpcs=32"] if case == "overload" else []
-        batching = {"max_batch_size": 2, "batch_timeout_micros": 0, "num_batch_threads": 1} \
-            if case == "overload" else None
+        flags, batching = OVERLOAD_SHAPES.get(case, ([], None))
+        if case == "sigterm":
+            batching = SIGTERM_BATCHING
         server = _server(args.checkout, workdir / case, flags, batching)
         try:
             if case == "stall-8":
@@ -207,8 +258,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(stall_case(server, case, 300, 3), flush=True)
             elif case == "idle-conns":
                 print(idle_case(server), flush=True)
-            elif case == "overload":
-                print(overload_case(server), flush=True)
+            elif case in OVERLOAD_SHAPES:
+                print(overload_case(server, case), flush=True)
+            elif case == "sigterm":
+                print(sigterm_case(server), flush=True)
         finally:
             server.stop()
     return 0

@@ -20,15 +20,31 @@ Without the bound, open-loop overload piled up thousands of calls in the
 server and gRPC core began dropping newly arrived ones before grpc Python had
 taken them: clients saw CANCELLED within a millisecond.
 
-Drain (``stop(grace)``): gRPC core also cancels, with CANCELLED, every call
-that has reached the server but that grpc Python has not yet taken when the
-server shuts down (grpc/grpc#41785). grpc Python takes calls one at a time,
-so a burst that arrived just before SIGTERM came back CANCELLED. So the
-listening sockets are shut first (new connections are refused at once), the
-server keeps taking the calls already sent on open connections until none has
-come for ``_CATCH_UP_QUIET_SECONDS`` (at most ``_CATCH_UP_MAX_SECONDS``), and
-only then does grpc's ``stop(grace)`` send GOAWAY and wait for the calls in
-flight, cancelling them after ``grace`` seconds.
+Drain (``stop(grace)``): gRPC core cancels, with CANCELLED, every call that
+has reached the server but that grpc Python has not yet taken when the server
+shuts down, and every call that reaches it after the shutdown began and before
+the client has read the GOAWAY (``server.cc``: ``ZombifyPending`` and
+``StartNewRpc`` kill the call as a zombie; ``filter_stack_call.cc``
+``ExternalUnref`` ends a call whose handler never ran with CANCELLED;
+grpc/grpc#41785, its fix grpc/grpc#41786 unmerged). grpc Python takes calls
+one at a time, so a burst that arrived just before SIGTERM came back
+CANCELLED, and so did calls clients kept sending on their open connections.
+So the drain has three steps, and core's shutdown comes last:
+
+1. the listening sockets are shut (new connections are refused at once);
+2. the calls already sent on open connections are served as usual until none
+   has come for ``_CATCH_UP_QUIET_SECONDS`` (at most ``_CATCH_UP_MAX_SECONDS``);
+3. every call that still comes gets UNAVAILABLE at once
+   (``MessageFirstExecutor.refuse_new_calls``), until none has come for
+   ``_CATCH_UP_QUIET_SECONDS`` (at most ``_REFUSE_MAX_SECONDS``): core's queue
+   of untaken calls empties and each client learns, with a status it may
+   retry elsewhere, that this server is going away;
+
+only then does grpc's ``stop(grace)`` send GOAWAY and wait for the admitted
+calls, cancelling them after ``grace`` seconds. What is left is core's: a
+client that keeps sending on its connection after an UNAVAILABLE, for longer
+than step 3 waits, can still see CANCELLED for a call that reaches the server
+after step 3.
 
 Every listener (TCP and UNIX socket) uses the same credentials, as
 ``server.cc`` does: plaintext, or those ``server_credentials`` builds from an
@@ -88,6 +104,8 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_LENGTH = 2**31 - 1
 _CATCH_UP_QUIET_SECONDS = 0.1
 _CATCH_UP_MAX_SECONDS = 2.0
+_REFUSE_MAX_SECONDS = 5.0
+_IDLE_POLL_SECONDS = 0.01
 
 Request = TypeVar("Request", bound=message.Message)
 Response = TypeVar("Response", bound=message.Message)
@@ -312,12 +330,13 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-def _shut_listening_sockets(ports: Sequence[int], paths: Sequence[str]) -> int:
-    """``shutdown(SHUT_RD)`` this process's listening sockets on TCP ``ports`` and UNIX ``paths``.
+def _shut_sockets(ports: Sequence[int], paths: Sequence[str], *, listening: bool) -> int:
+    """``shutdown`` this process's sockets on TCP ``ports`` and UNIX ``paths``: the listening ones
+    (``listening=True``: ``SHUT_RD``, new connections are refused at once, open ones keep working),
+    or the accepted connections (``SHUT_RDWR``: each client sees its connection closed).
 
-    New connections are refused at once; open connections keep working.
     Found through ``/proc/self/fd`` (Linux); elsewhere nothing is shut and
-    grpc's own ``stop`` closes the listeners a moment later. Returns how many were shut.
+    grpc's own ``stop`` closes them a moment later. Returns how many were shut.
     """
     try:
         descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
@@ -336,12 +355,14 @@ def _shut_listening_sockets(ports: Sequence[int], paths: Sequence[str]) -> int:
             continue
         with sock:
             try:
-                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                if bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)) != listening:
+                    continue
+                if sock.family not in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
                     continue
                 address = sock.getsockname()
                 ours = address in paths if sock.family == socket.AF_UNIX else address[1] in ports
                 if ours:
-                    sock.shutdown(socket.SHUT_RD)
+                    sock.shutdown(socket.SHUT_RD if listening else socket.SHUT_RDWR)
                     shut += 1
             except OSError:
                 continue
@@ -355,9 +376,9 @@ class GrpcFrontend:
     all bound with ``credentials`` (``server_credentials``; None: plaintext).
     ``max_concurrent_rpcs`` (None: unbounded) and ``max_tensor_elements``
     (None: unbounded) are the admission bounds of the module docstring.
-    ``stop(grace)`` refuses new connections at once, takes the calls already
-    sent (see the module docstring), then lets running ones finish for up to
-    ``grace`` seconds.
+    ``stop(grace)`` refuses new connections at once, serves the calls already
+    sent, refuses later ones with UNAVAILABLE (see the module docstring), then
+    lets running ones finish for up to ``grace`` seconds.
     """
 
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
@@ -418,9 +439,18 @@ class GrpcFrontend:
         self._server = self._executor = None
         paths = [address[len("unix:"):] for address in self._addresses if address.startswith("unix:")]
         ports = [port for address, port in zip(self._addresses, self.bound_ports) if not address.startswith("unix:")]
-        _shut_listening_sockets(ports, paths)
+        _shut_sockets(ports, paths, listening=True)
         if grace:
+            end = time.monotonic() + grace
             _wait_until_quiet(executor, min(grace, _CATCH_UP_MAX_SECONDS))
+            executor.refuse_new_calls()
+            _wait_until_quiet(executor, min(max(0.0, end - time.monotonic()), _REFUSE_MAX_SECONDS))
+            _wait_until_idle(executor, end)
+            if executor.admitted == 0:   # nothing left to answer: close the connections, not GOAWAY them
+                closed = _shut_sockets(ports, paths, listening=False)
+                logger.info("Draining: %d gRPC call(s) sent after the drain began got UNAVAILABLE; "
+                            "%d connection(s) closed", executor.refused_while_draining, closed)
+            grace = max(0.0, end - time.monotonic())
         server.stop(grace).wait()
         executor.shutdown(wait=False)
 
@@ -436,3 +466,9 @@ def _wait_until_quiet(executor: MessageFirstExecutor, limit: float) -> None:
         if now >= quiet_at or now >= end:
             return
         time.sleep(min(quiet_at, end) - now)
+
+
+def _wait_until_idle(executor: MessageFirstExecutor, end: float) -> None:
+    """Until no admitted call is left (answered), or ``time.monotonic()`` reaches ``end``."""
+    while executor.admitted and time.monotonic() < end:
+        time.sleep(_IDLE_POLL_SECONDS)

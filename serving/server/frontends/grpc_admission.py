@@ -45,11 +45,12 @@ from typing import Any, Callable, Optional
 from grpc import _server as grpc_server
 from grpc._cython import cygrpc
 
-__all__ = ["MessageFirstExecutor", "CONCURRENCY_EXCEEDED", "read_timeout_details"]
+__all__ = ["MessageFirstExecutor", "CONCURRENCY_EXCEEDED", "SHUTTING_DOWN", "read_timeout_details"]
 
 logger = logging.getLogger(__name__)
 
 CONCURRENCY_EXCEEDED = b"Concurrent RPC limit exceeded!"   # grpcio's own words for maximum_concurrent_rpcs
+SHUTTING_DOWN = b"The server is shutting down; send the call to another replica"
 
 
 def read_timeout_details(seconds: float) -> str:
@@ -72,7 +73,8 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
     ``max_concurrent_rpcs`` (None: unbounded) bounds the calls whose message
     has arrived; ``read_timeout`` (None or 0: none) bounds the wait for the
     message. ``last_taken`` (``time.monotonic()``) says when grpcio last handed
-    over a call. ``start_watchdog()`` / ``shutdown()`` run the read-timeout watchdog.
+    over a call; after ``refuse_new_calls()`` (a drain) every call is refused with
+    UNAVAILABLE. ``start_watchdog()`` / ``shutdown()`` run the read-timeout watchdog.
     Thread-safe: grpcio calls ``submit`` and the receive callbacks on its polling thread.
     """
 
@@ -86,6 +88,8 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         self._lock = threading.Lock()
         self._admitted = 0
         self._waiting: dict[int, _Waiting] = {}
+        self._refusing = False
+        self.refused_while_draining = 0
         self._stop = threading.Event()
         self._watchdog: Optional[threading.Thread] = None
 
@@ -133,9 +137,10 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
                                            f'message.'.encode())
                     admitted = False
                 else:
-                    admitted = self._take_slot()
-                    if not admitted and grpc_server._is_rpc_state_active(state):
-                        grpc_server._abort(state, call, cygrpc.StatusCode.resource_exhausted, CONCURRENCY_EXCEEDED)
+                    refusal = self._take_slot()
+                    admitted = refusal is None
+                    if refusal is not None and grpc_server._is_rpc_state_active(state):
+                        grpc_server._abort(state, call, *refusal)
             if not admitted:
                 done.set_result(None)
                 return outcome
@@ -151,12 +156,33 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         state.due.add(grpc_server._RECEIVE_MESSAGE_TOKEN)
         return done
 
-    def _take_slot(self) -> bool:
+    def _take_slot(self) -> Optional[tuple[Any, bytes]]:
+        """None when the call is admitted (and counted), else the status code and details that refuse it."""
         with self._lock:
+            if self._refusing:
+                self.refused_while_draining += 1
+                return cygrpc.StatusCode.unavailable, SHUTTING_DOWN
             if self._max_concurrent_rpcs is not None and self._admitted >= self._max_concurrent_rpcs:
-                return False
+                return cygrpc.StatusCode.resource_exhausted, CONCURRENCY_EXCEEDED
             self._admitted += 1
-            return True
+            return None
+
+    def refuse_new_calls(self) -> None:
+        """From now on a call whose message arrives gets UNAVAILABLE (``SHUTTING_DOWN``); admitted calls run on.
+
+        The drain's second step: a refusal costs the polling thread next to
+        nothing, so gRPC core's queue of calls grpcio has not taken empties,
+        and each client learns at once, with a status it may retry elsewhere,
+        that this server is going away.
+        """
+        with self._lock:
+            self._refusing = True
+
+    @property
+    def admitted(self) -> int:
+        """Calls whose message has arrived and that are running or waiting for a thread."""
+        with self._lock:
+            return self._admitted
 
     # -- the read-timeout watchdog ----------------------------------------------------------
     def start_watchdog(self) -> None:

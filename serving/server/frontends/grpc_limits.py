@@ -15,10 +15,17 @@ TF Serving sets none of these (``server.cc`` passes only the message sizes and
   (``grpc.server_handshake_timeout_ms``); one without calls for that long
   gets GOAWAY and is closed (``grpc.max_connection_idle_ms``); a call's
   request message must arrive within it (``grpc_admission``).
-- ``max_concurrent_streams`` (``--grpc_max_concurrent_streams``, nginx's
-  ``http2_max_concurrent_streams`` default 128): open calls per connection,
-  HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS (``grpc.max_concurrent_streams``);
-  gRPC clients queue calls past it, others get RST_STREAM.
+- ``max_concurrent_streams`` (``--grpc_max_concurrent_streams``, twice the
+  admission bound by default: 512): open calls per connection, HTTP/2's
+  SETTINGS_MAX_CONCURRENT_STREAMS (``grpc.max_concurrent_streams``); gRPC
+  clients queue calls past it, others get RST_STREAM. Above the admission
+  bound so that one channel's excess calls are refused by admission at once
+  (RESOURCE_EXHAUSTED) rather than queued in the client; twice it, because
+  the server counts a stream until grpcio has released the call, so a client
+  that fills the limit by its own count gets REFUSED_STREAM (UNAVAILABLE).
+  nginx's ``http2_max_concurrent_streams`` default, 128, gave 16 of 1338 calls
+  REFUSED_STREAM in a 4x overload on one channel. A stalled stream (HEADERS,
+  no message) costs the server ~22 kB until the read timeout ends it.
 
 Keepalive pings are policed by core's defaults (a client may ping at most
 every 5 minutes without calls; a third bad ping gets GOAWAY). Connection age
