@@ -20,6 +20,11 @@ how many calls came back CANCELLED (also counted as server errors).
   ``overload-32`` with batching and ``--grpc_max_concurrent_rpcs=32`` (the
   test's own bound). Failed good: calls neither answered OK nor refused
   (RESOURCE_EXHAUSTED, UNAVAILABLE).
+- ``overload-procs``: ``CLIENT_PROCESSES`` client processes, one channel each,
+  together at 4x the closed-loop saturation of the cheap ``serving_default``
+  signature (CPU-bound: the clients and the server share the host's cores, so
+  grpcio's polling thread falls behind and calls wait in gRPC core), default
+  flags, batching (``max_batch_size`` 32), 10 s.
 - ``sigterm``: 16 connections each sending a call every 10 ms (open loop, as a
   client that does not stop on errors); after 48 answers SIGTERM, sending on until
   the process has exited. Crash: a non-zero exit status; hang: calls never
@@ -31,8 +36,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
@@ -229,6 +236,40 @@ def sigterm_case(server) -> str:
                 (fds_before, peak[1], 0), any(python_internals(r.details) for r in result.records))
 
 
+CLIENT_PROCESSES = 3
+
+
+def _client(target: str, rate: float, seconds: float) -> int:
+    """One client process of ``overload-procs``: an open loop; prints its codes as JSON."""
+    with grpc.insecure_channel(target) as channel:
+        result = open_loop(Stub(channel), good_request(), rate, seconds, max_in_flight=5000)
+    print(json.dumps({"sent": result.sent, "codes": result.codes(), "unanswered": result.unanswered,
+                      "leaks": any(python_internals(a.details) for a in result.answers)}))
+    return 0
+
+
+def processes_case(server, seconds: float = 10.0) -> str:
+    memory = ServerMemory(server.pid)
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        rate = saturation(Stub(channel), good_request())
+    before_kb, fds_before = memory.field("VmRSS"), _fds(server.pid)
+    memory.reset_peak()
+    clients = [subprocess.Popen([sys.executable, "-m", "tests.security.grpc_table", "--client", server.grpc_target,
+                                 str(4 * rate / CLIENT_PROCESSES), str(seconds)], stdout=subprocess.PIPE, text=True)
+               for _ in range(CLIENT_PROCESSES)]
+    sent = unanswered = leaks = 0
+    codes: dict[str, int] = {}
+    for client in clients:
+        report = json.loads(client.communicate(timeout=seconds + 120)[0].strip().splitlines()[-1])
+        sent, unanswered, leaks = sent + report["sent"], unanswered + report["unanswered"], leaks + report["leaks"]
+        for code, count in report["codes"].items():
+            codes[code] = codes.get(code, 0) + count
+    crashed, peak, kept, fds_after = _after(server, memory)
+    lost = sum(n for code, n in codes.items() if code not in REFUSALS)
+    return _row("overload-procs", sent, codes, crashed, unanswered, lost, peak - before_kb, kept - before_kb,
+                (fds_before, fds_before, fds_after), leaks)
+
+
 OVERLOAD_SHAPES = {   # case: (flags, batching)
     "overload": ([], {}),
     "overload-batch": ([], {"max_batch_size": 2, "batch_timeout_micros": 0, "num_batch_threads": 1}),
@@ -240,8 +281,12 @@ OVERLOAD_SHAPES = {   # case: (flags, batching)
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, default=None, help="the checkout whose server runs (default: this)")
-    parser.add_argument("--cases", default="stall-8,stall-300,idle-conns,overload,overload-batch,overload-32,sigterm")
+    parser.add_argument("--cases",
+                        default="stall-8,stall-300,idle-conns,overload,overload-batch,overload-32,overload-procs,sigterm")
+    parser.add_argument("--client", nargs=3, metavar=("TARGET", "RATE", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.client:
+        return _client(args.client[0], float(args.client[1]), float(args.client[2]))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     workdir = Path(tempfile.mkdtemp(prefix="grpc-table-"))
     print(f"checkout {args.checkout or 'this'}; flags {' '.join(AFTER_FLAGS)} (ignored by a server without them)")
@@ -260,6 +305,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(idle_case(server), flush=True)
             elif case in OVERLOAD_SHAPES:
                 print(overload_case(server, case), flush=True)
+            elif case == "overload-procs":
+                print(processes_case(server), flush=True)
             elif case == "sigterm":
                 print(sigterm_case(server), flush=True)
         finally:

@@ -27,6 +27,18 @@ TF Serving sets none of these (``server.cc`` passes only the message sizes and
   REFUSED_STREAM in a 4x overload on one channel. A stalled stream (HEADERS,
   no message) costs the server ~22 kB until the read timeout ends it.
 
+One more is not a flag: the calls that have reached the server but that
+grpcio has not yet taken (its polling thread takes them one at a time, and
+under CPU overload it falls behind). gRPC core keeps them in a pending queue
+and, past ``grpc.server.max_pending_requests`` (core's default 1000) and up
+to ``grpc.server.max_pending_requests_hard_limit`` (3000), drops new ones at
+random; a dropped call is killed as a zombie and its client gets CANCELLED
+(grpc/grpc#34782, "Cap size of pending request queue"). Three client
+processes at 4x the CPU-bound saturation got 13,575 of 35,343 calls
+CANCELLED that way. Both are set to ``PENDING_CALLS`` (16384) here: the
+queue empties as grpcio takes the calls and admission refuses them at once;
+a backlog past it is core's, and still gets CANCELLED.
+
 Keepalive pings are policed by core's defaults (a client may ping at most
 every 5 minutes without calls; a third bad ping gets GOAWAY). Connection age
 (``grpc.max_connection_age_ms``) is not bounded by default: it can be set
@@ -44,7 +56,9 @@ from serving.server.flags import (
     DEFAULT_GRPC_READ_TIMEOUT_SECONDS,
 )
 
-__all__ = ["GrpcConnectionLimits"]
+__all__ = ["GrpcConnectionLimits", "PENDING_CALLS"]
+
+PENDING_CALLS = 16384   # calls gRPC core may hold before grpcio takes them (core: 1000, at random to 3000)
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,8 @@ class GrpcConnectionLimits:
 
     def channel_arguments(self) -> list[tuple[str, Union[int, str]]]:
         """gRPC core's server arguments for these bounds (the connection cap checked against RLIMIT_NOFILE)."""
-        arguments: list[tuple[str, Union[int, str]]] = []
+        arguments: list[tuple[str, Union[int, str]]] = [("grpc.server.max_pending_requests", PENDING_CALLS),
+                                                         ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS)]
         if self.max_connections > 0:
             arguments.append(("grpc.max_allowed_incoming_connections",
                               connection_cap(self.max_connections, "--grpc_max_connections")))

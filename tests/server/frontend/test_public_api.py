@@ -29,7 +29,7 @@ PUBLIC = {
                              "effective_grpc_max_concurrent_streams"},
     "serving.server.frontends.grpc_admission": {"MessageFirstExecutor", "CONCURRENCY_EXCEEDED",
                                                 "SHUTTING_DOWN", "read_timeout_details"},
-    "serving.server.frontends.grpc_limits": {"GrpcConnectionLimits"},
+    "serving.server.frontends.grpc_limits": {"GrpcConnectionLimits", "PENDING_CALLS"},
     "serving.server.descriptors": {"raise_open_file_limit", "connection_cap", "PORT_SHARE"},
     "serving.server.frontends.rest_limits": {"RestLimits", "RequestRefused", "ConnectionGuard", "GuardedSite",
                                              "request_body_encoding", "inflate_gzip",
