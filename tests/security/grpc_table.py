@@ -56,7 +56,7 @@ from tests.security.grpc_stall import idle_connections
 from tests.security.load import open_loop, saturation, until_exit
 from tests.security.models import MODEL, nap_request
 
-__all__ = ["main"]
+__all__ = ["main", "processes_load"]
 
 CLIENT_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND,
                  grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION,
@@ -248,12 +248,10 @@ def _client(target: str, rate: float, seconds: float) -> int:
     return 0
 
 
-def processes_case(server, seconds: float = 10.0) -> str:
-    memory = ServerMemory(server.pid)
+def processes_load(server, seconds: float = 10.0) -> tuple[int, dict[str, int], int, int]:
+    """``CLIENT_PROCESSES`` open loops at 4x saturation together: (sent, codes, unanswered, replies leaking Python)."""
     with grpc.insecure_channel(server.grpc_target) as channel:
         rate = saturation(Stub(channel), good_request())
-    before_kb, fds_before = memory.field("VmRSS"), _fds(server.pid)
-    memory.reset_peak()
     clients = [subprocess.Popen([sys.executable, "-m", "tests.security.grpc_table", "--client", server.grpc_target,
                                  str(4 * rate / CLIENT_PROCESSES), str(seconds)], stdout=subprocess.PIPE, text=True)
                for _ in range(CLIENT_PROCESSES)]
@@ -264,6 +262,14 @@ def processes_case(server, seconds: float = 10.0) -> str:
         sent, unanswered, leaks = sent + report["sent"], unanswered + report["unanswered"], leaks + report["leaks"]
         for code, count in report["codes"].items():
             codes[code] = codes.get(code, 0) + count
+    return sent, codes, unanswered, leaks
+
+
+def processes_case(server, seconds: float = 10.0) -> str:
+    memory = ServerMemory(server.pid)
+    before_kb, fds_before = memory.field("VmRSS"), _fds(server.pid)
+    memory.reset_peak()
+    sent, codes, unanswered, leaks = processes_load(server, seconds)
     crashed, peak, kept, fds_after = _after(server, memory)
     lost = sum(n for code, n in codes.items() if code not in REFUSALS)
     return _row("overload-procs", sent, codes, crashed, unanswered, lost, peak - before_kb, kept - before_kb,
