@@ -20,8 +20,11 @@ bound what one client may hold on the REST port:
 ``--rest_api_max_body_bytes`` (default 64 MiB; larger bodies, also once
 inflated from gzip, get 413), ``--rest_api_read_timeout_seconds`` (default 30:
 headers, body and keep-alive idle time; 408 or a closed connection),
-``--rest_api_max_connections`` (default 1024, at most half of RLIMIT_NOFILE)
+``--rest_api_max_connections`` (default 1024, at most a quarter of RLIMIT_NOFILE)
 and ``--rest_api_max_concurrent_requests`` (default 256; more get 429 at once), and
+``--grpc_read_timeout_seconds`` (REST's 30 s), ``--grpc_max_connections`` (REST's 1024) and
+``--grpc_max_concurrent_streams`` (0: twice the admission bound, per connection) bound the gRPC port the same way
+(``serving.server.frontends.grpc_limits``), and
 ``--bind_address`` (default 127.0.0.1) is the address the gRPC and REST
 listeners bind, where TF Serving binds every interface (0.0.0.0).
 ``--grpc_max_concurrent_rpcs`` (0: 4 x ``--grpc_max_threads``, at least 256 like
@@ -69,12 +72,16 @@ __all__ = [
     "DEFAULT_REST_API_READ_TIMEOUT_SECONDS",
     "DEFAULT_REST_API_MAX_CONNECTIONS",
     "DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS",
+    "DEFAULT_GRPC_READ_TIMEOUT_SECONDS",
+    "DEFAULT_GRPC_MAX_CONNECTIONS",
+    "DEFAULT_GRPC_MAX_CONCURRENT_STREAMS",
     "MAX_TENSOR_ELEMENTS_CAP",
     "default_max_tensor_elements",
     "effective_max_tensor_elements",
     "effective_grpc_max_concurrent_rpcs",
     "memory_budget_bytes",
     "effective_memory_budgets",
+    "effective_grpc_max_concurrent_streams",
     "LOG_FORMATS",
 ]
 
@@ -85,10 +92,14 @@ DEFAULT_REST_API_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_REST_API_READ_TIMEOUT_SECONDS = 30
 DEFAULT_REST_API_MAX_CONNECTIONS = 1024
 DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS = 256
+DEFAULT_GRPC_READ_TIMEOUT_SECONDS = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
+DEFAULT_GRPC_MAX_CONNECTIONS = DEFAULT_REST_API_MAX_CONNECTIONS
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
 _CONCURRENT_RPCS_PER_THREAD = 4
 _CONCURRENT_RPCS_FLOOR = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
+_STREAMS_PER_ADMITTED_CALL = 2
+DEFAULT_GRPC_MAX_CONCURRENT_STREAMS = _STREAMS_PER_ADMITTED_CALL * _CONCURRENT_RPCS_FLOOR   # with the default bound
 
 
 def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
@@ -183,7 +194,7 @@ class ServerFlags:
         "request body, or stay idle between requests; then 408 or the connection is closed. 0 disables.")
     rest_api_max_connections: int = _flag(
         DEFAULT_REST_API_MAX_CONNECTIONS,
-        "EMBEDDED-ONLY extension: open REST connections at most (capped at half of RLIMIT_NOFILE); over it "
+        "EMBEDDED-ONLY extension: open REST connections at most (capped at a quarter of RLIMIT_NOFILE); over it "
         "the least recently active idle connection is closed, or the new one gets 503 and is closed.")
     rest_api_max_concurrent_requests: int = _flag(
         DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS,
@@ -195,7 +206,26 @@ class ServerFlags:
         "0.0.0.0 listens on every interface, as TF Serving does.")
     grpc_max_concurrent_rpcs: int = _flag(
         0, "EMBEDDED-ONLY extension: gRPC calls handled or waiting for a thread at once; more get "
-           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads, at least 256.")
+           "RESOURCE_EXHAUSTED at once. 0 means 4 x --grpc_max_threads, at least 256. A call counts once "
+           "its request message has arrived.")
+    grpc_read_timeout_seconds: int = _flag(
+        DEFAULT_GRPC_READ_TIMEOUT_SECONDS,
+        "EMBEDDED-ONLY extension: seconds a gRPC connection may take to finish its handshake, a call may take "
+        "to send its request message, or a connection may stay without calls; then the handshake fails, the "
+        "call gets DEADLINE_EXCEEDED, the connection gets GOAWAY. 0 disables.")
+    grpc_max_connections: int = _flag(
+        DEFAULT_GRPC_MAX_CONNECTIONS,
+        "EMBEDDED-ONLY extension: open gRPC connections at most (capped at a quarter of RLIMIT_NOFILE); a "
+        "connection over it is closed when accepted.")
+    grpc_max_concurrent_streams: int = _flag(
+        0,
+        "EMBEDDED-ONLY extension: open calls per gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
+        "gRPC clients queue more, others get RST_STREAM. 0 means twice the admission bound "
+        "(--grpc_max_concurrent_rpcs; 512 by default), so that admission, not this limit, refuses a client: "
+        "a client over the bound gets RESOURCE_EXHAUSTED at once instead of queueing in its channel, and the "
+        "streams the server has not yet released leave no room for a REFUSED_STREAM (at 128, one channel "
+        "under 4x overload got 16 of 1338 calls UNAVAILABLE). A stalled stream costs ~22 kB until the read "
+        "timeout ends it.")
     max_tensor_elements: int = _flag(
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
@@ -333,18 +363,21 @@ def validate_flags(flags: ServerFlags) -> None:
             "Either configure server_options.tensorflow_session_parallelism or "
             "(server_options.tensorflow_intra_op_parallelism, "
             "server_options.tensorflow_inter_op_parallelism) separately. You cannot configure all.")
-    for name in ("rest_api_max_body_bytes", "rest_api_max_connections", "rest_api_max_concurrent_requests"):
+    for name in ("rest_api_max_body_bytes", "rest_api_max_connections", "rest_api_max_concurrent_requests",
+                 "grpc_max_connections"):
         if getattr(flags, name) <= 0:
             raise status.InvalidArgument(f"--{name} must be positive.")
-    if flags.rest_api_read_timeout_seconds < 0:
-        raise status.InvalidArgument("--rest_api_read_timeout_seconds must not be negative.")
+    for name in ("rest_api_read_timeout_seconds", "grpc_read_timeout_seconds"):
+        if getattr(flags, name) < 0:
+            raise status.InvalidArgument(f"--{name} must not be negative.")
     if not _is_bind_address(flags.bind_address):
         raise status.InvalidArgument(
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "
             f"not {flags.bind_address!r}.")
 
-    if flags.grpc_max_concurrent_rpcs < 0:
-        raise status.InvalidArgument("--grpc_max_concurrent_rpcs must be positive, or 0 for the default.")
+    for name in ("grpc_max_concurrent_rpcs", "grpc_max_concurrent_streams"):
+        if getattr(flags, name) < 0:
+            raise status.InvalidArgument(f"--{name} must be positive, or 0 for the default.")
     if flags.max_tensor_elements < 0:
         raise status.InvalidArgument("--max_tensor_elements must be positive, or 0 for the default.")
     for name in ("max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight"):
@@ -437,6 +470,11 @@ def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
     """
     return flags.grpc_max_concurrent_rpcs or max(_CONCURRENT_RPCS_FLOOR,
                                                  _CONCURRENT_RPCS_PER_THREAD * max(1, flags.grpc_max_threads))
+
+
+def effective_grpc_max_concurrent_streams(flags: ServerFlags) -> int:
+    """Streams per gRPC connection: the flag, or twice the admission bound for 0 (see the flag's help)."""
+    return flags.grpc_max_concurrent_streams or _STREAMS_PER_ADMITTED_CALL * effective_grpc_max_concurrent_rpcs(flags)
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

@@ -10,7 +10,8 @@ only once the main thread runs again, so a main thread sleeping in a timed
 wait noticed SIGTERM up to a second late (the listeners stayed open that long).
 Before the server is built, ``serving.server.memory`` sets TensorFlow's
 environment defaults (no Keras import, oneDNN tensors on malloc), which
-TensorFlow reads once, when it loads, and limits glibc's malloc arenas.
+TensorFlow reads once, when it loads, limits glibc's malloc arenas and raises
+the soft RLIMIT_NOFILE to the hard limit (``serving.server.descriptors``).
 Exit codes follow ``main.cc``: 0 after ``--version``, ``--help`` or a drain,
 255 (``-1``) for a bad flag value or a server that fails to start.
 """
@@ -25,6 +26,7 @@ from importlib import metadata
 from typing import Optional, Sequence
 
 from serving import status
+from serving.server.descriptors import raise_open_file_limit
 from serving.server.flags import CommandLine, FlagError, ServerFlags, log_no_effect, parse_flags, usage, validate_flags
 from serving.server.logs import NativeStderrAsJson, configure_logging
 from serving.server.memory import configure_tensorflow_environment, limit_malloc_arenas
@@ -90,6 +92,9 @@ def _serve(flags: ServerFlags) -> int:
     applied = configure_tensorflow_environment(os.environ)
     if applied:
         logger.info("TensorFlow environment: %s", " ".join(f"{k}={v}" for k, v in applied.items()))
+    before, after = raise_open_file_limit()   # the ports' connection caps leave half of it in reserve
+    if after != before:
+        logger.info("RLIMIT_NOFILE raised from %d to %d", before, after)
     arenas = limit_malloc_arenas(os.environ)
     if arenas is not None:
         logger.info("At most %d malloc arenas (MALLOC_ARENA_MAX overrides)", arenas)

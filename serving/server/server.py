@@ -38,6 +38,7 @@ from serving.server.admission import MemoryAdmission
 from serving.server.flags import (
     ServerFlags,
     effective_grpc_max_concurrent_rpcs,
+    effective_grpc_max_concurrent_streams,
     effective_max_tensor_elements,
     effective_memory_budgets,
 )
@@ -233,6 +234,7 @@ class ModelServer:
     def _start_grpc(self, credentials: Optional[grpc.ServerCredentials]) -> None:
         # tensorflow_serving's messages load TensorFlow: imported only when the gRPC front-end starts.
         from serving.server.frontends.grpc import GrpcFrontend, listen_address, parse_channel_arguments
+        from serving.server.frontends.grpc_limits import GrpcConnectionLimits
 
         flags = self.flags
         addresses = [listen_address(flags.bind_address, flags.port)] if flags.port else []
@@ -246,6 +248,9 @@ class ModelServer:
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
             use_tensor_content=flags.enable_serialization_as_tensor_content, credentials=credentials,
             max_concurrent_rpcs=max_concurrent_rpcs, max_tensor_elements=effective_max_tensor_elements(flags),
+            limits=GrpcConnectionLimits(max_connections=flags.grpc_max_connections,
+                                        max_concurrent_streams=effective_grpc_max_concurrent_streams(flags),
+                                        read_timeout_seconds=flags.grpc_read_timeout_seconds),
             max_receive_message_bytes=effective_memory_budgets(flags)[0])
         self.grpc.start()
 

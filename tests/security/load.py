@@ -6,18 +6,20 @@ seconds)`` sends at a fixed rate regardless of answers (latency counted from
 each call's send) and returns every call's code and latency; it stops sending
 and reports ``overflowed`` once more than ``max_in_flight`` calls are
 unanswered, so a server that queues without bound cannot make the test itself
-run away.
+run away. ``until_exit(process, stubs, request, period)`` sends on every stub
+at a fixed pace through a SIGTERM, until the server process has exited.
 """
 from __future__ import annotations
 
 import dataclasses
+import signal
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import grpc
 
-__all__ = ["Answer", "OpenLoopResult", "saturation", "open_loop"]
+__all__ = ["Answer", "OpenLoopResult", "DrainRecord", "DrainResult", "saturation", "open_loop", "until_exit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,3 +129,77 @@ def open_loop(stub: Any, request: Any, rate: float, seconds: float, *, timeout: 
     all_answered.wait(timeout if drain_seconds is None else drain_seconds)
     with lock:
         return OpenLoopResult(rate, seconds, sent, list(answers), late, overflowed, in_flight[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainRecord:
+    sent: float       # time.monotonic() of the send
+    answered: float
+    code: str
+    details: str
+
+
+@dataclasses.dataclass
+class DrainResult:
+    signalled: float             # time.monotonic() of the SIGTERM
+    returncode: int
+    sent: int
+    records: list[DrainRecord]   # the answered calls
+
+    def codes(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for record in self.records:
+            counts[record.code] = counts.get(record.code, 0) + 1
+        return counts
+
+    @property
+    def in_flight(self) -> list[DrainRecord]:
+        """Calls sent before the SIGTERM and answered after it."""
+        return [r for r in self.records if r.sent < self.signalled < r.answered]
+
+
+def until_exit(process: Any, stubs: Sequence[Any], request: Any, period: float, *, calls_before: int,
+               timeout: float = 60.0, while_draining: Callable[[], None] = lambda: None) -> DrainResult:
+    """Each stub sends ``request`` every ``period`` s (open loop: a client that does not stop on errors);
+    once ``calls_before`` calls have been answered, SIGTERM ``process`` (a ``ServerProcess``); go on
+    sending until it has exited, then wait for every answer. ``while_draining`` is called repeatedly
+    until the process exits (e.g. to sample its memory)."""
+    lock = threading.Condition()
+    records: list[DrainRecord] = []
+    futures: list[Any] = []
+    exited = threading.Event()
+
+    def answered(future: Any, sent: float) -> None:
+        code = future.code()
+        record = DrainRecord(sent, time.monotonic(), code.name,
+                             "" if code == grpc.StatusCode.OK else future.details() or "")
+        with lock:
+            records.append(record)
+            lock.notify_all()
+
+    def sender(stub: Any) -> None:
+        while not exited.is_set():
+            sent = time.monotonic()
+            future = stub.Predict.future(request, timeout=timeout)
+            with lock:
+                futures.append(future)
+            future.add_done_callback(lambda f, t=sent: answered(f, t))
+            exited.wait(period)   # the open loop's pace, not an ordering of threads
+
+    threads = [threading.Thread(target=sender, args=(stub,), daemon=True) for stub in stubs]
+    for thread in threads:
+        thread.start()
+    with lock:
+        assert lock.wait_for(lambda: len(records) >= calls_before, timeout=timeout), "no load before SIGTERM"
+    signalled = time.monotonic()
+    process.proc.send_signal(signal.SIGTERM)
+    while process.running():
+        while_draining()
+        exited.wait(0.05)   # polling the process's exit
+    returncode = process.wait(timeout)
+    exited.set()
+    for thread in threads:
+        thread.join(timeout)
+    with lock:
+        assert lock.wait_for(lambda: len(records) == len(futures), timeout=timeout), "calls never answered"
+        return DrainResult(signalled, returncode, len(futures), list(records))

@@ -6,6 +6,10 @@ admission bound set to 32 calls (``--grpc_max_concurrent_rpcs``; its default, at
 of this slow model's calls: the bound's arithmetic is tests/server/frontend/test_flags.py's). Saturation is
 measured first, closed loop; then an open loop sends at four times that rate.
 
+A second test sends from three client processes at 4x the CPU-bound saturation of the cheap signature with
+the server's default flags and batching: grpc Python's polling thread falls behind and calls wait in gRPC
+core, whose pending-queue cap (1000 by default) used to drop them with CANCELLED (9,711 of 31,452).
+
 Run alone: ``TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH=$PWD .venv/bin/python -m pytest -s tests/security/test_overload.py``
 """
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serving.server.launcher import ServerProcess
 from tests.security.attacks import start_server
+from tests.security.grpc_table import processes_load
 from tests.security.load import open_loop, saturation
 from tests.security.models import nap_request
 
@@ -59,3 +64,16 @@ def test_four_times_saturation_is_refused_at_once_and_nothing_admitted_is_lost(o
     assert rejected[-1] < REJECTION_LIMIT, f"slowest refusal {rejected[-1] * 1000:.0f} ms"
     # Admitted calls wait a bounded queue (the admission bound's worth of calls at saturation), not the whole run.
     assert result.latencies(grpc.StatusCode.OK)[-1] < 5.0 < OVERLOAD_SECONDS
+
+
+def test_calls_waiting_in_grpc_core_under_cpu_overload_are_refused_not_cancelled(napping, tmp_path):
+    process = start_server(napping, tmp_path)   # default flags, the attacks' batching
+    try:
+        sent, codes, unanswered, leaks = processes_load(process)
+        alive = process.running()
+    finally:
+        process.stop()
+    print(f"\n3 processes: sent {sent}, {codes}")
+    assert alive and unanswered == 0 and not leaks
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes   # no CANCELLED
+    assert codes.get("OK", 0) >= sent / 4, codes

@@ -60,6 +60,7 @@ from google.protobuf import json_format
 
 from serving import codec, status
 from serving.server.core.state import VersionStatus
+from serving.server.descriptors import connection_cap
 from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelMetadata, ModelSpec
 from serving.server.frontends.rest_limits import (
     BodyBytes,
@@ -69,7 +70,6 @@ from serving.server.frontends.rest_limits import (
     RequestRefused,
     RestLimits,
     body_too_large,
-    connection_cap,
     inflate_gzip,
     request_body_encoding,
 )

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 import zlib
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -54,7 +53,6 @@ __all__ = [
     "RequestRefused",
     "ConnectionGuard",
     "GuardedSite",
-    "connection_cap",
     "request_body_encoding",
     "inflate_gzip",
     "body_too_large",
@@ -174,17 +172,6 @@ def inflate_gzip(data: bytes, limit: int) -> bytes:
     if not inflater.eof:
         raise status.InvalidArgument("Content-Encoding: gzip body could not be inflated: the stream ends early")
     return bytes(inflated)
-
-
-def connection_cap(requested: int) -> int:
-    """``requested``, or half of this process's file-descriptor limit if that is less (logged)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or requested <= soft // 2:
-        return requested
-    cap = max(1, soft // 2)
-    logger.warning("--rest_api_max_connections=%d is more than half of RLIMIT_NOFILE (%d): using %d, so that "
-                   "gRPC and model files keep descriptors", requested, soft, cap)
-    return cap
 
 
 def _raw_response(status_line: str, message: str) -> bytes:

@@ -11,10 +11,12 @@ import pytest
 from serving import status
 from serving.server import flags as server_flags
 from serving.server.flags import (
+    DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
     FlagError,
     ServerFlags,
     default_max_tensor_elements,
     effective_grpc_max_concurrent_rpcs,
+    effective_grpc_max_concurrent_streams,
     effective_max_tensor_elements,
     parse_flags,
     validate_flags,
@@ -80,7 +82,8 @@ TF_SERVING_HEAD_ONLY_FLAGS = {"xla_gpu_compilation_enabled": False,
 EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds", "rest_api_max_connections",
                        "rest_api_max_concurrent_requests", "bind_address", "grpc_max_concurrent_rpcs",
                        "max_tensor_elements", "log_format",
-                       "max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight"}
+                       "max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight",
+                       "grpc_read_timeout_seconds", "grpc_max_connections", "grpc_max_concurrent_streams"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():
@@ -199,7 +202,8 @@ def test_bind_address_defaults_to_loopback_and_takes_addresses_and_names(address
     validate_flags(parse_flags(["--model_base_path=/m", f"--bind_address={address}"]).flags)
 
 
-@pytest.mark.parametrize("flag", ["--grpc_max_concurrent_rpcs=-1", "--max_tensor_elements=-1"])
+@pytest.mark.parametrize("flag", ["--grpc_max_concurrent_rpcs=-1", "--max_tensor_elements=-1",
+                                  "--grpc_max_concurrent_streams=-1"])
 def test_negative_admission_bounds_are_refused(flag):
     with pytest.raises(status.InvalidArgument, match=flag.split("=")[0]):
         validate_flags(parse_flags(["--model_base_path=/m", flag]).flags)
@@ -214,6 +218,14 @@ def test_admission_bounds_default_to_the_thread_pool_and_the_hosts_memory():
     assert default_max_tensor_elements(memory_bytes=1 << 40) == 2**28
     given = parse_flags(["--grpc_max_concurrent_rpcs=5", "--max_tensor_elements=100"]).flags
     assert (effective_grpc_max_concurrent_rpcs(given), effective_max_tensor_elements(given)) == (5, 100)
+
+
+def test_streams_per_connection_default_to_twice_the_admission_bound():
+    # Above the bound: one channel past it is refused by admission at once, never by HTTP/2's limit.
+    assert effective_grpc_max_concurrent_streams(ServerFlags()) == 2 * effective_grpc_max_concurrent_rpcs(
+        ServerFlags()) == DEFAULT_GRPC_MAX_CONCURRENT_STREAMS
+    assert effective_grpc_max_concurrent_streams(ServerFlags(grpc_max_concurrent_rpcs=32)) == 64
+    assert effective_grpc_max_concurrent_streams(ServerFlags(grpc_max_concurrent_streams=7)) == 7
 
 
 def test_batching_parameters_file_with_enable_batching_is_valid():

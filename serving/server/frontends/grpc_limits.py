@@ -1,0 +1,88 @@
+"""What the gRPC port lets one client hold: connections, streams per connection, read time.
+
+TF Serving sets none of these (``server.cc`` passes only the message sizes and
+``--grpc_channel_arguments``); they are the embedded server's own flags
+(``serving.server.flags``), on the same footing as the REST port's
+(``rest_limits``), and all of them are gRPC core's channel arguments:
+
+- ``max_connections`` (``--grpc_max_connections``): open connections at most,
+  ``grpc.max_allowed_incoming_connections`` (core's connection quota: a
+  connection over it is closed as soon as it is accepted, before any
+  handshake). Capped, as REST's cap is, at a quarter of ``RLIMIT_NOFILE``
+  (``serving.server.descriptors``).
+- ``read_timeout_seconds`` (``--grpc_read_timeout_seconds``, REST's 30 s):
+  a connection must finish its HTTP/2 (and TLS) handshake within it
+  (``grpc.server_handshake_timeout_ms``); one without calls for that long
+  gets GOAWAY and is closed (``grpc.max_connection_idle_ms``); a call's
+  request message must arrive within it (``grpc_admission``).
+- ``max_concurrent_streams`` (``--grpc_max_concurrent_streams``, twice the
+  admission bound by default: 512): open calls per connection, HTTP/2's
+  SETTINGS_MAX_CONCURRENT_STREAMS (``grpc.max_concurrent_streams``); gRPC
+  clients queue calls past it, others get RST_STREAM. Above the admission
+  bound so that one channel's excess calls are refused by admission at once
+  (RESOURCE_EXHAUSTED) rather than queued in the client; twice it, because
+  the server counts a stream until grpcio has released the call, so a client
+  that fills the limit by its own count gets REFUSED_STREAM (UNAVAILABLE).
+  nginx's ``http2_max_concurrent_streams`` default, 128, gave 16 of 1338 calls
+  REFUSED_STREAM in a 4x overload on one channel. A stalled stream (HEADERS,
+  no message) costs the server ~22 kB until the read timeout ends it.
+
+One more is not a flag: the calls that have reached the server but that
+grpcio has not yet taken (its polling thread takes them one at a time, and
+under CPU overload it falls behind). gRPC core keeps them in a pending queue
+and, past ``grpc.server.max_pending_requests`` (core's default 1000) and up
+to ``grpc.server.max_pending_requests_hard_limit`` (3000), drops new ones at
+random; a dropped call is killed as a zombie and its client gets CANCELLED
+(grpc/grpc#34782, "Cap size of pending request queue"). Three client
+processes at 4x the CPU-bound saturation got 13,575 of 35,343 calls
+CANCELLED that way. Both are set to ``PENDING_CALLS`` (16384) here: the
+queue empties as grpcio takes the calls and admission refuses them at once;
+a backlog past it is core's, and still gets CANCELLED.
+
+Keepalive pings are policed by core's defaults (a client may ping at most
+every 5 minutes without calls; a third bad ping gets GOAWAY). Connection age
+(``grpc.max_connection_age_ms``) is not bounded by default: it can be set
+through ``--grpc_channel_arguments``, which override these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from serving.server.descriptors import connection_cap
+from serving.server.flags import (
+    DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
+    DEFAULT_GRPC_MAX_CONNECTIONS,
+    DEFAULT_GRPC_READ_TIMEOUT_SECONDS,
+)
+
+__all__ = ["GrpcConnectionLimits", "PENDING_CALLS"]
+
+PENDING_CALLS = 16384   # calls gRPC core may hold before grpcio takes them (core: 1000, at random to 3000)
+
+
+@dataclass(frozen=True)
+class GrpcConnectionLimits:
+    """Bounds of the gRPC port; defaults are the embedded server flags' defaults; 0 disables one."""
+
+    max_connections: int = DEFAULT_GRPC_MAX_CONNECTIONS
+    max_concurrent_streams: int = DEFAULT_GRPC_MAX_CONCURRENT_STREAMS
+    read_timeout_seconds: float = DEFAULT_GRPC_READ_TIMEOUT_SECONDS
+
+    def channel_arguments(self) -> list[tuple[str, Union[int, str]]]:
+        """gRPC core's server arguments for these bounds (the connection cap checked against RLIMIT_NOFILE)."""
+        arguments: list[tuple[str, Union[int, str]]] = [("grpc.server.max_pending_requests", PENDING_CALLS),
+                                                         ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS)]
+        if self.max_connections > 0:
+            arguments.append(("grpc.max_allowed_incoming_connections",
+                              connection_cap(self.max_connections, "--grpc_max_connections")))
+        if self.max_concurrent_streams > 0:
+            arguments.append(("grpc.max_concurrent_streams", self.max_concurrent_streams))
+        timeout_ms = self.read_timeout_ms
+        if timeout_ms is not None:
+            arguments += [("grpc.server_handshake_timeout_ms", timeout_ms), ("grpc.max_connection_idle_ms", timeout_ms)]
+        return arguments
+
+    @property
+    def read_timeout_ms(self) -> Optional[int]:
+        return max(1, int(self.read_timeout_seconds * 1000)) if self.read_timeout_seconds > 0 else None
