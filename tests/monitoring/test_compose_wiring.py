@@ -19,8 +19,8 @@ def services() -> dict:
 def mounts(service: dict) -> dict[str, str]:
     """host path (normalised, relative to the repo) -> container path."""
     found = {}
-    for volume in service.get("volumes", []):
-        source, target = volume.split(":")[:2]
+    for volume in service.get("volumes", []):  # short syntax ("src:dst[:ro]") or long ({source:, target:})
+        source, target = (volume["source"], volume["target"]) if isinstance(volume, dict) else volume.split(":")[:2]
         found[posixpath.normpath(source)] = target
     return found
 
