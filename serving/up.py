@@ -66,6 +66,7 @@ from serving.config.compose import (
     compose_command,
     load_compose_model,
     plan_embedded_server,
+    read_dotenv,
     service_models_config,
     volume_map,
     with_grafana_placeholder,
@@ -326,9 +327,8 @@ def cpu_limits(root: Path, environ: Mapping[str, str], cpus: Optional[int]) -> d
     """``.env``'s ``*_CPUS`` limits that exceed this host's ``cpus``, capped to it (Docker refuses to
     create a container whose CPU limit exceeds the host's). A value exported in ``environ`` is kept."""
     capped = {}
-    for line in (root / ".env").read_text().splitlines():
-        name, sep, value = line.strip().partition("=")
-        if sep and name.endswith("_CPUS") and not name.startswith("#") and name not in environ and cpus:
+    for name, value in read_dotenv(root).items():
+        if name.endswith("_CPUS") and name not in environ and cpus:
             try:
                 if float(value) > cpus:
                     capped[name] = str(cpus)

@@ -19,9 +19,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Sequence
 
-from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
+from serving.config.compose import (
+    COMPOSE_FILES,
+    LOCAL_OVERRIDE,
+    compose_command,
+    read_dotenv,
+    with_grafana_placeholder,
+)
 from serving.stack.docker import image_label
 
 __all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "NGINX_IMAGE", "content_hash", "build_images",
@@ -64,11 +70,10 @@ class Image:
 
 def _dotenv(key: str, root: Path = REPO_ROOT) -> str:
     """A pin of ``.env`` (compose's own file; the one place versions live)."""
-    for line in (root / ".env").read_text().splitlines():
-        name, _, value = line.partition("=")
-        if name.strip() == key and not line.lstrip().startswith("#"):
-            return value.strip()
-    raise KeyError(f".env has no {key}")
+    pins = read_dotenv(root)
+    if key not in pins:
+        raise KeyError(f".env has no {key}")
+    return pins[key]
 
 
 def _images(root: Path = REPO_ROOT) -> tuple[Image, ...]:

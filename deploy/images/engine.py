@@ -15,7 +15,6 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
 from deploy.images.build import REPO_ROOT

@@ -35,6 +35,7 @@ __all__ = [
     "LOCAL_OVERRIDE",
     "GRAFANA_PASSWORD",
     "with_grafana_placeholder",
+    "read_dotenv",
     "compose_command",
     "load_compose_model",
     "volume_map",
@@ -62,6 +63,12 @@ def with_grafana_placeholder(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with a placeholder Grafana password where none is set: for reading the files or
     starting services without Grafana (Compose refuses to interpolate them otherwise)."""
     return dict(environ) if environ.get(GRAFANA_PASSWORD) else {**environ, GRAFANA_PASSWORD: GRAFANA_PLACEHOLDER}
+
+
+def read_dotenv(root: Path) -> dict[str, str]:
+    """``root/.env``'s ``NAME=value`` lines (Compose's own file: the pins and host-side knobs), comments out."""
+    pairs = (line.strip().partition("=") for line in (Path(root) / ".env").read_text().splitlines())
+    return {name.strip(): value.strip() for name, sep, value in pairs if sep and not name.startswith("#")}
 
 
 class ComposeError(RuntimeError):

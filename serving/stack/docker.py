@@ -112,31 +112,27 @@ def probe_engine(docker: str = "docker", timeout: float = 20.0) -> Engine:
     return Engine(True, frozenset(runtimes), "a Docker engine answers", cli)
 
 
-def image_id(image: str, docker: str = "docker", timeout: float = 20.0) -> Optional[str]:
-    """The engine's ID of ``image`` in its local store (``docker image inspect``; never a pull), or None.
-
-    None too when no engine answers: nothing is present where nothing runs.
-    """
+def _inspect_image(image: str, template: str, docker: str, timeout: float) -> Optional[str]:
+    """``docker image inspect --format TEMPLATE IMAGE``'s output; None without the image, the CLI or an
+    engine that answers in time (nothing is present where nothing runs). Never a pull."""
     if shutil.which(docker) is None:
         return None
     try:
-        proc = _run([docker, "image", "inspect", "--format", "{{.Id}}", image], timeout)
+        proc = _run([docker, "image", "inspect", "--format", template, image], timeout)
     except subprocess.TimeoutExpired:
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def image_id(image: str, docker: str = "docker", timeout: float = 20.0) -> Optional[str]:
+    """The engine's ID of ``image`` in its local store, or None."""
+    return _inspect_image(image, "{{.Id}}", docker, timeout)
+
+
 def image_label(image: str, label: str, docker: str = "docker", timeout: float = 20.0) -> Optional[str]:
     """The value of ``label`` on ``image`` in the local store; None without the image or the label."""
-    if shutil.which(docker) is None:
-        return None
-    try:
-        proc = _run([docker, "image", "inspect", "--format", "{{json .Config.Labels}}", image], timeout)
-    except subprocess.TimeoutExpired:
-        return None
-    if proc.returncode != 0:
-        return None
-    return (json.loads(proc.stdout or "null") or {}).get(label)
+    labels = _inspect_image(image, "{{json .Config.Labels}}", docker, timeout)
+    return None if labels is None else (json.loads(labels or "null") or {}).get(label)
 
 
 def image_present(image: str, docker: str = "docker", timeout: float = 20.0) -> bool:

@@ -14,7 +14,7 @@ API = {
     "serving.config": ["load_model_server_config", "load_batching_parameters", "load_monitoring_config",
                        "load_ssl_config", "parse_text_proto"],
     "serving.config.compose": ["ComposeError", "EmbeddedPlan", "COMPOSE_FILES", "LOCAL_OVERRIDE",
-                               "GRAFANA_PASSWORD", "with_grafana_placeholder", "compose_command",
+                               "GRAFANA_PASSWORD", "with_grafana_placeholder", "read_dotenv", "compose_command",
                                "load_compose_model", "volume_map", "remap_server_args", "service_models_config",
                                "plan_embedded_server"],
     "serving.config.protos": ["batching_parameters_class", "monitoring_config_class", "ssl_config_class"],
