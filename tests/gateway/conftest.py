@@ -12,6 +12,8 @@
   service's own environment (Compose's model), where only the listen
   addresses (free 127.0.0.1 ports), the upstreams (the embedded server) and
   the paths change. Its access log is nginx's stdout, its error log stderr.
+- ``rate_gateway``: the same with a refill of one request a minute, for the
+  rate-limit tests (compose's burst, a rate no machine's speed can outrun).
 """
 from __future__ import annotations
 
@@ -205,15 +207,34 @@ def compose_values(compose_gateway_env: dict[str, str], **local: str) -> dict[st
     return {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
 
 
+def upstream_values(tf_serving: ServerProcess) -> dict[str, str]:
+    """The gateway's upstreams set to the embedded server."""
+    return {"GATEWAY_GRPC_UPSTREAM": tf_serving.grpc_target,
+            "GATEWAY_REST_UPSTREAM": f"127.0.0.1:{tf_serving.rest_port}",
+            # The upstreams are IP literals, never looked up; nginx still needs a resolver to parse.
+            "GATEWAY_RESOLVER": "127.0.0.1"}
+
+
 @pytest.fixture(scope="session")
 def gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving,
             tmp_path_factory) -> Iterator[Gateway]:
-    values = compose_values(
-        compose_gateway_env,
-        GATEWAY_GRPC_UPSTREAM=tf_serving.grpc_target,
-        GATEWAY_REST_UPSTREAM=f"127.0.0.1:{tf_serving.rest_port}",
-        # The upstreams are IP literals, never looked up; nginx still needs a resolver to parse.
-        GATEWAY_RESOLVER="127.0.0.1")
+    values = compose_values(compose_gateway_env, **upstream_values(tf_serving))
     with running_gateway(nginx, nginx_version, values, tmp_path_factory.mktemp("gateway"), gateway_secrets,
+                         tf_serving) as gateway:
+        yield gateway
+
+
+# The rate-limit tests' refill: one request a minute, so the compose burst runs out however slowly this
+# machine sends. At compose's 100 r/s, a client slower than 100 sequential requests a second (a loaded
+# CI runner through TLS) never drains the bucket, and the test would depend on the machine's speed.
+SLOW_REFILL = "1r/m"
+
+
+@pytest.fixture(scope="session")
+def rate_gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving,
+                 tmp_path_factory) -> Iterator[Gateway]:
+    """The gateway with compose's values, burst included, but :data:`SLOW_REFILL` for its rate."""
+    values = {**compose_values(compose_gateway_env, **upstream_values(tf_serving)), "GATEWAY_RATE": SLOW_REFILL}
+    with running_gateway(nginx, nginx_version, values, tmp_path_factory.mktemp("rate-gateway"), gateway_secrets,
                          tf_serving) as gateway:
         yield gateway
