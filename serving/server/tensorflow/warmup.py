@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Protocol, Union
 
 from google.protobuf.message import DecodeError
 
@@ -32,15 +32,23 @@ from serving.server.memory import peak_rss_during
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.servable import Servable
 
-__all__ = ["WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"]
+__all__ = ["WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "WarmupMetrics", "warmup_path", "run_saved_model_warmup"]
 
 log = logging.getLogger(__name__)
 
 MAX_NUM_RECORDS = 1000
 
 
+class WarmupMetrics(Protocol):
+    """What warmup records (``serving.server.metrics.ServerMetrics`` provides it); thread-safe."""
+
+    def record_warmup(self, model_path: str, ok: bool, latency_us: float, records: int,
+                      error: Optional[Union[BaseException, str]] = None) -> None: ...
+
+
 def run_saved_model_warmup(servable: Servable, export_dir: str, *,
-                           num_request_iterations: int = 1, metrics: Optional[Any] = None) -> int:
+                           num_request_iterations: int = 1,
+                           metrics: Optional[WarmupMetrics] = None) -> int:
     """Replay the warmup file of ``export_dir`` on ``servable``; return the records read.
 
     Raises a ``status.ServingError`` when warmup fails (the load must fail).

@@ -7,11 +7,12 @@ import pytest
 
 PUBLIC = {
     "tensorflow.servable": {"TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"},
-    "tensorflow.loader": {"LoaderOptions", "SavedModelLoader"},
+    "tensorflow.loader": {"LoaderOptions", "LoadMetrics", "SavedModelLoader", "SavedModelVersionLoader"},
+    "core.loader": {"Loader", "LoaderFactory"},
     "core.source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
                "list_versions"},
-    "core.manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState", "VersionEvents"},
-    "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"},
+    "core.manager": {"ServableManager", "ServableHandle", "VersionStatus", "ManagerState", "VersionEvents"},
+    "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "WarmupMetrics", "warmup_path", "run_saved_model_warmup"},
     "tensorflow.inference": {"DEFAULT_SIGNATURE", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
                   "CLASSIFY_OUTPUT_SCORES", "REGRESS_INPUTS", "REGRESS_OUTPUTS", "Class", "Classifications",
                   "ClassificationResult", "Regression", "RegressionResult", "rest_signature",
