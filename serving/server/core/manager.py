@@ -47,6 +47,7 @@ from typing import Generic, Optional, Protocol, TypeVar
 from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
 from serving import status
+from serving.codec import VersionState, VersionStatus
 from serving.server.core.harness import VersionHarness
 from serving.server.core.labels import LabelMap, build_label_map
 from serving.server.core.loader import Loader, LoaderFactory
@@ -54,10 +55,9 @@ from serving.server.core.model_config import validate_model_config_list
 from serving.server.core.policy import HarnessState, next_action
 from serving.server.core.retrier import retry
 from serving.server.core.source import AspiredVersion, FileSystemSource, ServableToMonitor
-from serving.server.core.state import ManagerState, VersionStatus
 from serving.server.core.state_monitor import ServableStateMonitor
 
-__all__ = ["ServableManager", "ServableHandle", "VersionEvents", "VersionStatus", "ManagerState"]
+__all__ = ["ServableManager", "ServableHandle", "VersionEvents"]
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class ServableManager(Generic[ServableT]):
         with self._cond:
             ready = [h for h in self._all_harnesses() if h.state is HarnessState.READY]
             for harness in ready:
-                self._set_state(harness, HarnessState.UNLOADING, ManagerState.UNLOADING)
+                self._set_state(harness, HarnessState.UNLOADING, VersionState.UNLOADING)
             while any(h.holders for h in ready) and time.monotonic() < deadline:
                 self._cond.wait(max(deadline - time.monotonic(), 0.0))
         for harness in ready:
@@ -179,7 +179,7 @@ class ServableManager(Generic[ServableT]):
             harness.loader.unload()
             with self._cond:
                 harness.loader = harness.servable = None
-                self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
+                self._set_state(harness, HarnessState.DISABLED, VersionState.END)
 
     # ------------------------------------------------------------ config
 
@@ -338,12 +338,12 @@ class ServableManager(Generic[ServableT]):
     def _all_harnesses(self) -> list[VersionHarness[ServableT]]:
         return [h for versions in self._harnesses.values() for h in versions.values()]
 
-    def _publish(self, harness: VersionHarness, state: ManagerState,
+    def _publish(self, harness: VersionHarness, state: VersionState,
                  error: Optional[status.ServingError] = None) -> None:
         self._monitor.publish(harness.name, harness.version, state, error)
 
     def _set_state(self, harness: VersionHarness, state: HarnessState,
-                   published: ManagerState, error: Optional[status.ServingError] = None) -> None:
+                   published: VersionState, error: Optional[status.ServingError] = None) -> None:
         harness.state = state
         self._publish(harness, published, error)
 
@@ -391,7 +391,7 @@ class ServableManager(Generic[ServableT]):
             if aspired.version not in current:
                 harness = VersionHarness(name, aspired.version, aspired.path)
                 managed[aspired.version] = harness
-                self._publish(harness, ManagerState.START)
+                self._publish(harness, VersionState.START)
 
     def _apply_policy_locked(self) -> None:
         for versions in self._harnesses.values():
@@ -400,10 +400,10 @@ class ServableManager(Generic[ServableT]):
                 continue
             harness = versions[action.version]
             if action.kind == "load":
-                self._set_state(harness, HarnessState.LOADING, ManagerState.LOADING)
+                self._set_state(harness, HarnessState.LOADING, VersionState.LOADING)
                 self._workers.submit(self._load, harness)
             else:
-                self._set_state(harness, HarnessState.UNLOADING, ManagerState.UNLOADING)
+                self._set_state(harness, HarnessState.UNLOADING, VersionState.UNLOADING)
                 self._workers.submit(self._unload, harness)
 
     # ------------------------------------------------------------ workers
@@ -420,20 +420,20 @@ class ServableManager(Generic[ServableT]):
         except status.ServingError as error:
             with self._cond:
                 harness.error = error
-                self._set_state(harness, HarnessState.ERROR, ManagerState.END, error)
+                self._set_state(harness, HarnessState.ERROR, VersionState.END, error)
             log.error("Servable %s cannot be loaded: %s", harness.id, error)
             return
         if harness.cancelled.is_set():  # un-aspired while loading: never serve it
             loader.unload()
             with self._cond:
-                self._set_state(harness, HarnessState.DISABLED, ManagerState.END,
+                self._set_state(harness, HarnessState.DISABLED, VersionState.END,
                                 status.Cancelled("Loading of servable cancelled"))
             return
         if self._heap is not None:
             self._heap.version_loaded()
         with self._cond:
             harness.loader, harness.servable = loader, servable
-            self._set_state(harness, HarnessState.READY, ManagerState.AVAILABLE)
+            self._set_state(harness, HarnessState.READY, VersionState.AVAILABLE)
         log.info("Successfully loaded servable version %s", harness.id)
 
     def _unload(self, harness: VersionHarness[ServableT]) -> None:
@@ -446,5 +446,5 @@ class ServableManager(Generic[ServableT]):
         if self._heap is not None:
             self._heap.version_unloaded()
         with self._cond:
-            self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
+            self._set_state(harness, HarnessState.DISABLED, VersionState.END)
         log.info("Done unloading servable version %s", harness.id)
