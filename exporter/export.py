@@ -25,7 +25,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from google.protobuf.message import Message
@@ -40,6 +40,10 @@ from exporter.validate import run_in_session, session_problem
 from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
 from serving.codec import DEFAULT_SIGNATURE, TensorSpec
 from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    import tensorflow as tf
+    from tensorflow.types.experimental import GenericFunction
 
 __all__ = [
     "DEFAULT_MODEL_REPO",
@@ -252,7 +256,7 @@ def _publish_variants(model: Exportable, specs: Sequence[Variant], *, out: PathL
     return published
 
 
-def _run_all(model: Exportable, functions: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+def _run_all(model: Exportable, functions: Mapping[str, GenericFunction]) -> dict[str, dict[str, np.ndarray]]:
     """The model's own outputs for the golden inputs (the reference every export must reproduce)."""
     import tensorflow as tf  # TensorFlow: only when exporting
 
@@ -269,7 +273,7 @@ def _run_all(model: Exportable, functions: Mapping[str, Any]) -> dict[str, dict[
     return outputs
 
 
-def _publish(model: Exportable, spec: Variant, functions: Mapping[str, Any],
+def _publish(model: Exportable, spec: Variant, functions: Mapping[str, GenericFunction],
              reference: Mapping[str, Mapping[str, np.ndarray]], *, out: PathLike, version: Optional[int],
              batch_sizes: Sequence[int], tolerance: Mapping[str, float], steps: Steps) -> Path:
     base = Path(out) / spec.published_name(model.name)
@@ -285,7 +289,7 @@ def _publish(model: Exportable, spec: Variant, functions: Mapping[str, Any],
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapping[str, Any],
+def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapping[str, GenericFunction],
                    reference: Mapping[str, Mapping[str, np.ndarray]], batch_sizes: Sequence[int],
                    tolerance: Mapping[str, float], steps: Steps) -> None:
     """Save the model, check it in a TF1 Session, write its warmup file and its manifest into ``dest``."""
@@ -315,7 +319,7 @@ def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapp
             golden_source=model.golden_source, source=model.source))
 
 
-def _save(spec: Variant, model: Exportable, functions: Mapping[str, Any], dest: Path,
+def _save(spec: Variant, model: Exportable, functions: Mapping[str, GenericFunction], dest: Path,
           batch_sizes: Sequence[int]) -> None:
     import tensorflow as tf  # TensorFlow: only when exporting
 
@@ -335,7 +339,7 @@ def _save(spec: Variant, model: Exportable, functions: Mapping[str, Any], dest: 
                           f"{str(exc).strip().splitlines()[0]}") from exc
 
 
-def _serving_module(functions: Mapping[str, Any], root: Any) -> Any:
+def _serving_module(functions: Mapping[str, GenericFunction], root: Any) -> tf.Module:
     """A ``tf.Module`` that tracks exactly the variables (and resources) the signatures read.
 
     Saving the Keras 3 model itself would checkpoint Keras' variable wrappers

@@ -34,12 +34,15 @@ import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from exporter.exportable import Exportable, ExportError
+from exporter.exportable import Exportable, ExportError, SignatureFactory, SignatureFunctions
 from serving.codec import DEFAULT_SIGNATURE, PREDICT_METHOD_NAME, Signature, TensorSpec, enum_from_dtype, parse_shape
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from tensorflow.types.experimental import GenericFunction
 
 __all__ = ["parse_input", "describe_input", "UserModel", "prepare", "load_from", "OUTPUT_NAME"]
 
@@ -124,7 +127,7 @@ class UserModel:
     """
 
     signatures: Mapping[str, Signature]
-    make_signatures: Callable[[bool], dict[str, Any]]
+    make_signatures: SignatureFactory
     root: Any
     source: str
     digest: str
@@ -266,7 +269,7 @@ def _is_keras(model: Any) -> bool:
     return isinstance(model, keras.Model)
 
 
-def _select(functions: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+def _select(functions: Mapping[str, GenericFunction], keys: Sequence[str]) -> SignatureFunctions:
     missing = sorted(set(keys) - set(functions))
     if missing:
         raise ExportError(f"no signature {', '.join(missing)}; the model has: {', '.join(sorted(functions)) or 'none'}")
@@ -414,16 +417,20 @@ def _check_overrides_used(overrides: Mapping[str, TensorSpec], plans: Sequence[_
 
 
 def _signature(plan: _Plan) -> Signature:
-    return Signature(plan.key, PREDICT_METHOD_NAME,
-                     dict(plan.inputs), {})
+    return Signature(plan.key, PREDICT_METHOD_NAME, dict(plan.inputs), {})
 
 
-def _factory(plans: Sequence[_Plan]) -> Callable[[bool], dict[str, Any]]:
-    """``make_signatures(jit_compile)``: the plans as tf.functions; the FP32 ones are made once and kept."""
-    fp32: dict[str, Any] = {}
+def _factory(plans: Sequence[_Plan]) -> SignatureFactory:
+    """``make_signatures(jit_compile)``: the plans as tf.functions; the FP32 ones are made once and kept.
 
-    def make_signatures(jit_compile: bool) -> dict[str, Any]:
+    With ``jit_compile`` every signature is compiled whole, so a string input is refused first, in one
+    line, before TensorFlow traces anything for XLA (it would fail later, after its own log lines).
+    """
+    fp32: SignatureFunctions = {}
+
+    def make_signatures(jit_compile: bool) -> SignatureFunctions:
         if jit_compile:
+            _refuse_string_inputs(plans)
             return {p.key: _signature_function(p, True) for p in plans}
         if not fp32:
             fp32.update({p.key: _signature_function(p, False) for p in plans})
@@ -432,7 +439,17 @@ def _factory(plans: Sequence[_Plan]) -> Callable[[bool], dict[str, Any]]:
     return make_signatures
 
 
-def _signature_function(plan: _Plan, jit_compile: bool) -> Any:
+def _refuse_string_inputs(plans: Sequence[_Plan]) -> None:
+    """The xla variant of a user's model compiles each signature whole, and XLA takes no DT_STRING tensor."""
+    for plan in plans:
+        for name, spec in plan.inputs.items():
+            if spec.dtype == np.dtype(object):
+                raise ExportError(f"signature {plan.key!r} input {name!r} is {spec.dtype_name}: the xla variant "
+                                  f"compiles each signature whole and XLA cannot take {spec.dtype_name} tensors; "
+                                  f"export this model without the xla variant (fp32)")
+
+
+def _signature_function(plan: _Plan, jit_compile: bool) -> GenericFunction:
     import tensorflow as tf  # TensorFlow: only when a model is traced
 
     names = list(plan.inputs)
@@ -465,7 +482,7 @@ def _named_outputs(key: str, outputs: Any) -> dict[str, Any]:
     return named
 
 
-def _trace(make_signatures: Callable[[bool], dict[str, Any]]) -> dict[str, Any]:
+def _trace(make_signatures: SignatureFactory) -> SignatureFunctions:
     """Trace every FP32 signature now, so a model that cannot take its fixed inputs fails here."""
     functions = make_signatures(False)
     for key, function in functions.items():
@@ -494,7 +511,7 @@ def _files_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _functions_digest(functions: Mapping[str, Any]) -> str:
+def _functions_digest(functions: Mapping[str, GenericFunction]) -> str:
     """sha256 of traced signatures: their specs, the op types of their graphs, and every weight they read.
 
     Names and orders that vary between runs (layer-name counters, capture

@@ -251,6 +251,20 @@ def test_every_project_module_is_drawn_in_the_diagram():
     assert [m for top in SOURCE_PACKAGES for m, _ in _sources(top) if box_of(m, positions) is None] == []
 
 
+def frontend_violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """The diagram's "grpc, rest -> dataplane": inside frontends/, only the data plane reaches the server's
+    lower folders (tensorflow/, batching/, core/); the wire front-ends go through it."""
+    lower = ("serving.server.tensorflow", "serving.server.batching", "serving.server.core")
+    return [line for target in lower for line in graph.get("serving.server.frontends", {}).get(target, [])
+            if not line.startswith("serving.server.frontends.dataplane imports ")]
+
+
+def test_the_wire_front_ends_reach_the_model_only_through_the_data_plane():
+    assert frontend_violations(package_graph()) == []
+    assert frontend_violations({"serving.server.frontends": {"serving.server.tensorflow": [
+        "serving.server.frontends.grpc imports serving.server.tensorflow.inference"]}}) != []
+
+
 def test_the_diagram_refuses_what_the_docs_forbid():
     """The rule itself, on imports the tree must never have."""
     graph = {

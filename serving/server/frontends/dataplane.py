@@ -98,6 +98,8 @@ __all__ = [
     "Prediction",
     "InferenceResult",
     "InferenceTask",
+    "ClassificationResult",
+    "RegressionResult",
     "DataPlane",
 ]
 

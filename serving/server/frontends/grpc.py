@@ -109,15 +109,16 @@ from serving.server.admission import DEFAULT_RELEASE_AFTER_BYTES
 from serving.server.deadline import deadline_after
 from serving.server.frontends.dataplane import (
     SIGNATURE_DEF_METADATA_FIELD,
+    ClassificationResult,
     DataPlane,
     InferenceResult,
     InferenceTask,
     ModelSpec,
+    RegressionResult,
 )
 from serving.server.frontends.grpc_admission import MessageFirstExecutor
 from serving.server.frontends.grpc_limits import GrpcConnectionLimits
 from serving.server.memory import release_free_memory
-from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
            "listen_address"]
