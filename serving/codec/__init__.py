@@ -32,6 +32,10 @@ This package is the one public codec; the implementation lives in
   manifest by ``to_json`` / ``from_json``; ``DEFAULT_SIGNATURE``
   (``"serving_default"``) and the method names ``PREDICT_METHOD_NAME``,
   ``CLASSIFY_METHOD_NAME``, ``REGRESS_METHOD_NAME``.
+- metadata and status: ``ModelMetadata`` (a ``GetModelMetadata`` answer: model,
+  version, ``Signature``s and the ``SignatureDef`` protos), ``VersionStatus``
+  (one ``GetModelStatus`` entry) and its ``VersionState`` (the proto's states,
+  by name, with ``.number``); the one type of each for the server and the SDK.
 
 - samples without a manifest: ``synthesize_inputs(signature, batch_size, shapes=)``
   (by dtype, seeded), ``load_inputs(path, signature)`` (``.npz`` or a REST Predict
@@ -46,6 +50,7 @@ from serving.codec._example import example_from_dict, example_to_dict
 from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
 from serving.codec._json_tensor import array_to_json, json_to_array
 from serving.codec._limits import ElementBudget
+from serving.codec._metadata import ModelMetadata, VersionState, VersionStatus
 from serving.codec._rest import (
     BYTES_SUFFIX,
     inputs_to_rest_request,
@@ -119,6 +124,9 @@ __all__ = [
     "REGRESS_METHOD_NAME",
     "TensorSpec",
     "Signature",
+    "ModelMetadata",
+    "VersionState",
+    "VersionStatus",
     "synthesize_inputs",
     "load_inputs",
     "parse_shape",

@@ -59,9 +59,9 @@ from aiohttp.web_protocol import RequestHandler
 from google.protobuf import json_format
 
 from serving import codec, status
-from serving.server.core.state import VersionStatus
+from serving.codec import ModelMetadata, VersionStatus
 from serving.server.descriptors import connection_cap
-from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelMetadata, ModelSpec
+from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelSpec
 from serving.server.frontends.rest_limits import (
     BodyBytes,
     BodyCharge,
@@ -206,7 +206,7 @@ def _metadata_json(metadata: ModelMetadata) -> bytes:
                                                      preserving_proto_field_name=True)
                       for key in sorted(metadata.signature_defs)}
     return codec.json_dumps({
-        "model_spec": {"name": metadata.name, "version": str(metadata.version), "signature_name": ""},
+        "model_spec": {"name": metadata.model, "version": str(metadata.version), "signature_name": ""},
         "metadata": {SIGNATURE_DEF_METADATA_FIELD: {"signature_def": signature_defs}}})
 
 
