@@ -3,8 +3,8 @@
 Each API method is a generator: it yields the transport calls it needs
 (``Call`` values, built by a transport's ``Protocol``) and receives their raw
 answers, then returns the SDK's value. Drivers in the client classes do the
-I/O; so request building, response decoding, the signature cache, and
-naming a bare input are written once.
+I/O; so request building, response decoding, the signature cache, naming a
+bare input and casting inputs to the signature's dtypes are written once.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from numpy.typing import ArrayLike
 
 from serving import codec, status
 from serving.client._types import ModelMetadata
-from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec
+from serving.codec import DEFAULT_SIGNATURE, Signature
 
 __all__ = ["Call", "Protocol", "ApiGen", "Inputs", "Examples", "ModelServerConfigLike", "ModelRef",
-           "examples_list", "finish", "afinish"]
+           "cast_inputs", "examples_list", "finish", "afinish"]
 
 T = TypeVar("T")
 
@@ -101,37 +101,46 @@ class Protocol:
         self._metadata_cache.pop(ref, None)
 
     def inference(self, ref: ModelRef, call: Call) -> ApiGen[bytes]:
-        """Yield an inference ``call``; a failure drops ``ref``'s cached metadata (it may be stale)."""
+        """Yield an inference ``call``; a refusal drops ``ref``'s cached metadata (it may be stale).
+
+        Transient failures (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
+        ...) keep it: they say nothing of the signature, and dropping it would
+        add a metadata call to every failed request of an overloaded server.
+        """
         try:
             return (yield call)
-        except status.ServingError:
-            self.forget(ref)
+        except status.ServingError as error:
+            if error.code in _STALE_SIGNATURE_CODES:
+                self.forget(ref)
             raise
 
     def named_inputs(self, ref: ModelRef, inputs: Inputs, signature: Optional[str]) -> ApiGen[dict[str, np.ndarray]]:
-        """``inputs`` as a dict of arrays, typed by the signature where the caller left it open.
+        """``inputs`` as a dict of arrays of the signature's dtypes: the one input contract of every client.
 
-        numpy arrays are sent as they are. A bare value gets the signature's
-        only input name; Python lists and scalars take the signature's dtypes
-        (as TF Serving's REST API types JSON), so they mean the same over gRPC.
+        The signature comes from ``GetModelMetadata`` (cached per model
+        reference: name and version or label; one call holds every signature).
+        A bare value gets the signature's only input name. Every value, numpy
+        or Python, goes through ``codec.cast_to_spec``: cast where that keeps
+        it (float64 -> float32 within range, ints within range, str -> bytes),
+        refused before anything is sent otherwise. Names the signature lacks
+        are sent as they are, for the server to refuse.
         """
-        if isinstance(inputs, Mapping) and all(isinstance(v, np.ndarray) for v in inputs.values()):
-            return dict(inputs)
         sig: Signature = yield from self.signature(ref, signature)
-        if not isinstance(inputs, Mapping):
-            if len(sig.inputs) != 1:
-                raise status.InvalidArgument(
-                    f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
-            inputs = {next(iter(sig.inputs)): inputs}
-        return {name: _typed(value, sig.inputs.get(name)) for name, value in inputs.items()}
+        return cast_inputs(sig, inputs)
 
 
-def _typed(value: ArrayLike, spec: Optional[TensorSpec]) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value
-    if spec is None or not spec.dtype_supported:
-        return np.asarray(value)
-    return codec.json_to_array(value, spec.dtype)
+def cast_inputs(sig: Signature, inputs: Inputs) -> dict[str, np.ndarray]:
+    """``inputs`` named and cast to ``sig``'s dtypes (see ``Protocol.named_inputs``)."""
+    if not isinstance(inputs, Mapping):
+        if len(sig.inputs) != 1:
+            raise status.InvalidArgument(
+                f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
+        inputs = {next(iter(sig.inputs)): inputs}
+    return {name: codec.cast_to_spec(name, value, sig.inputs.get(name)) for name, value in inputs.items()}
+
+
+_STALE_SIGNATURE_CODES = frozenset({status.Code.INVALID_ARGUMENT, status.Code.NOT_FOUND,
+                                    status.Code.FAILED_PRECONDITION})
 
 
 def examples_list(examples: Examples) -> Sequence[Mapping[str, Any]]:

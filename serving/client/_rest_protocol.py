@@ -17,6 +17,7 @@ from serving.client._protocol import (
     ModelRef,
     ModelServerConfigLike,
     Protocol,
+    cast_inputs,
     examples_list,
 )
 from serving.client._types import ModelMetadata, VersionStatus
@@ -66,8 +67,9 @@ def _parse(message: M, doc: Optional[Mapping[str, Any]]) -> M:
 class RestProtocol(Protocol):
     """Builds TF Serving REST calls; answers are 2xx bodies.
 
-    ``cast_outputs``: fetch (once per model reference) the signature and cast
-    Predict outputs to its dtypes, so results equal the gRPC client's.
+    Predict takes its inputs' dtypes from the signature (``named_inputs``,
+    one metadata call per model reference); ``cast_outputs`` casts outputs to
+    the signature's dtypes too, so results equal the gRPC client's.
     """
 
     def __init__(self, *, cast_outputs: bool = True) -> None:
@@ -86,14 +88,12 @@ class RestProtocol(Protocol):
 
     def predict(self, ref: ModelRef, inputs: Inputs, signature: Optional[str],
                 output_filter: Optional[Sequence[str]]) -> ApiGen[dict[str, np.ndarray]]:
-        sig: Optional[Signature] = None
-        if self.cast_outputs:
-            sig = yield from self.signature(ref, signature)
-        body = codec.inputs_to_rest_request(inputs, signature_name=signature, row_format=False)
+        sig: Signature = yield from self.signature(ref, signature)
+        body = codec.inputs_to_rest_request(cast_inputs(sig, inputs), signature_name=signature, row_format=False)
         answer = yield from self.inference(ref, Call("POST", body, path=model_path(ref) + ":predict"))
-        names = list(sig.outputs) if sig else []
-        dtypes = {name: spec.dtype for name, spec in sig.outputs.items() if spec.dtype_supported} if sig else {}
-        outputs = codec.rest_response_to_outputs(answer, output_names=names, output_dtypes=dtypes)
+        dtypes = ({name: spec.dtype for name, spec in sig.outputs.items() if spec.dtype_supported}
+                  if self.cast_outputs else {})
+        outputs = codec.rest_response_to_outputs(answer, output_names=list(sig.outputs), output_dtypes=dtypes)
         if output_filter:  # TF Serving's REST API has no output filter: drop the rest here
             missing = [name for name in output_filter if name not in outputs]
             if missing:
