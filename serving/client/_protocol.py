@@ -86,15 +86,16 @@ class Protocol:
         self._metadata_cache[ref] = meta
         return meta
 
-    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen[Signature]:
-        """The signature ``name`` (default ``serving_default``), from cache or a metadata call."""
+    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen[Optional[Signature]]:
+        """The signature ``name`` (default ``serving_default``), from cache or a metadata call; None if absent.
+
+        An absent signature is the server's to refuse: TF Serving answers it
+        differently on each wire (gRPC FAILED_PRECONDITION, REST INVALID_ARGUMENT).
+        """
         meta = self._metadata_cache.get(ref)
         if meta is None:
             meta = yield from self.metadata(ref)
-        key = name or DEFAULT_SIGNATURE
-        if key not in meta.signatures:
-            raise status.InvalidArgument(f'Serving signature name: "{key}" not found in signature def')
-        return meta.signatures[key]
+        return meta.signatures.get(name or DEFAULT_SIGNATURE)
 
     def forget(self, ref: ModelRef) -> None:
         """Drop cached metadata of ``ref``."""
@@ -123,14 +124,21 @@ class Protocol:
         or Python, goes through ``codec.cast_to_spec``: cast where that keeps
         it (float64 -> float32 within range, ints within range, str -> bytes),
         refused before anything is sent otherwise. Names the signature lacks
-        are sent as they are, for the server to refuse.
+        are sent as they are, for the server to refuse, and so are all inputs
+        to a signature the model lacks.
         """
-        sig: Signature = yield from self.signature(ref, signature)
-        return cast_inputs(sig, inputs)
+        sig = yield from self.signature(ref, signature)
+        return cast_inputs(sig, inputs, signature)
 
 
-def cast_inputs(sig: Signature, inputs: Inputs) -> dict[str, np.ndarray]:
-    """``inputs`` named and cast to ``sig``'s dtypes (see ``Protocol.named_inputs``)."""
+def cast_inputs(sig: Optional[Signature], inputs: Inputs, name: Optional[str] = None) -> dict[str, np.ndarray]:
+    """``inputs`` named and cast to ``sig``'s dtypes (see ``Protocol.named_inputs``); ``sig`` None
+    (the model lacks signature ``name``) leaves them as they are, for the server to refuse."""
+    if sig is None:
+        if not isinstance(inputs, Mapping):
+            raise status.InvalidArgument(
+                f'Serving signature name: "{name or DEFAULT_SIGNATURE}" not found in signature def')
+        return {key: codec.cast_to_spec(key, value, None) for key, value in inputs.items()}
     if not isinstance(inputs, Mapping):
         if len(sig.inputs) != 1:
             raise status.InvalidArgument(
