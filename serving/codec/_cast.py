@@ -128,7 +128,7 @@ def _to_strings(name: str, arr: np.ndarray, target: DType) -> np.ndarray:
 
 
 def _leaf_source(arr: np.ndarray, item: Any) -> str:
-    """The source dtype's name: the array's, or for an object array the offending leaf's Python type."""
+    """The source dtype's name: the array's, or for an object array the one the offending leaf stands for."""
     return _leaf_name(item) if arr.dtype.kind == "O" else _source_name(arr.dtype)
 
 
