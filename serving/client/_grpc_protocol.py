@@ -9,6 +9,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from serving import codec, status
+from serving.client._hints import with_hint
 from serving.client._protocol import (
     ApiGen,
     Call,
@@ -45,9 +46,9 @@ class RpcStatus(TypingProtocol):
 
 
 def error_from_rpc(exc: RpcStatus) -> status.ServingError:
-    """The SDK exception for a ``grpc.RpcError`` (sync or aio): same code, server's details."""
+    """The SDK exception for a ``grpc.RpcError`` (sync or aio): same code, server's details (and ``with_hint``'s)."""
     code = status.from_grpc_status(exc.code())
-    return status.error_for(code, exc.details() or "")
+    return with_hint(status.error_for(code, exc.details() or ""))
 
 
 def config_message(config: ModelServerConfigLike) -> apis.ModelServerConfig:

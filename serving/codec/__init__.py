@@ -19,6 +19,8 @@ This package is the one public codec; the implementation lives in
   straight to numpy) + ``rest_request_to_inputs`` / ``outputs_to_rest_response`` (server),
   ``inputs_to_rest_request`` / ``rest_response_to_outputs`` (client), and one
   tensor's JSON value: ``json_to_array`` / ``array_to_json``;
+- casting a caller's value to a signature input's dtype before it is sent, where
+  that keeps the value (the SDK's one input contract): ``cast_to_spec``;
 - tf.Example: ``example_from_dict`` / ``example_to_dict``; REST Classify/Regress:
   ``rest_request_to_input``, ``classification_result_to_rest``,
   ``regression_result_to_rest`` (server), ``examples_to_rest_request``,
@@ -45,6 +47,7 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
+from serving.codec._cast import cast_to_spec
 from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
 from serving.codec._example import example_from_dict, example_to_dict
 from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
@@ -103,6 +106,7 @@ __all__ = [
     "json_dumps",
     "json_to_array",
     "array_to_json",
+    "cast_to_spec",
     "BYTES_SUFFIX",
     "rest_request_loads",
     "rest_request_to_inputs",
