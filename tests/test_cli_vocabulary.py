@@ -1,4 +1,4 @@
-"""Every CLI of the project spells a concept the same way (issue 11, step 5).
+"""Every CLI of the project spells a concept the same way.
 
 A server is ``--grpc HOST:PORT`` / ``--rest URL``, the model repository
 ``--model-repo DIR``, a version ``--version N`` and a version label
@@ -61,7 +61,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m benchmarks.protocols": benchmarks.protocols.build_parser,
     "python examples/train_and_export.py": _example_parser,
 }
-# The spellings issue 11 replaced, for the same concepts.
+# The older spellings of the same concepts, which no CLI may take again.
 FORBIDDEN = {"--target", "--host", "--tfserving", "--grpc-target", "--rest-url", "--grpc-port", "--rest-port",
              "--models-dir", "--model-version", "--version-label"}
 # ``--protocol`` chooses the API(s) a sweep or the tuner measures; it names no server there.

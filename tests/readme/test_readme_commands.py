@@ -106,7 +106,7 @@ def test_bring_your_own_model_runs_as_written(checkout):
 
 
 def test_the_rollout_commands_run_as_written(checkout):
-    lines = [line for line in readme_block("### Roll out a new version").splitlines()
+    lines = [line for line in readme_block("## Roll out a new version").splitlines()
              if line.strip() and not line.startswith("docker compose")]
     assert [line.split()[3] for line in lines] == ["publish", "canary", "status", "promote", "rollback"]
     out = checkout.bash("\n".join(lines)).stdout
