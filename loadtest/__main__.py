@@ -12,6 +12,7 @@ from loadtest.options import UsageError, add_target_arguments, targets_from_args
 from loadtest.payloads import PayloadError
 from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
 from loadtest.slo import Gates, load_gates
+from serving.addresses import grpc_address, rest_address
 
 __all__ = ["main", "build_parser"]
 
@@ -21,9 +22,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                        epilog="Arguments after -- go to locust, e.g. -- --stages 5:2,10:8 or -- --user-rps 20.")
     p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} or a locustfile path")
     server = p.add_mutually_exclusive_group(required=True)
-    server.add_argument("--grpc", metavar="HOST:PORT",
+    server.add_argument("--grpc", metavar="HOST:PORT", type=grpc_address,
                         help="load the server's gRPC API at HOST:PORT (or grpc://HOST:PORT)")
-    server.add_argument("--rest", metavar="URL",
+    server.add_argument("--rest", metavar="URL", type=rest_address,
                         help="load the server's REST API at URL (http:// or https://)")
     p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (default 30s)")
     p.add_argument("-u", "--users", type=int, default=8, help="users (peak users for ramp/spike)")

@@ -42,6 +42,7 @@ from loadtest.options import (
 from loadtest.payloads import Target, build_payload
 from loadtest.plots import plot_throughput_latency
 from loadtest.servers import RunningServer, start_server
+from serving import addresses
 from serving.config import load_batching_parameters
 from serving.server.launcher import BatchingSpec
 
@@ -313,9 +314,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BatchingParameters text proto for 'on' (default: the server's defaults)")
     server.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
     server.add_argument("--docker", action="store_true", help="start TF Serving in Docker instead (needs an engine)")
-    server.add_argument("--grpc", metavar="HOST:PORT", default=None,
+    server.add_argument("--grpc", metavar="HOST:PORT", default=None, type=addresses.grpc_address,
                         help="a running server's gRPC address (or grpc://HOST:PORT)")
-    server.add_argument("--rest", metavar="URL", default=None, help="a running server's REST URL (http:// or https://)")
+    server.add_argument("--rest", metavar="URL", default=None, type=addresses.rest_address, help="a running server's REST URL (http:// or https://)")
     server.add_argument("--metrics-url", default=None, help="a running server's Prometheus page")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "sweep",
                         help="output directory for reports (default <checkout>/out/sweep)")
