@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
+from serving.addresses import grpc_address, rest_address
 from serving.config import load_model_server_config
 from serving.config.compose import (
     COMPOSE_FILES,
@@ -812,9 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
                         help="where the stack's state (stack.json) and the embedded server's persistent "
                              f"models config live (default: {DEFAULT_WORK_DIR})")
-    parser.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500",
+    parser.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500", type=grpc_address,
                         help="embedded server: its gRPC address; it listens on this port (default: 127.0.0.1:8500)")
-    parser.add_argument("--rest", metavar="URL", default="http://127.0.0.1:8501",
+    parser.add_argument("--rest", metavar="URL", default="http://127.0.0.1:8501", type=rest_address,
                         help="embedded server: its REST URL; it listens on this port (default: http://127.0.0.1:8501)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the models to load")
     parser.add_argument("--dry-run", action="store_true",

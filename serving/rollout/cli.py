@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from serving import status
+from serving.addresses import grpc_address
 from serving.config.reload import Reloader, ReloadError, version_states
 from serving.config.stack import DEFAULT_WORK_DIR, REPO_ROOT, ServedConfig, served_config, stack_model_repo
 from serving.rollout import kubernetes
@@ -198,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in [publish, *movers, stat]:
         p.add_argument("--model", required=True, help="published model name, e.g. digits")
     for p in [*movers, stat]:
-        p.add_argument("--grpc", metavar="HOST:PORT", default=None,
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None, type=grpc_address,
                        help="the server's gRPC address (default: the stack's, from make up's stack.json; "
                             "else 127.0.0.1:8500)")
         p.add_argument("--config-file", type=Path, default=None,
