@@ -30,8 +30,16 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from serving import status
 from serving.config.reload import Reloader, ReloadError, version_states
-from serving.config.stack import DEFAULT_WORK_DIR, REPO_ROOT, ServedConfig, served_config, stack_model_repo
-from serving.rollout import kubernetes
+from serving.config.stack import (
+    DEFAULT_WORK_DIR,
+    REPO_ROOT,
+    STATE_FILE,
+    ServedConfig,
+    read_state,
+    served_config,
+    stack_model_repo,
+)
+from serving.rollout import kubernetes, traffic
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -99,6 +107,18 @@ def _check_paths(served: ServedConfig, configs: Sequence[ModelServerConfig]) -> 
                            f"have: {'; '.join(problems)}{hint}")
 
 
+def _routes(args: argparse.Namespace) -> traffic.TrafficRoutes:
+    """The gateway (or Kubernetes routes) ``--gateway`` names; ``auto``: compose's when make up started
+    a compose stack, else none."""
+    kind = args.gateway
+    if kind == "auto":
+        state = read_state(Path(args.work_dir) / STATE_FILE)
+        kind = "compose" if state is not None and state.backend.startswith("compose") else "none"
+    objects = _k8s_objects(args) if kind == "k8s" else ()
+    return traffic.routes_for(kind, nginx_conf=args.nginx_conf, nginx=args.nginx, k8s_objects=objects,
+                              **(_k8s_backends(args) if kind == "k8s" else {}))
+
+
 def _move(args: argparse.Namespace) -> int:
     served = _served(args)
     config = served.load()
@@ -106,14 +126,29 @@ def _move(args: argparse.Namespace) -> int:
     _check_versions_exist(served, config, args.model, labels)
     steps = plan_label_move(config, args.model, labels)
     _check_paths(served, [config, *(step.config for step in steps)])
+    routes = _routes(args) if args.command in ("canary", "promote", "rollback") else None
+    weight = getattr(args, "weight", 0.0)
     if args.dry_run:
         for step in steps:
             print(f"would {step.description}")
+        if routes is not None and not isinstance(routes, traffic.NoGateway):
+            print(f"would route {weight:g}% of unlabeled traffic to canary ({routes.describe()})"
+                  if args.command == "canary" else f"would remove the canary routes ({routes.describe()})")
         return 0
+    if routes is not None and args.command in ("canary", "rollback"):
+        # Unlabeled requests onto `stable` before a new version is loaded (TF Serving would give them the
+        # latest), and off the canary before its version goes.
+        routes.set_weight(args.model, 0)
     with served.connect() as client:
         Reloader(client, write=None if args.no_write_back else served.write,
                  wait_timeout=args.timeout).apply(args.model, steps)
-    print(f"{args.model}: labels {dict(sorted(labels.items()))}")
+    if routes is not None:
+        if args.command == "canary":
+            routes.set_weight(args.model, weight)
+        else:
+            routes.clear(args.model)  # one version serves every label again: no route needed
+    print(f"{args.model}: labels {dict(sorted(labels.items()))}"
+          + (f", {weight:g}% of unlabeled traffic on canary ({routes.describe()})" if args.command == "canary" else ""))
     return 0
 
 
@@ -132,11 +167,19 @@ _OVERLAYS = {"gateway": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary",
              "istio": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary-istio"}
 
 
-def _kubernetes(args: argparse.Namespace) -> int:
+def _k8s_objects(args: argparse.Namespace) -> list[dict]:
     if args.manifest:
-        objects = kubernetes.load_objects(args.manifest.read_text())
-    else:
-        objects = kubernetes.render_overlay(args.overlay or _OVERLAYS[args.mesh], args.kubectl)
+        return kubernetes.load_objects(args.manifest.read_text())
+    return kubernetes.render_overlay(args.overlay or _OVERLAYS[args.mesh], args.kubectl)
+
+
+def _k8s_backends(args: argparse.Namespace) -> dict:
+    return {"mesh": args.mesh, "stable": args.stable_backend, "canary": args.canary_backend,
+            "namespace": args.namespace, "kubectl": args.kubectl, "apply": args.apply}
+
+
+def _kubernetes(args: argparse.Namespace) -> int:
+    objects = _k8s_objects(args)
     weights = kubernetes.parse_steps(args.steps) if args.k8s_command == "canary" else (0,)
     steps = [kubernetes.weight_patches(objects, weight, mesh=args.mesh, stable=args.stable_backend,
                                        canary=args.canary_backend, namespace=args.namespace) for weight in weights]
@@ -162,22 +205,27 @@ def _add_kubernetes(sub: argparse._SubParsersAction) -> None:
                         help="with --apply: seconds to wait between steps (default 0: watch, then run the next "
                              "step yourself with --steps N)")
     for p in (canary, rollback):
-        p.add_argument("--mesh", choices=sorted(kubernetes.MESHES), default="gateway",
-                       help="gateway: Gateway API HTTPRoute/GRPCRoute (overlays/canary); istio: VirtualService "
-                            "(overlays/canary-istio)")
-        source = p.add_mutually_exclusive_group()
-        source.add_argument("--overlay", type=Path, default=None,
-                            help="kustomize overlay to render with kubectl (default <checkout>/deploy/k8s/overlays/"
-                                 "canary, or canary-istio for --mesh istio)")
-        source.add_argument("--manifest", type=Path, default=None, help="the rendered overlay as a YAML file")
-        p.add_argument("--stable-backend", default=kubernetes.DEFAULT_STABLE,
-                       help=f"stable Service name (default {kubernetes.DEFAULT_STABLE})")
-        p.add_argument("--canary-backend", default=kubernetes.DEFAULT_CANARY,
-                       help=f"canary Service name (default {kubernetes.DEFAULT_CANARY})")
-        p.add_argument("--namespace", default=None,
-                       help="namespace of routes that name none (default: the overlay's Deployments')")
-        p.add_argument("--kubectl", default="kubectl", help="kubectl program (default kubectl on PATH)")
-        p.add_argument("--apply", action="store_true", help="run kubectl patch instead of printing the commands")
+        add_k8s_options(p)
+
+
+def add_k8s_options(p: argparse.ArgumentParser) -> None:
+    """Where the Kubernetes canary's routes are: the overlay, its backends, kubectl."""
+    p.add_argument("--mesh", choices=sorted(kubernetes.MESHES), default="gateway",
+                   help="gateway: Gateway API HTTPRoute/GRPCRoute (overlays/canary); istio: VirtualService "
+                        "(overlays/canary-istio)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--overlay", type=Path, default=None,
+                        help="kustomize overlay to render with kubectl (default <checkout>/deploy/k8s/overlays/"
+                             "canary, or canary-istio for --mesh istio)")
+    source.add_argument("--manifest", type=Path, default=None, help="the rendered overlay as a YAML file")
+    p.add_argument("--stable-backend", default=kubernetes.DEFAULT_STABLE,
+                   help=f"stable Service name (default {kubernetes.DEFAULT_STABLE})")
+    p.add_argument("--canary-backend", default=kubernetes.DEFAULT_CANARY,
+                   help=f"canary Service name (default {kubernetes.DEFAULT_CANARY})")
+    p.add_argument("--namespace", default=None,
+                   help="namespace of routes that name none (default: the overlay's Deployments')")
+    p.add_argument("--kubectl", default="kubectl", help="kubectl program (default kubectl on PATH)")
+    p.add_argument("--apply", action="store_true", help="run kubectl patch instead of printing the commands")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     movers = [sub.add_parser(name, help=text) for name, text in moves.items()]
     stat = sub.add_parser("status", help="the config's versions and labels, and the server's states")
     for p in [publish, *movers, stat]:
-        p.add_argument("--model", required=True, help="published model name, e.g. digits")
+        p.add_argument("--model", default=None, help="published model name, e.g. digits")
     for p in [*movers, stat]:
         p.add_argument("--grpc", metavar="HOST:PORT", default=None,
                        help="the server's gRPC address (default: the stack's, from make up's stack.json; "
@@ -218,14 +266,63 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dry-run", action="store_true", help="print the steps only")
     publish.add_argument("--version", type=int, metavar="N", help="version number (default: next free)")
     for name in ("canary", "set-label"):
-        movers[list(moves).index(name)].add_argument("--version", type=int, metavar="N", required=True)
+        movers[list(moves).index(name)].add_argument("--version", type=int, metavar="N", default=None)
     movers[list(moves).index("set-label")].add_argument("--label", metavar="NAME", required=True)
+    canary = movers[list(moves).index("canary")]
+    canary.add_argument("--weight", type=_percent, default=0.0,
+                        help="percent of unlabeled REST traffic the gateway sends to `canary` (default 0: "
+                             "clients opt in with --label canary; the rest stays on stable)")
+    for p in movers[:3]:
+        add_gateway_options(p)
+    for p in [publish, *movers, stat]:
+        p.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model (same as --model)")
+    for p in movers[:1]:
+        p.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
     _add_kubernetes(sub)
     return parser
 
 
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a weight is a percentage in [0, 100], got {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"a weight is a percentage in [0, 100], got {text!r}")
+    return value
+
+
+def add_gateway_options(p: argparse.ArgumentParser) -> None:
+    """``--gateway`` and what each kind needs (the Kubernetes options of ``k8s canary``)."""
+    p.add_argument("--gateway", choices=("auto", "compose", "nginx", "k8s", "none"), default="auto",
+                   help="what splits unlabeled traffic: compose (the stack's gateway container), nginx (an "
+                        "nginx on this host: --nginx-conf), k8s (the canary overlay's route weights), none; "
+                        "default auto: compose when make up started a compose stack, else none")
+    p.add_argument("--nginx-conf", type=Path, default=None,
+                   help="with --gateway nginx: the gateway's rendered nginx.conf (its canary.d/ goes beside it)")
+    p.add_argument("--nginx", default="nginx", help="with --gateway nginx: the nginx binary (default nginx)")
+    add_k8s_options(p)
+
+
+def _positionals(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """``canary MODEL VERSION`` as well as ``--model``/``--version``; each said once."""
+    for flag, positional in (("model", "model_arg"), ("version", "version_arg")):
+        given = getattr(args, positional, None)
+        if given is None:
+            continue
+        if getattr(args, flag, None) not in (None, given):
+            parser.error(f"--{flag} and the {positional[:-4].upper()} argument disagree")
+        setattr(args, flag, given)
+    if hasattr(args, "model_arg") and not args.model:
+        parser.error("the model is required (MODEL or --model)")
+    if getattr(args, "command", None) in ("canary", "set-label", "auto") and getattr(args, "version", None) is None:
+        parser.error("the version is required (VERSION or --version N)")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _positionals(args, parser)
     try:
         if args.command == "publish":
             return _publish(args)
