@@ -24,9 +24,11 @@ NAME``. Default paths are anchored on the checkout, not the current directory.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from serving import status
 from serving.config.reload import Reloader, ReloadError, version_states
@@ -39,7 +41,7 @@ from serving.config.stack import (
     served_config,
     stack_model_repo,
 )
-from serving.rollout import kubernetes, traffic
+from serving.rollout import analyze, auto, kubernetes, traffic
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -163,6 +165,117 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace, served: Optional[ServedConfig], grpc: Optional[str], rest: Optional[str]):
+    from serving.client import GrpcClient, RestClient
+
+    credentials = {"root_certificates": args.root_certificates, "api_key": args.api_key}
+    if rest:
+        return RestClient(rest, timeout=args.request_timeout, **credentials)
+    if grpc:
+        return GrpcClient(grpc, timeout=args.request_timeout, **credentials)
+    assert served is not None
+    return served.connect()  # the stack's server, with the gateway's CA and admin key when there is one
+
+
+def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optional[dict]], analyze.Report]:
+    """One analysis run per call (the SDK's clients stay open for the command's life)."""
+    from exporter.manifest import load_manifest
+
+    entry = find_model(served.load(), args.model)
+    if "stable" not in entry.version_labels:
+        raise RolloutError(f"{args.model} has no `stable` label: nothing to compare the canary with")
+    version_dir = served.host_path(entry.base_path) / str(entry.version_labels["stable"])
+    manifest = load_manifest(version_dir) if (version_dir / "manifest.json").is_file() else None
+    batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
+    stable_client = _client(args, served, args.grpc, args.rest)
+    separate = args.canary_grpc or args.canary_rest
+    canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
+    sides = [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
+                                                                    signature=args.signature)),
+             analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
+                                                                    label=None if separate else "canary"))]
+    thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
+                                    args.max_p99_ratio, args.max_error_rate, args.min_requests)
+
+    def run(gateway_errors: Optional[dict]) -> analyze.Report:
+        replayed = analyze.replay(sides, batches, rounds=args.rounds)
+        return analyze.analyze(args.model, replayed, thresholds,
+                               tolerance=manifest.tolerance if manifest else {},
+                               top1=args.top1_output or (manifest.top1_outputs.get(args.signature) if manifest else None),
+                               gateway_errors=gateway_errors)
+    return run
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    report = _analysis(args, _served(args))(None)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
+    return analyze.EXIT_CODES[report.verdict]
+
+
+def _auto(args: argparse.Namespace) -> int:
+    served = _served(args)
+    routes = _routes(args)
+    steps = kubernetes.parse_steps(args.steps)
+
+    def move(command: str) -> Callable[[], None]:
+        def run() -> None:
+            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False}))
+        return run
+
+    access_log: Optional[auto.AccessLog] = None
+    if args.access_log:
+        access_log = auto.FileAccessLog(args.access_log)
+    elif isinstance(routes, traffic.ComposeGateway):
+        access_log = auto.ComposeAccessLog(routes)
+    runner: list = []
+
+    def analyze_once(gateway_errors):
+        if not runner:
+            runner.append(_analysis(args, served))  # after the canary is loaded: it reads the stable label
+        return runner[0](gateway_errors)
+
+    report = args.report or Path(args.work_dir) / f"rollout-{args.model}-{args.version}.json"
+    code, _ = auto.run_auto(args.model, args.version, steps, canary=move("canary"), promote=move("promote"),
+                            rollback=move("rollback"), routes=routes, analyze_once=analyze_once,
+                            access_log=access_log, wait_s=args.interval, report_path=report)
+    return code
+
+
+def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("where the sides are (default: the stack's server, labels stable and canary)")
+    where.add_argument("--rest", metavar="URL", default=None, help="analyze over REST at URL (e.g. the gateway)")
+    where.add_argument("--canary-grpc", metavar="HOST:PORT", default=None,
+                       help="the canary on a server of its own (Kubernetes: the canary Service), unlabeled")
+    where.add_argument("--canary-rest", metavar="URL", default=None, help="the same over REST")
+    where.add_argument("--root-certificates", type=Path, metavar="FILE", default=None, help="PEM CA to trust")
+    where.add_argument("--api-key", metavar="KEY", default=None, help="sent as x-api-key (default: $TFS_API_KEY)")
+    where.add_argument("--request-timeout", type=float, default=30.0, help="seconds per call (default 30)")
+    what = p.add_argument_group("what is replayed")
+    what.add_argument("--inputs", default="manifest",
+                      help="manifest (the stable version's golden rows, default), warmup (its warmup records), "
+                           "or a file: .npz, a REST body .json, or TFRecord PredictionLog records")
+    what.add_argument("--signature", default="serving_default", help="signature to call (default serving_default)")
+    what.add_argument("--batch-size", type=int, default=1,
+                      help="rows per request (default 1: a latency per row, and enough calls to compare)")
+    what.add_argument("--rounds", type=int, default=3, help="rounds of every batch to each side (default 3)")
+    what.add_argument("--top1-output", default=None,
+                      help="the class-score output judged by top-1 agreement (default: the manifest's)")
+    limits = p.add_argument_group("thresholds (docs/rollout.md explains the defaults)")
+    defaults = analyze.Thresholds()
+    limits.add_argument("--min-agreement", type=float, default=defaults.min_agreement,
+                        help=f"least top-1 agreement (default {defaults.min_agreement})")
+    limits.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: the manifest's, else 1e-5)")
+    limits.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: the manifest's, else 1e-4)")
+    limits.add_argument("--max-p50-ratio", type=float, default=defaults.max_p50_ratio,
+                        help=f"canary/stable p50 latency (default {defaults.max_p50_ratio})")
+    limits.add_argument("--max-p99-ratio", type=float, default=defaults.max_p99_ratio,
+                        help=f"canary/stable p99 latency (default {defaults.max_p99_ratio})")
+    limits.add_argument("--max-error-rate", type=float, default=defaults.max_error_rate,
+                        help=f"canary's error rate above stable's (default {defaults.max_error_rate})")
+    limits.add_argument("--min-requests", type=int, default=defaults.min_requests,
+                        help=f"answers per side below which the verdict is INCONCLUSIVE (default {defaults.min_requests})")
+
+
 _OVERLAYS = {"gateway": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary",
              "istio": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary-istio"}
 
@@ -278,6 +391,32 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model (same as --model)")
     for p in movers[:1]:
         p.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
+    analysis = sub.add_parser("analyze", help="replay inputs to stable and canary; PASS (0), FAIL (1), "
+                                              "INCONCLUSIVE (2)")
+    progressive = sub.add_parser("auto", help="canary, analyze, step the weight, analyze again; promote or roll back")
+    for p in (analysis, progressive):
+        p.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model (same as --model)")
+        p.add_argument("--model", default=None, help="published model name")
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None,
+                       help="the server's gRPC address (default: the stack's)")
+        p.add_argument("--config-file", type=Path, default=None, help="models config the server runs (default: "
+                                                                       "the stack's)")
+        p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="make up's work directory")
+        p.add_argument("--model-repo", type=Path, metavar="DIR", default=None, help="host model repository")
+        _add_analysis_options(p)
+    analysis.add_argument("--json", action="store_true", help="print the report as JSON")
+    progressive.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
+    progressive.add_argument("--version", type=int, metavar="N", default=None)
+    progressive.add_argument("--steps", default="10,50,100", help="canary weights in order (default 10,50,100)")
+    progressive.add_argument("--interval", type=float, default=60.0,
+                             help="seconds of traffic at each weight before it is judged (default 60)")
+    progressive.add_argument("--access-log", type=Path, default=None,
+                             help="the gateway's JSON access log file (compose: read with docker logs)")
+    progressive.add_argument("--report", type=Path, default=None,
+                             help="JSON report (default <work dir>/rollout-MODEL-VERSION.json)")
+    progressive.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a version to load")
+    progressive.add_argument("--no-write-back", action="store_true", help="do not rewrite --config-file")
+    add_gateway_options(progressive)
     _add_kubernetes(sub)
     return parser
 
@@ -323,6 +462,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _positionals(args, parser)
+    if getattr(args, "command", None) in ("analyze", "auto") and args.api_key is None:
+        args.api_key = os.environ.get("TFS_API_KEY")
     try:
         if args.command == "publish":
             return _publish(args)
@@ -330,7 +471,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _status(args)
         if args.command == "k8s":
             return _kubernetes(args)
+        if args.command == "analyze":
+            return _analyze(args)
+        if args.command == "auto":
+            return _auto(args)
         return _move(args)
     except (ReloadError, status.ServingError, FileNotFoundError, FileExistsError) as exc:
         print(f"rollout failed: {exc}", file=sys.stderr)
-        return 1
+        return 3 if args.command in ("analyze", "auto") else 1
