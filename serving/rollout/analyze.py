@@ -228,7 +228,7 @@ def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1
 
 # --- replay and verdict ---------------------------------------------------------------------------
 
-def replay(sides: Sequence[Side], batches: Sequence[Mapping[str, np.ndarray]], rounds: int = 3,
+def replay(sides: Sequence[Side], batches: Sequence[Mapping[str, np.ndarray]], rounds: int = 5,
            clock: Callable[[], float] = time.perf_counter) -> Replay:
     """Every batch to every side, ``rounds`` times; the side that goes first alternates per batch."""
     out = Replay({s.name: [] for s in sides}, {s.name: [] for s in sides}, {s.name: [] for s in sides},

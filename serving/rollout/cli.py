@@ -257,7 +257,8 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     what.add_argument("--signature", default="serving_default", help="signature to call (default serving_default)")
     what.add_argument("--batch-size", type=int, default=1,
                       help="rows per request (default 1: a latency per row, and enough calls to compare)")
-    what.add_argument("--rounds", type=int, default=3, help="rounds of every batch to each side (default 3)")
+    what.add_argument("--rounds", type=int, default=5,
+                      help="rounds of every batch to each side (default 5: latency is judged on the median round)")
     what.add_argument("--top1-output", default=None,
                       help="the class-score output judged by top-1 agreement (default: the manifest's)")
     limits = p.add_argument_group("thresholds (docs/rollout.md explains the defaults)")

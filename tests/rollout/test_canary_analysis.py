@@ -17,6 +17,7 @@ import json
 import shutil
 import threading
 
+import httpx
 import pytest
 
 from exporter.manifest import load_manifest
@@ -88,8 +89,9 @@ def checks(report: dict) -> dict[str, dict]:
     return {check["name"]: check for check in report["checks"]}
 
 
-def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args):
-    """canary VERSION (weight 0), analyze (table and JSON), rollback; then auto VERSION. Prints what they printed."""
+def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args, during_auto=contextlib.nullcontext):
+    """canary VERSION (weight 0), analyze (table and JSON), rollback; then auto VERSION (inside
+    ``during_auto()``). Prints what they printed."""
     version = VERSIONS[kind]
     publish_saved_model(v2_models[kind], stack.repo, MODEL, version)
     stable_before = stack.labels()[1]["stable"]
@@ -99,8 +101,10 @@ def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args):
     assert stack.rollout("rollback", "--model", MODEL)[0] == 0
     assert stack.labels()[1] == {"stable": stable_before, "canary": stable_before}
     report_path = stack.work / f"auto-{kind}.json"
-    auto_code, auto_out = stack.rollout("auto", MODEL, str(version), "--steps", "10,50,100", "--report",
-                                        str(report_path), "--access-log", str(stack.gateway.access_log), *auto_args)
+    with during_auto():
+        auto_code, auto_out = stack.rollout("auto", MODEL, str(version), "--steps", "10,50,100", "--report",
+                                            str(report_path), "--access-log", str(stack.gateway.access_log),
+                                            *auto_args)
     with capsys.disabled():
         print(f"\n--- {kind}: python -m serving.rollout analyze {MODEL} (exit {code})\n{table}"
               f"\n--- {kind}: python -m serving.rollout auto {MODEL} {version} --steps 10,50,100 (exit {auto_code})"
@@ -137,17 +141,24 @@ def test_a_retrain_that_agrees_is_promoted_step_by_step(stack, v2_models, model_
     def traffic() -> None:  # unlabeled clients through the gateway while the weights move
         with stack.gateway.http() as http:
             while not stop.is_set():
-                answered.append(http.post(f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
-                                          headers={"x-api-key": stack.gateway.key()}).status_code)
+                try:
+                    answered.append(http.post(f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
+                                              headers={"x-api-key": stack.gateway.key()}).status_code)
+                except httpx.HTTPError as exc:
+                    answered.append(f"{type(exc).__name__}: {exc}")
 
-    thread = threading.Thread(target=traffic)
-    thread.start()
-    try:
-        code, _, report, auto_code, auto_out, auto_report = analyze_then_auto(stack, v2_models, "retrain", capsys,
-                                                                              "--interval", "1")
-    finally:
-        stop.set()
-        thread.join(60)
+    @contextlib.contextmanager
+    def during_auto():
+        thread = threading.Thread(target=traffic)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(60)
+
+    code, _, report, auto_code, auto_out, auto_report = analyze_then_auto(
+        stack, v2_models, "retrain", capsys, "--interval", "1", during_auto=during_auto)
     assert code == 0 and report["verdict"] == "PASS", report
     assert checks(report)["agreement:probabilities"]["value"] >= 0.99
     assert auto_code == 0 and auto_report["outcome"] == "promoted", auto_out
@@ -155,4 +166,4 @@ def test_a_retrain_that_agrees_is_promoted_step_by_step(stack, v2_models, model_
     gateway = auto_report["decisions"][-1]["analysis"]["errors"]["gateway_errors"]
     assert gateway["canary_requests"] > 0 and gateway["canary_rate"] == 0.0
     assert stack.labels() == ([VERSIONS["retrain"]], {"stable": VERSIONS["retrain"], "canary": VERSIONS["retrain"]})
-    assert set(answered) == {200}, set(answered)
+    assert answered and set(answered) == {200}, set(answered)
