@@ -34,11 +34,13 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from exporter.manifest import Manifest, load_manifest  # numpy only: the manifest reader imports no TensorFlow
 from serving import codec, status
+from serving.model_repo import warmup_path
 from serving.wire import serving_apis_pb2 as apis
 
 __all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Side", "Check", "Report", "Replay",
-           "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
+           "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
@@ -201,6 +203,13 @@ def _rest_body_inputs(body: Any, dtypes: Mapping[str, Any]) -> dict[str, np.ndar
     raise status.InvalidArgument('a REST body has "inputs" or "instances"')
 
 
+def stable_manifest(version_dir: Optional[Path]) -> Optional[Manifest]:
+    """The exporter's manifest of ``version_dir``, if it has one (a SavedModel from elsewhere may not)."""
+    if version_dir is None or not (version_dir / "manifest.json").is_file():
+        return None
+    return load_manifest(version_dir)
+
+
 def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1,
                 signature: str = codec.DEFAULT_SIGNATURE) -> list[dict[str, np.ndarray]]:
     """Batches of inputs to replay: ``manifest``, ``warmup``, or the path of a user's file."""
@@ -208,9 +217,7 @@ def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1
         if version_dir is None or not version_dir.is_dir():
             raise status.NotFound(f"no version directory to read {source} inputs from ({version_dir})")
         if source == "warmup":
-            from serving.model_repo import warmup_path
             return _prediction_log_inputs(Path(warmup_path(version_dir)).read_bytes())
-        from exporter.manifest import load_manifest  # numpy only: the manifest reader imports no TensorFlow
         return _batches(load_manifest(version_dir).golden_inputs(signature), batch_size)
     path = Path(source)
     if path.suffix == ".npz":
@@ -218,9 +225,9 @@ def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1
             return _batches({k: npz[k] for k in npz.files}, batch_size)
     if path.suffix == ".json":
         dtypes = {}
-        if version_dir is not None and (version_dir / "manifest.json").is_file():
-            from exporter.manifest import load_manifest
-            spec = load_manifest(version_dir).signatures[signature]
+        manifest = stable_manifest(version_dir)
+        if manifest is not None:
+            spec = manifest.signatures[signature]
             dtypes = {name: tensor.dtype for name, tensor in spec.inputs.items()}
         return _batches(_rest_body_inputs(json.loads(path.read_text()), dtypes), batch_size)
     return _prediction_log_inputs(path.read_bytes())

@@ -28,9 +28,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from serving import status
+from serving.client import GrpcClient, RestClient
 from serving.config.reload import Reloader, ReloadError, version_states
 from serving.config.stack import (
     DEFAULT_WORK_DIR,
@@ -165,9 +166,8 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(args: argparse.Namespace, served: Optional[ServedConfig], grpc: Optional[str], rest: Optional[str]):
-    from serving.client import GrpcClient, RestClient
-
+def _client(args: argparse.Namespace, served: Optional[ServedConfig], grpc: Optional[str],
+            rest: Optional[str]) -> Union[GrpcClient, RestClient]:
     credentials = {"root_certificates": args.root_certificates, "api_key": args.api_key}
     if rest:
         return RestClient(rest, timeout=args.request_timeout, **credentials)
@@ -179,13 +179,11 @@ def _client(args: argparse.Namespace, served: Optional[ServedConfig], grpc: Opti
 
 def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optional[dict]], analyze.Report]:
     """One analysis run per call (the SDK's clients stay open for the command's life)."""
-    from exporter.manifest import load_manifest
-
     entry = find_model(served.load(), args.model)
     if "stable" not in entry.version_labels:
         raise RolloutError(f"{args.model} has no `stable` label: nothing to compare the canary with")
     version_dir = served.host_path(entry.base_path) / str(entry.version_labels["stable"])
-    manifest = load_manifest(version_dir) if (version_dir / "manifest.json").is_file() else None
+    manifest = analyze.stable_manifest(version_dir)
     batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
     stable_client = _client(args, served, args.grpc, args.rest)
     separate = args.canary_grpc or args.canary_rest

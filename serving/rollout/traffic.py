@@ -163,7 +163,7 @@ class ComposeGateway:
             if text is None:
                 steps.append((["exec", container, "rm", "-f", target], None))
             else:
-                steps.append((["exec", "-i", container, "sh", "-c", f'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh",
+                steps.append((["exec", "-i", container, "sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh",
                                target], text))
         steps.append((["exec", container, "nginx", "-t", "-q", "-c", self.conf], None))
         steps.append((["exec", container, "nginx", "-s", "reload", "-c", self.conf], None))
