@@ -105,7 +105,7 @@ def test_float64_is_cast_and_a_string_refused_before_sending_over_both(both, bac
 
 
 def test_metadata_is_equal_over_both(both):
-    grpc_meta, rest_meta = (c.metadata("digits") for c in both)
+    grpc_meta, rest_meta = (c.metadata("digits", version=2) for c in both)  # unlabeled gRPC names `stable`
     assert isinstance(grpc_meta, ModelMetadata) and grpc_meta == rest_meta
     sig = grpc_meta.signatures["serving_default"]
     assert grpc_meta.version == 2 and sig.method_name == "tensorflow/serving/predict"
