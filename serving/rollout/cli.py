@@ -242,7 +242,8 @@ def _auto(args: argparse.Namespace) -> int:
 
 def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     where = p.add_argument_group("where the sides are (default: the stack's server, labels stable and canary)")
-    where.add_argument("--rest", metavar="URL", default=None, type=rest_address, help="analyze over REST at URL (e.g. the gateway)")
+    where.add_argument("--rest", metavar="URL", default=None, type=rest_address,
+                       help="analyze over REST at URL (e.g. the gateway)")
     where.add_argument("--canary-grpc", metavar="HOST:PORT", default=None, type=grpc_address,
                        help="the canary on a server of its own (Kubernetes: the canary Service), unlabeled")
     where.add_argument("--canary-rest", metavar="URL", default=None, type=rest_address, help="the same over REST")
