@@ -1,6 +1,6 @@
 """`make up` without Docker: the embedded server, started with the compose `tfserving` command.
 
-`python -m serving.up --backend embedded` reads the CPU variant's command with
+`python -m serving.stack --backend embedded` reads the CPU variant's command with
 the real Compose binary, remaps its paths to this checkout and starts
 `python -m serving.server` with it, serving what the model repository holds.
 Given a repository with every model of models.cpu.config (all but the GPU-only
@@ -34,13 +34,13 @@ SERVED = [e.name for e in load_model_server_config(REPO_ROOT / "serving/models.c
 
 @pytest.fixture(scope="module")
 def make_up(cpu_stack_repo, tmp_path_factory):
-    """`python -m serving.up --backend embedded` on free ports, until every model is AVAILABLE."""
+    """`python -m serving.stack --backend embedded` on free ports, until every model is AVAILABLE."""
     work = tmp_path_factory.mktemp("up")
     grpc_port, rest_port = free_port(), free_port()
     log = work / "up.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(cpu_stack_repo),
+            [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(cpu_stack_repo),
              "--work-dir", str(work), "--grpc", f"127.0.0.1:{grpc_port}", "--rest", f"http://127.0.0.1:{rest_port}",
              "--timeout", "600"],
             cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

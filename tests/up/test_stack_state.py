@@ -1,7 +1,7 @@
 """`make up` (embedded) serves the model repository from a config that survives restarts, and the
 rollout and `serving.config` commands default to what it runs.
 
-Each test starts `python -m serving.up --backend embedded` on a copy of a repository (free ports, its
+Each test starts `python -m serving.stack --backend embedded` on a copy of a repository (free ports, its
 own work dir) and waits for "every model is loaded". The README's own rollout commands run as written
 in tests/readme/test_readme_commands.py.
 """
@@ -29,7 +29,7 @@ LOADED = "every model is loaded"
 
 
 class MakeUp:
-    """`python -m serving.up --backend embedded` on free ports, until every model is loaded."""
+    """`python -m serving.stack --backend embedded` on free ports, until every model is loaded."""
 
     def __init__(self, repo: Path, work: Path, *extra: str) -> None:
         self.repo, self.work, self.extra = repo, work, extra
@@ -40,7 +40,7 @@ class MakeUp:
     def __enter__(self) -> "MakeUp":
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(self.repo),
+                [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(self.repo),
                  "--work-dir", str(self.work), "--grpc", self.grpc, "--rest", self.rest, "--timeout", "300",
                  *self.extra],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
