@@ -381,7 +381,7 @@ def compose_down(state: StackState, *, timeout: float = 600.0) -> int:
     runs (said so). Volumes (Prometheus' data) and the model repository stay."""
     base = _compose_base(state.compose_files, state.compose_profiles, state.compose_project)
     env = with_grafana_placeholder(os.environ)  # down interpolates every service's variables
-    running = subprocess.run([*base, "ps", "-q"], capture_output=True, text=True, env=env, timeout=timeout)
+    running = subprocess.run([*base, "ps", "--all", "-q"], capture_output=True, text=True, env=env, timeout=timeout)
     if running.returncode == 0 and not running.stdout.split():
         print(f"make down: nothing runs: no container of the compose project {state.compose_project or '(default)'}"
               f" ({state.backend})", flush=True)

@@ -52,7 +52,7 @@ def make_up(cpu_stack_repo, tmp_path_factory):
             assert time.monotonic() < deadline, f"make up not ready:\n{log.read_text()[-4000:]}"
             time.sleep(0.5)
         yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "grpc_port": grpc_port,
-               "log": log, "repo": cpu_stack_repo}
+               "log": log, "repo": cpu_stack_repo, "work": work}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -132,7 +132,19 @@ def test_prometheus_path_from_monitoring_config_serves_tf_serving_metrics(make_u
     assert re.search(r"^:tensorflow:serving:request_count\{", response.text, re.M)
 
 
+def test_make_up_prints_progress_and_the_banner_and_the_server_logs_to_its_file(make_up):
+    text, server_log = make_up["log"].read_text(), make_up["work"] / "server.log"
+    assert f"server log: {server_log}" in text
+    assert ("batching: max_batch_size 64, batch_timeout_micros 0, max_enqueued_batches 16, num_batch_threads 4, "
+            "from serving/batching.cpu.config") in text
+    assert "source .venv/bin/activate" in text and "Stop: make down" in text
+    assert "Successfully loaded servable version" in server_log.read_text()
+    assert "Successfully loaded servable version" not in text
+    assert all(line.startswith(("make up", " ", "Serving: ", "print(", "Stop: ")) for line in text.splitlines()
+               if line), text
+
+
 def test_gpu_only_flags_are_reported_as_no_ops(make_up):
-    text = make_up["log"].read_text()
+    text = (make_up["work"] / "server.log").read_text()
     for flag in ("per_process_gpu_memory_fraction",):
         assert re.search(rf"--{flag}\S* .*(no effect|no-op)", text), flag

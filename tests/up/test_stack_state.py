@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import httpx
 import pytest
@@ -72,6 +73,13 @@ class MakeUp:
         assert response.status_code == 200, response.text
         return sorted(int(v["version"]) for v in response.json()["model_version_status"] if v["state"] == "AVAILABLE")
 
+    def available_or_none(self, model: str) -> Optional[list[int]]:
+        """:meth:`available`, or None when nothing answers on the REST port."""
+        try:
+            return self.available(model)
+        except httpx.TransportError:
+            return None
+
     def label(self, model: str, label: str) -> int:
         """The version the server resolves ``label`` to (GetModelMetadata answers with it)."""
         with RestClient(self.rest) as client:
@@ -104,6 +112,12 @@ def test_the_first_start_serves_the_repository_and_records_the_stack(repo, tmp_p
         assert (state.backend, state.models_config, state.grpc, state.rest, state.model_repo) == (
             "embedded", work / "models.config", up.grpc, up.rest, repo.resolve())
         assert f"python -m serving.rollout status --model digits --work-dir {work}" in up.text()
+        # make down stops it (make up, then its server, exit), and says so; again, that nothing runs.
+        assert "make down: stopped" in run("serving.stack", "down", "--work-dir", str(work))
+        assert up.proc.wait(60) == 0
+        assert "stopped (server exit status 0)" in up.text()
+        assert "nothing runs" in run("serving.stack", "down", "--work-dir", str(work))
+        assert up.available_or_none("digits") is None
 
 
 def test_added_models_moved_labels_and_removals_survive_a_restart(repo, model_repo, tmp_path):
