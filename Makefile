@@ -73,8 +73,9 @@ images: $(STAMP)
 # text and ranker, only into an empty model repository).
 # IMAGES=local: the CPU stack on the stand-in images of `make images` (built first when they changed).
 # VERBOSE=1: the embedded server's log on the terminal (default: .cache/serving/server.log).
+# BACKEND=embedded (or compose-cpu, compose-gpu): that backend, whatever `docker info` says.
 up: $(STAMP) $(if $(filter local,$(IMAGES)),images)
-	$(PY) -m serving.stack $(if $(MODELS),--models $(MODELS)) $(if $(IMAGES),--images $(IMAGES)) $(if $(VERBOSE),--verbose)
+	$(PY) -m serving.stack $(if $(MODELS),--models $(MODELS)) $(if $(IMAGES),--images $(IMAGES)) $(if $(VERBOSE),--verbose) $(if $(BACKEND),--backend $(BACKEND))
 
 # Stops whichever backend make up started (compose down, or the embedded make up and its server),
 # from the stack.json make up wrote; says so when nothing runs.

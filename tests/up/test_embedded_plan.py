@@ -24,7 +24,6 @@ def test_plan_keeps_every_flag_and_remaps_only_container_paths(cpu_service, tmp_
     assert [a.split("=")[0] for a in plan.args] == [a.split("=")[0] for a in command]
     changed = {a for a in plan.args if a not in command}
     assert changed == {f"--model_config_file={tmp_path / 'models.config'}",
-                       f"--batching_parameters_file={REPO_ROOT / 'serving/batching.cpu.config'}",
                        f"--monitoring_config_file={REPO_ROOT / 'serving/monitoring.config'}"}
     assert "--per_process_gpu_memory_fraction=0.8" in plan.args  # left for the server to report as a no-op
 

@@ -135,8 +135,7 @@ def test_prometheus_path_from_monitoring_config_serves_tf_serving_metrics(make_u
 def test_make_up_prints_progress_and_the_banner_and_the_server_logs_to_its_file(make_up):
     text, server_log = make_up["log"].read_text(), make_up["work"] / "server.log"
     assert f"server log: {server_log}" in text
-    assert ("batching: max_batch_size 64, batch_timeout_micros 0, max_enqueued_batches 16, num_batch_threads 4, "
-            "from serving/batching.cpu.config") in text
+    assert "batching: off (no --enable_batching: each request runs on its own)" in text  # the CPU variant's
     assert "source .venv/bin/activate" in text and "Stop: make down" in text
     assert "Successfully loaded servable version" in server_log.read_text()
     assert "Successfully loaded servable version" not in text
