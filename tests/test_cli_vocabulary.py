@@ -30,7 +30,7 @@ import monitoring.local
 import serving.client.cli
 import serving.config.cli
 import serving.rollout.cli
-import serving.up
+import serving.stack.cli
 from tests.support.servers import REPO_ROOT
 
 
@@ -47,7 +47,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m serving.client": serving.client.cli.build_parser,
     "python -m serving.config": serving.config.cli.build_parser,
     "python -m serving.rollout": serving.rollout.cli.build_parser,
-    "python -m serving.up": serving.up.build_parser,
+    "python -m serving.stack": serving.stack.cli.build_parser,
     "python -m loadtest": loadtest.__main__.build_parser,
     "python -m monitoring.local": monitoring.local.build_parser,
     "python -m benchmarks.batching": benchmarks.batching.build_parser,
@@ -95,7 +95,7 @@ def test_a_server_is_named_by_grpc_and_rest_with_their_metavars():
     servers = [(cli, action) for cli, action in _options() if {"--grpc", "--rest"} & set(action.option_strings)]
     assert {cli for cli, _ in servers} >= {"python -m serving.client", "python -m serving.rollout status",
                                            "python -m loadtest run", "python -m loadtest sweep",
-                                           "python -m monitoring.local", "python -m serving.up"}
+                                           "python -m monitoring.local", "python -m serving.stack up"}
     for cli, action in servers:
         assert action.metavar == ("HOST:PORT" if "--grpc" in action.option_strings else "URL"), cli
 

@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks", "deploy", "gateway")
 
 # The granularity of the graph: a module belongs to the longest of these that prefixes it;
-# any other module is a node of its own (e.g. serving.up). The modules at the root of
+# any other module is a node of its own (e.g. serving.stack.cli). The modules at the root of
 # serving.server are nodes of their own too: the composition root (server, main) imports
 # every folder of the server, and the folders import the neutral root modules (metrics,
 # deadline, flags), which is one way, though one node for the root would make it a cycle.

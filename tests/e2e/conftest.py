@@ -1,7 +1,7 @@
 """The compose stack on a real Docker engine: ``make up IMAGES=local`` in a copy of the checkout.
 
 One stack for the session, started the way a user starts it (``python -m
-serving.up --images local``, which is what ``make up IMAGES=local`` runs) from
+serving.stack --images local``, which is what ``make up IMAGES=local`` runs) from
 a copy of this checkout, so the exports, the gateway's secrets and the
 rollout's config edits stay out of the tree. The repository's own
 ``docker-compose.yml`` + ``docker-compose.cpu.yml`` run, with
@@ -35,7 +35,7 @@ from gateway.certs import Credentials, init_secrets
 from serving.config.compose import compose_command, with_grafana_placeholder
 from serving.server.launcher import free_port
 from serving.stack.docker import image_id, probe_engine
-from serving.up import plan_compose
+from serving.stack.compose import plan_compose
 from tests.support.servers import REPO_ROOT
 
 PROJECT_PREFIX = "tfs-stack-e2e-"
@@ -109,7 +109,7 @@ class Stack:
 
     def make_up(self, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
         """``make up IMAGES=local`` as the Makefile runs it, in the copy."""
-        return run_python(["-m", "serving.up", "--images", "local", *extra], cwd=self.root, env=self.env,
+        return run_python(["-m", "serving.stack", "--images", "local", *extra], cwd=self.root, env=self.env,
                           timeout=timeout)
 
     def python(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
