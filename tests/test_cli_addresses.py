@@ -26,7 +26,7 @@ def test_every_grpc_and_rest_flag_parses_with_the_one_address_rule():
     assert {cli for cli, _ in found} >= {"python -m serving.client", "python -m serving.config add",
                                          "python -m serving.rollout status", "python -m loadtest run",
                                          "python -m loadtest sweep", "python -m monitoring.local",
-                                         "python -m serving.up"}
+                                         "python -m serving.stack up"}
     rule = {"--grpc": addresses.grpc_address, "--rest": addresses.rest_address}
     wrong = [(cli, action.dest) for cli, action in _options() for flag in action.option_strings
              if flag in rule and action.type is not rule[flag]]
