@@ -4,7 +4,7 @@
   connection, each sending the next request when the last one returns.
 - **Open loop** (``Load(transport, concurrency=N, rate=R)``): one scheduler sends at R
   requests/s whatever the answers; at most N are in flight (a worker thread each, started
-  as needed). Latency counts from each request's *scheduled* start, so a slow server cannot
+  as needed, unless the connection can start a call without blocking: ``Connection.start``). Latency counts from each request's *scheduled* start, so a slow server cannot
   hide queueing behind the generator (no coordinated omission). A request dispatched more
   than 10 ms after its schedule counts as ``late`` (the generator, not the server, fell
   behind). When N are in flight the next request waits for a slot (``when_full="wait"``),
@@ -42,8 +42,8 @@ import numpy as np
 from loadtest.payloads import Payload
 from loadtest.procfs import tree_cpu_seconds
 
-__all__ = ["CallFailed", "Connection", "Load", "Record", "Transport", "Window", "call_transport", "clock",
-           "grpc_transport", "http_transport", "measure", "percentile", "transport_for"]
+__all__ = ["CallFailed", "Connection", "Done", "Load", "Record", "Transport", "Window", "call_transport", "clock",
+           "future_done", "grpc_transport", "http_transport", "measure", "percentile", "transport_for"]
 
 clock = time.perf_counter
 """The driver's clock: every ``Record`` time is on it."""
@@ -52,15 +52,22 @@ LATE_S = 0.010
 
 
 class Record(NamedTuple):
-    """One call: when it ended (``clock()``), its latency (s), and its error kind (None when it succeeded)."""
+    """One call: when it ended (``clock()``), its latency (s), and its error kind (None when it succeeded).
+
+    In the open loop ``latency`` counts from the call's schedule, and ``waited`` is how long after its
+    schedule it was actually sent (the generator's delay, 0 in the closed loop): ``latency - waited``
+    is the server's answer time alone.
+    """
 
     end: float
     latency: float
     error: Optional[str] = None
     details: str = ""
+    waited: float = 0.0
 
     @property
     def sent(self) -> float:
+        """When the call was scheduled (open loop) or sent (closed loop)."""
         return self.end - self.latency
 
 
@@ -72,12 +79,20 @@ class CallFailed(Exception):
         self.kind, self.details = kind, details
 
 
+Done = Callable[[Optional[BaseException]], None]
+
+
 @dataclass
 class Connection:
-    """One worker's connection: ``send()`` makes one request (blocking) and raises when it failed."""
+    """One worker's connection: ``send()`` makes one request (blocking) and raises when it failed.
+
+    ``start(done)``, when given, begins one request without blocking and calls ``done(None)`` or
+    ``done(error)`` when it ends (on any thread); the open loop then needs no thread per call in flight.
+    """
 
     send: Callable[[], object]
     close: Callable[[], None] = lambda: None
+    start: Optional[Callable[[Done], None]] = None
 
 
 Transport = Callable[[], Connection]
@@ -107,7 +122,11 @@ def grpc_transport(target: str, method: str, request: bytes, *, timeout: float =
                    else grpc.insecure_channel(target, options=options))
         call = channel.unary_unary(method)  # bytes in, bytes out
         sent_metadata = tuple(metadata) or None
-        return Connection(lambda: call(request, timeout=timeout, metadata=sent_metadata), channel.close)
+
+        def start(done: Done) -> None:
+            call.future(request, timeout=timeout, metadata=sent_metadata).add_done_callback(future_done(done))
+
+        return Connection(lambda: call(request, timeout=timeout, metadata=sent_metadata), channel.close, start)
 
     return connect
 
@@ -146,9 +165,21 @@ def http_transport(base_url: str, path: str, body: bytes, *, timeout: float = 30
     return connect
 
 
-def call_transport(call: Callable[[], object]) -> Transport:
-    """Any callable as a transport, shared by every worker (an SDK client, a stub, an in-process call)."""
-    return lambda: Connection(call)
+def future_done(done: Done) -> Callable[[grpc.Future], None]:
+    """A gRPC future's done-callback that hands ``done`` the call's error (None when it succeeded)."""
+    def callback(future: grpc.Future) -> None:
+        try:
+            failure = future.exception()
+        except grpc.FutureCancelledError as cancelled:
+            failure = CallFailed("CANCELLED", str(cancelled))
+        done(failure)
+    return callback
+
+
+def call_transport(call: Callable[[], object], start: Optional[Callable[[Done], None]] = None) -> Transport:
+    """Any callable as a transport, shared by every worker (an SDK client, a stub, an in-process call);
+    ``start`` is its non-blocking form, if it has one (see ``Connection``)."""
+    return lambda: Connection(call, start=start)
 
 
 def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0) -> Transport:
@@ -171,6 +202,8 @@ class Load:
     rate: Optional[float] = None
     duration: Optional[float] = None     # open loop: stop sending after this many seconds
     when_full: str = "wait"              # open loop at ``concurrency`` in flight: "wait" or "stop"
+    late_after: float = LATE_S           # open loop: a dispatch this many s after its schedule is late
+    on_record: Callable[[Record], None] = lambda record: None   # called (on the caller's thread) per call
     records: list[Record] = field(default_factory=list, init=False)
     late: int = field(default=0, init=False)
     sent: int = field(default=0, init=False)
@@ -224,14 +257,21 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _record(self, start: float, sent: float, failure: Optional[BaseException]) -> None:
+        error, details = (None, "") if failure is None else _failure(failure)
+        end = clock()
+        record = Record(end, end - start, error, details, max(0.0, sent - start))
+        self.records.append(record)
+        self.on_record(record)
+
     def _call(self, send: Callable[[], object], start: float) -> None:
+        sent = clock()
         try:
             send()
-            error, details = None, ""
         except Exception as exc:  # noqa: BLE001 - a load counts every failure, whatever it is
-            error, details = _failure(exc)
-        end = clock()
-        self.records.append(Record(end, end - start, error, details))
+            self._record(start, sent, exc)
+        else:
+            self._record(start, sent, None)
 
     def _closed(self, ready: threading.Barrier) -> None:
         connection = self.transport()
@@ -243,7 +283,8 @@ class Load:
             connection.close()
 
     def _open(self) -> None:
-        local, opened, lock = threading.local(), [], threading.Lock()
+        first = self.transport()
+        local, opened, lock = threading.local(), [first], threading.Lock()
 
         def worker_send() -> Callable[[], object]:
             if not hasattr(local, "connection"):
@@ -258,6 +299,12 @@ class Load:
             finally:
                 self._slots.release()
 
+        def ended(scheduled: float, sent: float, failure: Optional[BaseException]) -> None:
+            try:
+                self._record(scheduled, sent, failure)
+            finally:
+                self._slots.release()
+
         t0 = clock() + 0.05
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="open-loop") as pool:
             for ticket in itertools.count():
@@ -269,11 +316,16 @@ class Load:
                 if not self._slots.acquire(blocking=self.when_full == "wait"):
                     self.overflowed = True
                     break
-                if clock() - scheduled > LATE_S:
+                if clock() - scheduled > self.late_after:
                     self.late += 1
                 self.sent += 1
-                pool.submit(run, scheduled)
+                if first.start is None:
+                    pool.submit(run, scheduled)
+                else:   # no thread per call: the transport calls back when the call ends
+                    first.start(lambda failure, scheduled=scheduled, sent=clock(): ended(scheduled, sent, failure))
             self.stopped_sending.set()
+            for _ in range(self.concurrency):   # every slot back: every call has ended
+                self._slots.acquire()
         for connection in opened:
             connection.close()
 
