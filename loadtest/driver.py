@@ -4,12 +4,14 @@
   connection, each sending the next request when the last one returns.
 - **Open loop** (``Load(transport, concurrency=N, rate=R)``): one scheduler sends at R
   requests/s whatever the answers; at most N are in flight (a worker thread each, started
-  as needed, unless the connection can start a call without blocking: ``Connection.start``). Latency counts from each request's *scheduled* start, so a slow server cannot
-  hide queueing behind the generator (no coordinated omission). A request dispatched more
-  than 10 ms after its schedule counts as ``late`` (the generator, not the server, fell
-  behind). When N are in flight the next request waits for a slot (``when_full="wait"``),
-  or the loop stops sending and sets ``overflowed`` (``when_full="stop"``: a server that
-  queues without bound cannot make the caller run away).
+  as needed, unless the connection can start a call without blocking: ``Connection.start``).
+  Latency counts from each request's *scheduled* start, so a slow server cannot hide
+  queueing behind the generator (no coordinated omission). A request dispatched more than
+  10 ms after its schedule counts as ``late`` (the generator, not the server, fell behind;
+  with ``catch_up=False`` the schedule then moves on instead of sending the missed requests
+  in a burst: a client that sends every 1/R s). When N are in flight the next request
+  waits for a slot (``when_full="wait"``), or the loop stops sending and sets ``overflowed``
+  (``when_full="stop"``: a server that queues without bound cannot make the caller run away).
 
 A **transport** is any ``Callable[[], Connection]``: it is called once per worker thread,
 and the ``Connection`` it returns sends one request per ``send()`` call (blocking) and is
@@ -203,6 +205,7 @@ class Load:
     duration: Optional[float] = None     # open loop: stop sending after this many seconds
     when_full: str = "wait"              # open loop at ``concurrency`` in flight: "wait" or "stop"
     late_after: float = LATE_S           # open loop: a dispatch this many s after its schedule is late
+    catch_up: bool = True                # open loop: False moves the schedule on a late dispatch (no burst)
     on_record: Callable[[Record], None] = lambda record: None   # called (on the caller's thread) per call
     records: list[Record] = field(default_factory=list, init=False)
     late: int = field(default=0, init=False)
@@ -305,11 +308,11 @@ class Load:
             finally:
                 self._slots.release()
 
-        t0 = clock() + 0.05
+        began = t0 = clock() + 0.05
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="open-loop") as pool:
             for ticket in itertools.count():
                 scheduled = t0 + ticket / self.rate
-                if self.duration is not None and scheduled - t0 >= self.duration:
+                if self.duration is not None and scheduled - began >= self.duration:
                     break
                 if self._stop.wait(max(0.0, scheduled - clock())):
                     break
@@ -318,6 +321,8 @@ class Load:
                     break
                 if clock() - scheduled > self.late_after:
                     self.late += 1
+                    if not self.catch_up:   # the next call is due 1/rate s from now, not at once
+                        t0 = clock() - ticket / self.rate
                 self.sent += 1
                 if first.start is None:
                     pool.submit(run, scheduled)

@@ -156,7 +156,8 @@ def _time_points(bench: Bench, model: str, label: str, pid: Optional[int], loads
         point = measure_point(pid, transport, concurrency, bench.warmups[model], bench.durations[model])
         record.points.setdefault(f"{protocol} c={concurrency}", []).append(point)
         logger.info("%s %s %s c=%d: %.1f req/s, p50 %s ms, %s CPU-ms/req, %d errors", model, label, protocol,
-                    concurrency, point.rps, point.p50_ms, point.cpu_ms, point.errors)
+                    concurrency, point.rps, *(f"{v:.2f}" if v is not None else "-" for v in (point.p50_ms,
+                                                                                       point.cpu_ms)), point.errors)
         if index == 0 and pid is not None:
             record.rss_mb.append(tree_rss_mb(pid))
             record.rss_anon_mb.append(tree_rss_anon_mb(pid))

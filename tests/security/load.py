@@ -135,8 +135,8 @@ def until_exit(process: Any, stubs: Sequence[Any], request: Any, period: float, 
         with answered:
             answered.notify_all()
 
-    loads = [Load(_predict(stub, request, timeout), concurrency=1000, rate=1.0 / period, on_record=notify)
-             for stub in stubs]
+    loads = [Load(_predict(stub, request, timeout), concurrency=1000, rate=1.0 / period, catch_up=False,
+                  on_record=notify) for stub in stubs]
     for load in loads:
         load.start()
     with answered:
