@@ -36,13 +36,15 @@ import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 
 import grpc
 import numpy as np
 
-from loadtest.payloads import Payload
 from loadtest.procfs import tree_cpu_seconds
+
+if TYPE_CHECKING:
+    from loadtest.payloads import Payload
 
 __all__ = ["CallFailed", "Connection", "Done", "Load", "Record", "Transport", "Window", "call_transport", "clock",
            "future_done", "grpc_transport", "http_transport", "measure", "percentile", "transport_for"]
