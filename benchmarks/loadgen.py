@@ -103,7 +103,11 @@ class CannedServer:
     def __enter__(self) -> "CannedServer":
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", self.command, str(self.port)],
                                      cwd=REPO_ROOT, preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
-        wait_for_port(self.port, 120.0, alive=lambda: self.proc.poll() is None)  # a busy machine starts it slowly
+        try:
+            wait_for_port(self.port, 120.0, alive=lambda: self.proc.poll() is None)  # a busy machine starts it slowly
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
