@@ -13,9 +13,11 @@ is the median of the rounds' ratios, the p50 delta is taken over all rounds.
 
 Targets (exit status 1 if one is missed, and the report says which):
 
-- digits REST c=32 and gRPC c=32: batching on >= 1.0 x off (requests/s);
-- digits REST c=1: batching adds <= ``batch_timeout_micros`` + 0.5 ms to p50;
-- resnet50 gRPC c=8: batching on >= 1.1 x off (requests/s).
+- digits REST c=32 and gRPC c=32: batching on >= ``BATCHING_GAIN_SMALL`` x off (requests/s);
+- digits REST c=1: batching adds <= ``batch_timeout_micros`` + ``BATCHING_ADDED_P50_MS`` to p50;
+- resnet50 gRPC c=8: batching on >= ``BATCHING_GAIN_LARGE`` x off (requests/s)
+
+(the limits of ``benchmarks.targets``, which every batching benchmark shares).
 
     python -m benchmarks.batching                          # models from <checkout>/models
     python -m benchmarks.batching --model-repo /work/models --rounds 5
@@ -39,10 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.server import Target, print_verdicts, process_cpu_seconds, run_grpc, run_rest
-from exporter.manifest import load_manifest
-from serving import codec
-from serving.model_repo import model_versions
+from benchmarks.scenario import Payloads, predict_load
+from benchmarks.targets import (BATCHING_ADDED_P50_MS, BATCHING_GAIN_LARGE, BATCHING_GAIN_SMALL, Target,
+                               print_verdicts)
 from serving.server.launcher import MONITORING_PATH, REPO_ROOT, ServerProcess
 
 __all__ = [
@@ -156,22 +157,6 @@ def _servers(repo: Path, model: str, workdir: Path, batching: Mapping[str, int],
         yield servers
 
 
-def _load(server: ServerProcess, case: Case, payloads: tuple[bytes, bytes], warmup: float,
-          duration: float) -> tuple[list[float], int]:
-    grpc_payload, rest_body = payloads
-    if case.protocol == "grpc":
-        return run_grpc(server.grpc_target, grpc_payload, case.concurrency, warmup, duration)
-    return run_rest(server.rest_url, case.model, rest_body, case.concurrency, warmup, duration)
-
-
-def _payloads(repo: Path, model: str) -> tuple[bytes, bytes]:
-    """One-row gRPC PredictRequest bytes and REST body from the model's manifest."""
-    version = max(model_versions(repo / model))
-    inputs = load_manifest(repo / model / str(version)).sample_inputs(batch_size=1)
-    return (codec.encode_predict_request(model, inputs, signature_name=codec.DEFAULT_SIGNATURE),
-            codec.inputs_to_rest_request(inputs))
-
-
 def measure(repo: Path, cases: Sequence[Case] = DEFAULT_CASES, rounds: int = 5, warmup: float = 1.0,
             workdir: Path | None = None, batching: Mapping[str, int] | None = None,
             server_flags: Sequence[str] = ()) -> list[Side]:
@@ -188,7 +173,7 @@ def measure(repo: Path, cases: Sequence[Case] = DEFAULT_CASES, rounds: int = 5, 
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-batching-")))
         for model in dict.fromkeys(case.model for case in cases):
             model_cases = [case for case in cases if case.model == model]
-            payloads = _payloads(repo, model)
+            payloads = Payloads.of(repo, model)
             with _servers(repo, model, workdir, batching, server_flags) as servers:
                 pairs = {case: {label: Side(case, label) for label in servers} for case in model_cases}
                 for index in range(rounds):
@@ -201,15 +186,15 @@ def measure(repo: Path, cases: Sequence[Case] = DEFAULT_CASES, rounds: int = 5, 
     return sides
 
 
-def _measure_once(server: ServerProcess, case: Case, payloads: tuple[bytes, bytes], warmup: float,
-                  side: Side) -> None:
+def _measure_once(server: ServerProcess, case: Case, payloads: Payloads, warmup: float, side: Side) -> None:
     """A warmup load, then one measured window whose server CPU time is read around it."""
-    _load(server, case, payloads, 0.0, warmup)
+    predict_load(server, case.protocol, payloads, case.concurrency, 0.0, warmup)
     assert server.pid is not None
     rows_before, batches_before = _batch_totals(server)
-    cpu_before = process_cpu_seconds(server.pid)
-    latencies, errors = _load(server, case, payloads, 0.0, case.duration)
-    side.cpu_seconds += process_cpu_seconds(server.pid) - cpu_before
+    window = predict_load(server, case.protocol, payloads, case.concurrency, 0.0, case.duration,
+                          server_pid=server.pid)
+    latencies, errors = window.latencies, window.errors
+    side.cpu_seconds += window.server_cpu or 0.0
     rows_after, batches_after = _batch_totals(server)
     side.batched_rows += rows_after - rows_before
     side.batches += batches_after - batches_before
@@ -238,8 +223,9 @@ def rate_ratio(off: Side, on: Side) -> float:
 def evaluate(sides: Sequence[Side], batch_timeout_micros: int = BATCHING["batch_timeout_micros"]) -> list[Target]:
     """The batching targets (never slower; bounded added p50), from whichever cases were measured."""
     targets = []
-    for model, protocol, concurrency, limit in (("digits", "rest", 32, 1.0), ("digits", "grpc", 32, 1.0),
-                                                ("resnet50", "grpc", 8, 1.1)):
+    for model, protocol, concurrency, limit in (("digits", "rest", 32, BATCHING_GAIN_SMALL),
+                                                ("digits", "grpc", 32, BATCHING_GAIN_SMALL),
+                                                ("resnet50", "grpc", 8, BATCHING_GAIN_LARGE)):
         pair = _pair(sides, model, protocol, concurrency)
         if pair:
             off, on = pair
@@ -251,7 +237,8 @@ def evaluate(sides: Sequence[Side], batch_timeout_micros: int = BATCHING["batch_
     if pair:
         off, on = pair
         targets.append(Target(f"digits {on.case.protocol} c=1: p50 added by batching (pooled rounds)",
-                              (on.percentile(50) - off.percentile(50)) * 1e3, batch_timeout_micros / 1e3 + 0.5,
+                              (on.percentile(50) - off.percentile(50)) * 1e3,
+                              batch_timeout_micros / 1e3 + BATCHING_ADDED_P50_MS,
                               higher_is_better=False, unit=" ms"))
     return targets
 

@@ -42,12 +42,11 @@ from typing import Optional, Sequence
 import grpc
 import numpy as np
 
-from benchmarks.server import Target, print_verdicts, run_grpc, run_rest
-from exporter.manifest import load_manifest
-from serving import codec
+from benchmarks.scenario import Payloads, predict_transport
+from benchmarks.targets import Target, print_verdicts
+from loadtest.driver import measure as drive
 from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
 from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, StackState, read_state
-from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT
 
 __all__ = ["Load", "LOADS", "Result", "evaluate", "build_parser", "main"]
@@ -113,30 +112,20 @@ def endpoints(state: StackState, project: str) -> Endpoints:
                      state.rest, ca, (ca.parent / "client.api-key").read_text().strip())
 
 
-def _payloads(model_repo: Path, model: str) -> tuple[bytes, bytes]:
-    versions = model_versions(model_repo / model)
-    if not versions:
-        raise SystemExit(f"{model} has no version in {model_repo}")
-    inputs = load_manifest(model_repo / model / str(versions[-1])).sample_inputs()
-    return (codec.encode_predict_request(model, inputs, signature_name=codec.DEFAULT_SIGNATURE),
-            codec.inputs_to_rest_request(inputs))
-
-
-def measure(load: Load, side: str, ends: Endpoints, payload: tuple[bytes, bytes], duration: float,
+def measure(load: Load, side: str, ends: Endpoints, payloads: Payloads, duration: float,
             warmup: float) -> Result:
     gateway = side == "gateway"
     if load.protocol == "grpc":
         credentials = grpc.ssl_channel_credentials(ends.ca.read_bytes()) if gateway else None
-        latencies, errors = run_grpc(ends.gateway_grpc if gateway else ends.direct_grpc, payload[0],
-                                     load.concurrency, warmup, duration, credentials=credentials,
-                                     metadata=[("x-api-key", ends.api_key)] if gateway else ())
+        transport = predict_transport("grpc", ends.gateway_grpc if gateway else ends.direct_grpc, payloads,
+                                      credentials=credentials,
+                                      metadata=[("x-api-key", ends.api_key)] if gateway else ())
     else:
         context = ssl.create_default_context(cafile=str(ends.ca)) if gateway else None
-        latencies, errors = run_rest(ends.gateway_rest if gateway else ends.direct_rest, load.model, payload[1],
-                                     load.concurrency, warmup, duration, ssl_context=context,
-                                     headers={"x-api-key": ends.api_key} if gateway else None)
-    p50 = float(np.percentile(latencies, 50)) * 1e3 if latencies else float("nan")
-    return Result(load, side, len(latencies) / duration, p50, errors)
+        transport = predict_transport("rest", ends.gateway_rest if gateway else ends.direct_rest, payloads,
+                                      ssl_context=context, headers={"x-api-key": ends.api_key} if gateway else None)
+    window = drive(transport, load.concurrency, warmup, duration)
+    return Result(load, side, window.rate, window.percentile(50) * 1e3, window.errors)
 
 
 def evaluate(results: Sequence[Result]) -> list[Target]:
@@ -220,7 +209,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ends = endpoints(state, args.project)
         models = [m for m in args.models.split(",") if m]
         loads = [load for load in LOADS if load.model in models]
-        payloads = {m: _payloads(Path(state.model_repo), m) for m in models}
+        payloads = {m: Payloads.of(Path(state.model_repo), m) for m in models}
         load_before = os.getloadavg()[0]
         results = []
         for round_ in range(args.rounds):

@@ -22,9 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-import grpc
-
-from benchmarks.protocols import Run, Side, closed_loop
+from benchmarks.protocols import Run, Side, run_side
+from loadtest.driver import grpc_transport
 from exporter.manifest import load_manifest
 from serving import codec, wire
 from serving.model_repo import model_versions
@@ -49,9 +48,8 @@ class CheckoutServer(ServerProcess):
         return [sys.executable, "-c", code, *self.args]
 
 
-def _lean_grpc(target: str, payload: bytes, stack: contextlib.ExitStack) -> Side:
-    stub = stack.enter_context(grpc.insecure_channel(target)).unary_unary(wire.PREDICT)
-    return Side("lean", "grpc", lambda: lambda: stub(payload, timeout=120))
+def _lean_grpc(target: str, payload: bytes) -> Side:
+    return Side("lean", "grpc", grpc_transport(target, wire.PREDICT, payload, timeout=120))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -77,12 +75,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             server = CheckoutServer.for_models({args.model: base}, workdir=workdir)
             server.root = root
             servers[name] = stack.enter_context(server)
-        sides = {name: _lean_grpc(server.grpc_target, payload, stack) for name, server in servers.items()}
+        sides = {name: _lean_grpc(server.grpc_target, payload) for name, server in servers.items()}
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             for index in range(args.rounds):
                 order = ["baseline", "this"] if index % 2 == 0 else ["this", "baseline"]
                 for name in order:
-                    run = closed_loop(servers[name].pid, sides[name], concurrency, args.warmup, args.duration)
+                    run = run_side(servers[name].pid, sides[name], concurrency, args.warmup, args.duration)
                     logger.info("c=%d round %d %s: %.0f req/s, server %.3f CPU-ms/req, %d errors", concurrency,
                                 index + 1, name, run.rate, run.ms_per_request(run.server_cpu), run.errors)
                     key = (name, concurrency)

@@ -9,9 +9,10 @@
    requests/s, the generator's CPU use, and requests per CPU-second of the
    generator = its maximum rate per core.
 3. The sweep's throughput against the embedded server (a real model) compared
-   with an independent measurement at the same concurrency: a plain threaded
-   loop over the official ``tensorflow_serving`` stubs (``PredictionServiceStub``
-   with ``predict_pb2`` messages), interleaved A/B/A/B.
+   with an independent request path at the same concurrency: the official
+   ``tensorflow_serving`` stubs (``PredictionServiceStub`` with ``predict_pb2``
+   messages) instead of the sweep's prebuilt bytes, on the same closed loop
+   (``loadtest.driver``), interleaved A/B/A/B.
 
     python -m benchmarks.loadgen                                # all three
     python -m benchmarks.loadgen --model-repo models --skip-server
@@ -41,7 +42,7 @@ import psutil
 from aiohttp import web
 
 from exporter.export import ensure_model
-from loadtest.generator import grpc_transport
+from loadtest.driver import Connection, measure, transport_for
 from loadtest.payloads import Payload, Target, build_payload
 from loadtest.sweep import SweepSettings, measure_level
 from serving.codec import ndarray_to_tensor_proto
@@ -102,7 +103,11 @@ class CannedServer:
     def __enter__(self) -> "CannedServer":
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", self.command, str(self.port)],
                                      cwd=REPO_ROOT, preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
-        wait_for_port(self.port, 30.0, alive=lambda: self.proc.poll() is None)
+        try:
+            wait_for_port(self.port, 120.0, alive=lambda: self.proc.poll() is None)  # a busy machine starts it slowly
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -154,7 +159,7 @@ def _count_at(history: Path, when: float) -> float:
 def sweep_rate(target: str, payload: Payload, concurrency: int, seconds: float) -> dict:
     settings = SweepSettings(levels=(concurrency,), window_s=seconds / 3, stable_windows=3, max_level_s=seconds,
                              warmup_s=1.0)
-    result = measure_level(grpc_transport(target, payload), concurrency, settings)
+    result = measure_level(transport_for("grpc", target, payload), concurrency, settings)
     cpu = result.client_cpu_pct / 100.0
     return {"rps": result.throughput_rps, "cpu": cpu, "per_core": result.throughput_rps / cpu if cpu else 0.0,
             "p99_ms": result.p99_ms}
@@ -163,7 +168,8 @@ def sweep_rate(target: str, payload: Payload, concurrency: int, seconds: float) 
 # ---------------------------------------------------------------- 3. independent measurement
 
 def independent_predict_rate(target: str, payload: Payload, concurrency: int, seconds: float) -> float:
-    """Successful Predicts per second from a plain threaded loop over the official TF Serving stubs."""
+    """Successful Predicts per second through the official TF Serving stubs (``PredictionServiceStub`` with
+    ``predict_pb2`` messages: every byte encoded by protobuf, none prebuilt), one channel per client."""
     # TensorFlow (tensorflow_serving.apis imports it): the official stubs are the independent measure
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
@@ -172,32 +178,13 @@ def independent_predict_rate(target: str, payload: Payload, concurrency: int, se
     request.model_spec.signature_name = payload.signature_name
     for name, array in payload.inputs.items():
         ndarray_to_tensor_proto(array, request.inputs[name])
-    counts = [0] * concurrency
-    stop = threading.Event()
 
-    def worker(i: int) -> None:
-        with grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            stub.Predict(request, timeout=30)  # connect before the clock starts
-            barrier.wait()
-            while not stop.is_set():
-                stub.Predict(request, timeout=30)
-                if not stop.is_set():
-                    counts[i] += 1
+    def connect() -> Connection:
+        channel = grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        return Connection(lambda: stub.Predict(request, timeout=30), channel.close)
 
-    barrier = threading.Barrier(concurrency + 1)
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    time.sleep(1.0)  # warm-up, as the sweep discards its first second
-    start_counts, start = sum(counts), time.perf_counter()
-    time.sleep(seconds)
-    done, elapsed = sum(counts) - start_counts, time.perf_counter() - start
-    stop.set()
-    for t in threads:
-        t.join(60)
-    return done / elapsed
+    return measure(connect, concurrency, 1.0, seconds).rate  # 1 s warm-up, as the sweep discards its first
 
 
 def compare_with_server(model_repo: Path, model: str, concurrency: int, seconds: float,
@@ -210,7 +197,8 @@ def compare_with_server(model_repo: Path, model: str, concurrency: int, seconds:
     workdir = Path(tempfile.mkdtemp(prefix="loadgen-server-"))
     with ServerProcess.for_models({target.name: model_repo / target.name}, workdir=workdir) as server:
         for _ in range(rounds):
-            sweep = measure_level(grpc_transport(server.grpc_target, payload), concurrency, settings).throughput_rps
+            sweep = measure_level(transport_for("grpc", server.grpc_target, payload), concurrency,
+                                  settings).throughput_rps
             plain = independent_predict_rate(server.grpc_target, payload, concurrency, seconds)
             pairs.append((sweep, plain))
             print(f"  sweep {sweep:8.1f} req/s   official-stub loop {plain:8.1f} req/s   ratio {sweep / plain:.3f}",

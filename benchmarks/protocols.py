@@ -7,8 +7,10 @@ interleaved rounds, so the shared machine's changing load hits every side alike:
 - ``sdk``: the SDK's ``GrpcClient`` and ``RestClient``, one client shared by
   every thread (as the SDK tells users to);
 - ``lean``: raw bytes, the least client work each protocol allows — a
-  pre-serialized PredictRequest on a bytes-in/bytes-out gRPC stub, a
-  pre-encoded JSON body on one keep-alive ``http.client`` connection per thread.
+  pre-serialized PredictRequest on a bytes-in/bytes-out gRPC stub (a channel per
+  thread), a pre-encoded JSON body on one keep-alive ``http.client`` connection per thread.
+
+Both are transports of ``loadtest.driver``'s closed loop.
   It shows the server's cost without the SDK's own CPU competing for the cores.
 
 For each side: requests/s, the server process's CPU-ms per request (read from
@@ -28,35 +30,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import logging
 import os
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-import grpc
 import numpy as np
 
-from benchmarks.server import Target, print_verdicts, process_cpu_seconds
+from benchmarks.scenario import Payloads, predict_transport
+from benchmarks.targets import Target, print_verdicts
 from exporter.manifest import load_manifest
-from serving import codec, wire
+from loadtest.driver import Transport, call_transport, measure as drive
+from serving import codec
 from serving.client import GrpcClient, RestClient
 from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess
 
-__all__ = ["SIDES", "Run", "Side", "build_parser", "closed_loop", "evaluate", "main", "measure", "print_report"]
+__all__ = ["SIDES", "Run", "Side", "build_parser", "run_side", "evaluate", "main", "measure", "print_report"]
 
 logger = logging.getLogger("benchmarks.protocols")
 
 SIDES = (("sdk", "grpc"), ("sdk", "rest"), ("lean", "grpc"), ("lean", "rest"))
 """(client, protocol) pairs, measured in this order in every round."""
-
-Call = Callable[[], object]
 
 
 @dataclass
@@ -86,93 +84,43 @@ class Run:
 
 @dataclass(frozen=True)
 class Side:
-    """How one (client, protocol) side makes calls: ``per_thread()`` gives each thread its own call."""
+    """How one (client, protocol) side makes calls: a ``loadtest.driver`` transport."""
 
     client: str
     protocol: str
-    per_thread: Callable[[], Call]
+    transport: Transport
 
 
-def closed_loop(server_pid: int, side: Side, concurrency: int, warmup: float, duration: float) -> Run:
-    """``concurrency`` threads calling in a loop; counts the calls that end inside the window
-    ``[warmup, warmup + duration]`` and the CPU both processes used in it."""
-    stop = threading.Event()
-    window: list[float] = []          # start, end (perf_counter), set by this thread
-    counts = [0, 0]                   # requests in the window, errors
-    first_error: list[str] = []
-    lock = threading.Lock()
-
-    def loop() -> None:
-        call = side.per_thread()
-        done = failed = 0
-        while not stop.is_set():
-            try:
-                call()
-                ok = True
-            except Exception as exc:  # noqa: BLE001 - a benchmark counts failures, whatever they are
-                ok = False
-                if not first_error:
-                    first_error.append(f"{type(exc).__name__}: {exc}")
-            end = time.perf_counter()
-            if len(window) == 1 and end >= window[0]:
-                done, failed = done + ok, failed + (not ok)
-        with lock:
-            counts[0] += done
-            counts[1] += failed
-
-    threads = [threading.Thread(target=loop, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    time.sleep(warmup)
-    server_before, client_before = process_cpu_seconds(server_pid), time.process_time()
-    window.append(time.perf_counter())
-    time.sleep(duration)
-    window.append(time.perf_counter())   # calls ending from here on are not counted
-    server_cpu = process_cpu_seconds(server_pid) - server_before
-    client_cpu = time.process_time() - client_before
-    stop.set()
-    for thread in threads:
-        thread.join(120)
-    if counts[1]:
-        logger.warning("%s %s: %d calls failed, the first with %s", side.client, side.protocol, counts[1],
-                       first_error[0])
-    return Run(side.client, side.protocol, counts[0], window[1] - window[0], server_cpu, client_cpu, counts[1])
+def run_side(server_pid: int, side: Side, concurrency: int, warmup: float, duration: float) -> Run:
+    """One closed-loop window of ``side`` (``loadtest.driver.measure``) and the CPU both processes used in it."""
+    window = drive(side.transport, concurrency, warmup, duration, server_pid=server_pid)
+    if window.errors:
+        logger.warning("%s %s: %d calls failed, the first with %s", side.client, side.protocol, window.errors,
+                       window.first_error)
+    return Run(side.client, side.protocol, window.requests, window.seconds, window.server_cpu or 0.0,
+               window.client_cpu, window.errors)
 
 
-def _sides(server: ServerProcess, model: str, inputs: Mapping[str, np.ndarray],
-           stack: contextlib.ExitStack) -> list[Side]:
-    """Every side of ``SIDES`` on ``server``; clients and channels close with ``stack``."""
+def _sides(server: ServerProcess, payloads: Payloads, stack: contextlib.ExitStack) -> list[Side]:
+    """Every side of ``SIDES`` on ``server``; the SDK clients close with ``stack``."""
     grpc_client = stack.enter_context(GrpcClient(server.grpc_target))
     rest_client = stack.enter_context(RestClient(server.rest_url, max_connections=256))
-    payload = codec.encode_predict_request(model, inputs, signature_name=codec.DEFAULT_SIGNATURE)
-    body = codec.inputs_to_rest_request(inputs)
-    stub = stack.enter_context(grpc.insecure_channel(server.grpc_target)).unary_unary(wire.PREDICT)
-    host, port = server.rest_url.split("//")[1].rsplit(":", 1)
-
-    def lean_rest() -> Call:
-        connection = http.client.HTTPConnection(host, int(port), timeout=120)
-        stack.callback(connection.close)
-
-        def call() -> bytes:
-            connection.request("POST", f"/v1/models/{model}:predict", body, {"Content-Type": "application/json"})
-            answer = connection.getresponse()
-            data = answer.read()
-            if answer.status != 200:
-                raise RuntimeError(f"REST predict answered {answer.status}")
-            return data
-        return call
-
-    made = {("sdk", "grpc"): lambda: lambda: grpc_client.predict(model, inputs),
-            ("sdk", "rest"): lambda: lambda: rest_client.predict(model, inputs),
-            ("lean", "grpc"): lambda: lambda: stub(payload, timeout=120),
-            ("lean", "rest"): lean_rest}
+    model, inputs = payloads.model, payloads.inputs
+    made = {("sdk", "grpc"): call_transport(lambda: grpc_client.predict(model, inputs)),
+            ("sdk", "rest"): call_transport(lambda: rest_client.predict(model, inputs)),
+            ("lean", "grpc"): predict_transport("grpc", server.grpc_target, payloads),
+            ("lean", "rest"): predict_transport("rest", server.rest_url, payloads)}
     return [Side(client, protocol, made[client, protocol]) for client, protocol in SIDES]
 
 
 def _check_answers(sides: Sequence[Side], expected: Mapping[str, np.ndarray]) -> None:
     """Every SDK side answers once, with the same outputs, before anything is timed."""
     for side in sides:
-        answer = side.per_thread()()
+        connection = side.transport()
+        try:
+            answer = connection.send()
+        finally:
+            connection.close()
         if side.client == "sdk":
             for name, array in expected.items():
                 np.testing.assert_allclose(answer[name], array, rtol=1e-5, atol=1e-6)
@@ -187,14 +135,17 @@ def measure(server: ServerProcess, model: str, inputs: Mapping[str, np.ndarray],
     """
     pooled: dict[tuple[str, str], Run] = {}
     with contextlib.ExitStack() as stack:
-        sides = [side for side in _sides(server, model, inputs, stack) if side.client in clients]
+        payloads = Payloads(model, inputs, codec.encode_predict_request(model, inputs,
+                                                                          signature_name=codec.DEFAULT_SIGNATURE),
+                            codec.inputs_to_rest_request(inputs))
+        sides = [side for side in _sides(server, payloads, stack) if side.client in clients]
         with GrpcClient(server.grpc_target) as check:
             expected = check.predict(model, inputs)
         _check_answers(sides, expected)
         for index in range(rounds):
             order = sides if index % 2 == 0 else sides[::-1]   # neither side always goes first
             for side in order:
-                run = closed_loop(server.pid, side, concurrency, warmup, duration)
+                run = run_side(server.pid, side, concurrency, warmup, duration)
                 logger.info("round %d %s %s: %.0f req/s, server %.3f CPU-ms/req, client %.3f CPU-ms/req, "
                             "%d errors", index + 1, side.client, side.protocol, run.rate,
                             run.ms_per_request(run.server_cpu), run.ms_per_request(run.client_cpu), run.errors)

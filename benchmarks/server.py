@@ -22,12 +22,13 @@ Then it prints the table and PASS/FAIL per target:
 
 - ``resnet50``: gRPC with batching at its best concurrency ≥ 0.9 × in-process at its best batch size,
   the two measured in turn (``--side-by-side-rounds``) so the machine's drift hits both;
-- ``digits``: gRPC at concurrency 32, batching ≥ 3 × no batching;
+- ``digits``: gRPC at concurrency 32, batching ≥ ``BATCHING_GAIN_SMALL`` × no batching
+  (``benchmarks.targets``: batching never costs);
 - ``digits``: p50 at concurrency 1 (server, no batching) minus in-process p50 at batch 1 ≤ 2 ms.
 
-Clients are built to cost the server as little CPU as possible (the machine is
-shared): gRPC sends one pre-serialized request through callbacks (no client
-threads); REST uses one keep-alive ``http.client`` connection per client thread.
+Clients are ``loadtest.driver``'s closed loop, built to cost as little CPU as possible
+(the machine is shared): one pre-serialized gRPC request on a bytes-in/bytes-out stub,
+or one keep-alive ``http.client`` connection, per client thread.
 
     python -m benchmarks.server                                   # digits and resnet50
     python -m benchmarks.server --models digits --duration 2
@@ -41,37 +42,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import logging
 import os
-import ssl
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence
 
-import grpc
 import numpy as np
 
 from benchmarks.loadgen import CannedServer
+from benchmarks.scenario import Endpoint, Payloads, predict_load, predict_transport, version_dir
+from benchmarks.targets import BATCHING_GAIN_SMALL, Target, print_verdicts
 from exporter.export import ensure_model
 from exporter.manifest import load_manifest
-from serving import codec, wire
-from serving.model_repo import model_versions
+from loadtest.driver import call_transport, measure
+from serving import codec
 from serving.config.files import model_config_text
 from serving.server.launcher import REPO_ROOT, ServerProcess
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
-__all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "points_to_json",
-           "print_verdicts", "process_cpu_seconds", "run_grpc", "run_rest"]
+__all__ = ["main", "build_parser", "Point", "measure_in_process", "measure_servers", "points_to_json"]
 
 logger = logging.getLogger("benchmarks.server")
 
-Side = tuple[str, ServerProcess, int]  # (protocol, server, client concurrency), measured in turn with in-process
+Side = tuple[str, Endpoint, int]  # (protocol, server, client concurrency), measured in turn with in-process
 
 IN_PROCESS_BATCH_SIZES = {"digits": (1, 8, 32, 128), "resnet50": (1, 4, 16)}
 DEFAULT_BATCHING = """\
@@ -135,12 +132,6 @@ def _loaded(model: str, version_dir: Path) -> Iterator[Callable[[int], Callable[
         servable.close()
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used, all threads (``/proc/<pid>/stat``, fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure_in_process(model: str, version_dir: Path, duration: float, batch_sizes: Sequence[int],
                        thread_counts: Sequence[int]) -> list[Point]:
     """``Servable.run_direct`` at each batch size from 1 and from several threads (``_loaded``)."""
@@ -149,138 +140,11 @@ def measure_in_process(model: str, version_dir: Path, duration: float, batch_siz
         for batch in batch_sizes:
             call = call_at(batch)
             for threads in thread_counts:
-                latencies, wall = _time_calls(call, duration, threads)
-                rows = batch * len(latencies) / wall
-                points.append(Point(model, "in-process", f"t{threads}", batch, rows, latencies))
+                window = measure(call_transport(call), threads, 0.0, duration)
+                rows = batch * window.requests / window.seconds
+                points.append(Point(model, "in-process", f"t{threads}", batch, rows, window.latencies))
                 logger.info("in-process %s batch %d threads %d: %.1f rows/s", model, batch, threads, rows)
     return points
-
-
-def _time_calls(call: Callable[[], object], duration: float, threads: int,
-                min_calls: int = 2) -> tuple[list[float], float]:
-    """Call ``call`` in a loop on ``threads`` threads for ``duration`` s; latencies and wall time."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    begin = time.perf_counter()
-    deadline = begin + duration
-
-    def loop() -> None:
-        mine: list[float] = []
-        while time.perf_counter() < deadline or len(mine) < min_calls:
-            start = time.perf_counter()
-            call()
-            mine.append(time.perf_counter() - start)
-        with lock:
-            latencies.extend(mine)
-
-    workers = [threading.Thread(target=loop) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return latencies, time.perf_counter() - begin
-
-
-# ---------------------------------------------------------------------------- clients
-
-def run_grpc(target: str, payload: bytes, concurrency: int, warmup: float, duration: float, *,
-             credentials: Optional[grpc.ChannelCredentials] = None,
-             metadata: Sequence[tuple[str, str]] = ()) -> tuple[list, int]:
-    """Closed loop: ``concurrency`` calls in flight, each completion sends the next one.
-
-    Returns latencies of calls that completed inside the measured window, and the error count.
-    ``credentials`` makes the channel TLS; ``metadata`` goes with every call (an API key).
-    """
-    options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
-    channel = (grpc.secure_channel(target, credentials, options) if credentials is not None
-               else grpc.insecure_channel(target, options=options))
-    call = channel.unary_unary(wire.PREDICT)  # bytes in, bytes out: no client-side (de)serialization
-    begin = time.perf_counter()
-    window = (begin + warmup, begin + warmup + duration)
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    finished = threading.Event()
-    in_flight = [concurrency]
-
-    def send() -> None:
-        start = time.perf_counter()
-        call.future(payload, timeout=120, metadata=metadata or None).add_done_callback(lambda f: done(f, start))
-
-    def done(future, start: float) -> None:
-        end = time.perf_counter()
-        failed = future.exception() is not None
-        with lock:
-            if failed:
-                errors[0] += 1
-            elif window[0] <= end <= window[1]:
-                latencies.append(end - start)
-            if end >= window[1]:
-                in_flight[0] -= 1
-                if not in_flight[0]:
-                    finished.set()
-                return
-        send()
-
-    for _ in range(concurrency):
-        send()
-    finished.wait(warmup + duration + 300)
-    channel.close()
-    return latencies, errors[0]
-
-
-def run_rest(base_url: str, model: str, body: bytes, concurrency: int, warmup: float,
-             duration: float, *, ssl_context: Optional[ssl.SSLContext] = None,
-             headers: Optional[dict[str, str]] = None) -> tuple[list, int]:
-    """Closed loop over ``concurrency`` threads, each with one keep-alive connection.
-
-    ``ssl_context`` makes the connections HTTPS; ``headers`` go with every request (an API key).
-    """
-    host, port = base_url.split("//")[1].split(":")
-    sent = {"Content-Type": "application/json", **(headers or {})}
-
-    def connect() -> http.client.HTTPConnection:
-        if ssl_context is not None:
-            return http.client.HTTPSConnection(host, int(port), timeout=120, context=ssl_context)
-        return http.client.HTTPConnection(host, int(port), timeout=120)
-    begin = time.perf_counter()
-    window = (begin + warmup, begin + warmup + duration)
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    path = f"/v1/models/{model}:predict"
-
-    def client() -> None:
-        connection = connect()
-        try:
-            while True:
-                start = time.perf_counter()
-                try:
-                    connection.request("POST", path, body, sent)
-                    response = connection.getresponse()
-                    response.read()
-                    ok = response.status == 200
-                except (OSError, http.client.HTTPException):
-                    ok = False
-                    connection.close()
-                    connection = connect()
-                end = time.perf_counter()
-                with lock:
-                    if not ok:
-                        errors[0] += 1
-                    elif window[0] <= end <= window[1]:
-                        latencies.append(end - start)
-                if end >= window[1]:
-                    return
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(warmup + duration + 300)
-    return latencies, errors[0]
 
 
 # ---------------------------------------------------------------------------- the server
@@ -310,11 +174,9 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
             for label, args in variants.items()}
         canned = _canned_target(stack) if floor and "digits" in models and "grpc" in protocols else None
         for model in models:
-            inputs = load_manifest(_version_dir(repo, model)).sample_inputs(batch_size=1)
-            grpc_payload = codec.encode_predict_request(model, inputs, signature_name=codec.DEFAULT_SIGNATURE)
-            rest_body = codec.inputs_to_rest_request(inputs)
+            payloads = Payloads.of(repo, model)
             for server in servers.values():
-                _check_answers(server, model, grpc_payload, rest_body)
+                _check_answers(server, payloads)
             for protocol in protocols:
                 for concurrency in concurrencies:
                     sides = dict(servers)
@@ -323,9 +185,8 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
                     runs: dict = {label: ([], 0) for label in sides}
                     for _ in range(repeats):
                         for label, server in sides.items():
-                            latencies, errors = _load(server, protocol, model, grpc_payload, rest_body,
-                                                      concurrency, warmup, durations[model])
-                            runs[label] = (runs[label][0] + latencies, runs[label][1] + errors)
+                            window = predict_load(server, protocol, payloads, concurrency, warmup, durations[model])
+                            runs[label] = (runs[label][0] + window.latencies, runs[label][1] + window.errors)
                     for label, (latencies, errors) in runs.items():
                         name, batching = ("canned", "-") if label == "canned" else (model, label)
                         point = Point(name, protocol, batching, concurrency,
@@ -336,8 +197,8 @@ def measure_servers(repo: Path, models: Sequence[str], batching_file: Path, dura
             pairing = _pairing(model, in_process, points, servers, protocols) if model in side_by_side else None
             if pairing is not None:
                 local, sides = pairing
-                points += measure_side_by_side(model, _version_dir(repo, model), local, sides, grpc_payload,
-                                               rest_body, warmup, durations[model], rounds)
+                points += measure_side_by_side(model, version_dir(repo, model), local, sides, warmup,
+                                               durations[model], rounds)
     return points
 
 
@@ -362,9 +223,8 @@ def _pairing(model: str, in_process: Sequence[Point], points: Sequence[Point], s
     return local[0], [(protocol, servers["off"], 1) for protocol in protocols]
 
 
-def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Sequence[Side],
-                         grpc_payload: bytes, rest_body: bytes, warmup: float, duration: float,
-                         rounds: int) -> list[Point]:
+def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Sequence[Side], warmup: float,
+                         duration: float, rounds: int) -> list[Point]:
     """In-process at ``local``'s batch size and threads, then each ``(protocol, server, concurrency)``.
 
     The in-process and server figures above are taken minutes apart, and a shared
@@ -373,18 +233,18 @@ def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Seq
     labelled ``paired``, pooled over the rounds.
     """
     threads = int(local.batching.lstrip("t"))
+    payloads = Payloads.of(version_dir.parent.parent, model)
     calls: list[float] = []
     served: list[list[float]] = [[] for _ in sides]
     local_wall = 0.0
     with _loaded(model, version_dir) as call_at:
         call = call_at(local.load)
         for _ in range(rounds):
-            latencies, wall = _time_calls(call, duration, threads)
-            calls += latencies
-            local_wall += wall
+            window = measure(call_transport(call), threads, 0.0, duration)
+            calls += window.latencies
+            local_wall += window.seconds
             for index, (protocol, server, concurrency) in enumerate(sides):
-                served[index] += _load(server, protocol, model, grpc_payload, rest_body, concurrency,
-                                       warmup, duration)[0]
+                served[index] += predict_load(server, protocol, payloads, concurrency, warmup, duration).latencies
     pair = [Point(model, "in-process", "paired", local.load, local.load * len(calls) / local_wall, calls)]
     pair += [Point(model, protocol, "paired", concurrency, len(latencies) / (duration * rounds), latencies)
              for (protocol, _, concurrency), latencies in zip(sides, served)]
@@ -394,18 +254,12 @@ def measure_side_by_side(model: str, version_dir: Path, local: Point, sides: Seq
     return pair
 
 
-def _load(server: Union[ServerProcess, "_Canned"], protocol: str, model: str, grpc_payload: bytes,
-          rest_body: bytes, concurrency: int, warmup: float, duration: float) -> tuple[list, int]:
-    if protocol == "grpc":
-        return run_grpc(server.grpc_target, grpc_payload, concurrency, warmup, duration)
-    return run_rest(server.rest_url, model, rest_body, concurrency, warmup, duration)
-
-
+@dataclass(frozen=True)
 class _Canned:
-    """The canned servicer's address, shaped like a ``ServerProcess`` for ``_load``."""
+    """The canned servicer's address, an ``Endpoint`` like a ``ServerProcess`` (gRPC only)."""
 
-    def __init__(self, port: int) -> None:
-        self.grpc_target = f"127.0.0.1:{port}"
+    grpc_target: str
+    rest_url: str = ""
 
 
 def _canned_target(stack: contextlib.ExitStack) -> _Canned:
@@ -413,47 +267,24 @@ def _canned_target(stack: contextlib.ExitStack) -> _Canned:
     the same client and payload against it give the most requests/s any Python gRPC
     front-end reaches on this machine, hence a ceiling on any batching gain."""
     canned = stack.enter_context(CannedServer(set(os.sched_getaffinity(0))))
-    return _Canned(canned.port)
+    return _Canned(f"127.0.0.1:{canned.port}")
 
 
-def _check_answers(server: ServerProcess, model: str, grpc_payload: bytes, rest_body: bytes) -> None:
+def _check_answers(server: ServerProcess, payloads: Payloads) -> None:
     """One real, decoded answer over each protocol before anything is timed."""
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        raw = channel.unary_unary(wire.PREDICT)(grpc_payload, timeout=120)
-    if not codec.decode_predict_response(raw):
-        raise RuntimeError(f"{model}: gRPC Predict returned no outputs")
-    host, port = server.rest_url.split("//")[1].split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=120)
-    connection.request("POST", f"/v1/models/{model}:predict", rest_body, {"Content-Type": "application/json"})
-    answer = connection.getresponse()
-    text = answer.read()
-    connection.close()
-    if answer.status != 200 or b"predictions" not in text:
-        raise RuntimeError(f"{model}: REST predict answered {answer.status}: {text[:200]!r}")
+    for protocol, address in (("grpc", server.grpc_target), ("rest", server.rest_url)):
+        connection = predict_transport(protocol, address, payloads)()
+        try:
+            answer = connection.send()
+        finally:
+            connection.close()
+        outputs = (codec.decode_predict_response(answer) if protocol == "grpc"
+                   else codec.rest_response_to_outputs(answer))
+        if not outputs:
+            raise RuntimeError(f"{payloads.model}: {protocol} Predict returned no outputs")
 
 
 # ---------------------------------------------------------------------------- report
-
-@dataclass
-class Target:
-    name: str
-    ratio: float
-    limit: float
-    higher_is_better: bool = True
-    unit: str = "x"
-
-    @property
-    def passed(self) -> bool:
-        if np.isnan(self.ratio):
-            return False
-        return self.ratio >= self.limit if self.higher_is_better else self.ratio <= self.limit
-
-    def verdict(self) -> str:
-        """``PASS  name: ratio (target >= limit)``, or FAIL."""
-        sign = ">=" if self.higher_is_better else "<="
-        return (f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.ratio:.2f}{self.unit} "
-                f"(target {sign} {self.limit}{self.unit})")
-
 
 def _find(points: Sequence[Point], **match) -> list[Point]:
     return [p for p in points if all(getattr(p, k) == v for k, v in match.items())]
@@ -478,7 +309,7 @@ def evaluate(points: Sequence[Point]) -> list[Target]:
         _find(points, model="digits", path="grpc", batching="off", load=32)
     if on and off:
         targets.append(Target("digits gRPC c=32: batching / no batching (req/s)",
-                              on[0].rows_per_s / max(off[0].rows_per_s, 1e-9), 3.0))
+                              on[0].rows_per_s / max(off[0].rows_per_s, 1e-9), BATCHING_GAIN_SMALL))
     for protocol in ("grpc", "rest"):
         local = _find(points, model="digits", path="in-process", batching="paired", load=1)
         served = _find(points, model="digits", path=protocol, batching="paired", load=1)
@@ -525,17 +356,9 @@ def notes(points: Sequence[Point]) -> list[str]:
             f"servicer's CPU plus the model's best in-process cost per row (b{best.load}, "
             f"{best.rows_per_s:.0f} rows/s) answers at most 1/(1/{canned[0].rows_per_s:.0f} + "
             f"1/{best.rows_per_s:.0f}) = {ideal:.0f} req/s = {ratio:.2f}x no batching"
-            + ("; the 3x target is out of reach of any Python gRPC front-end here" if ratio < 3.0 else ""))
+            + (f"; the {BATCHING_GAIN_SMALL}x target is out of reach of any Python gRPC front-end here"
+               if ratio < BATCHING_GAIN_SMALL else ""))
     return lines
-
-
-def print_verdicts(targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
-    """A blank line, one PASS/FAIL line per target, then the remarks."""
-    print()
-    for t in targets:
-        print(t.verdict())
-    for remark in remarks:
-        print(remark)
 
 
 def print_report(points: Sequence[Point], targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
@@ -615,9 +438,6 @@ def _ensure_models(repo: Path, models: Sequence[str]) -> None:
             logger.info("exported %s", exported)
 
 
-def _version_dir(repo: Path, model: str) -> Path:
-    """The newest version of ``model`` in ``repo``: the one the server serves by default."""
-    return repo / model / str(max(model_versions(repo / model)))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -638,7 +458,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         workdir = Path(tmp)
         if not args.skip_in_process:
             for model in models:
-                points += measure_in_process(model, _version_dir(repo, model), durations[model],
+                points += measure_in_process(model, version_dir(repo, model), durations[model],
                                              IN_PROCESS_BATCH_SIZES.get(model, (1, 8, 32)), (1, cores))
         if not args.skip_server:
             batching_file = args.batching_config

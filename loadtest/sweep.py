@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import psutil
 
 from loadtest import REPO_ROOT
-from loadtest.generator import Load, Transport, transport_for
+from loadtest.driver import Load, Record, Transport, transport_for
 from loadtest.metrics import Scrape, scrape, split_between
 from loadtest.options import (
     add_target_arguments,
@@ -40,6 +39,7 @@ from loadtest.options import (
     targets_from_args,
 )
 from loadtest.payloads import Target, build_payload
+from loadtest.procfs import process_cpu_seconds
 from loadtest.plots import plot_throughput_latency
 from loadtest.preflight import check_level_time, check_served, stack_metrics_url
 from loadtest.servers import RunningServer, start_server
@@ -125,7 +125,7 @@ class Series:
 class _Window:
     start: float
     end: float
-    records: list
+    records: list[Record]
     cpu: float
     server_cpu: Optional[float]
     before: Optional[Scrape]
@@ -133,20 +133,19 @@ class _Window:
 
     @property
     def ok_latencies(self) -> list[float]:
-        return [lat for _, lat, err in self.records if err is None]
+        return [r.latency for r in self.records if r.error is None]
 
     @property
     def throughput(self) -> float:
         return len(self.ok_latencies) / (self.end - self.start)
 
 
-def _cpu_seconds(process: Optional[psutil.Process]) -> Optional[float]:
-    if process is None:
+def _cpu_seconds(pid: Optional[int]) -> Optional[float]:
+    if pid is None:
         return None
     try:
-        times = process.cpu_times()
-        return times.user + times.system
-    except Exception:  # the server went away; the split is still reported
+        return process_cpu_seconds(pid)
+    except OSError:  # the server went away; the split is still reported
         return None
 
 
@@ -154,40 +153,30 @@ def measure_level(transport: Transport, level: float, settings: SweepSettings, *
                   metrics_url: Optional[str] = None, model_name: Optional[str] = None,
                   server_pid: Optional[int] = None) -> LevelResult:
     """Run one level until stable (or ``max_level_s``) and summarise its last windows."""
-    server = _process(server_pid)
     concurrency = int(level) if settings.mode == "concurrency" else settings.max_in_flight
     rate = float(level) if settings.mode == "rate" else None
     windows: list[_Window] = []
     with Load(transport, concurrency=concurrency, rate=rate) as load:
         time.sleep(settings.warmup_s)
-        marks = [len(r) for r in load.records]
-        start, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server)
+        mark = len(load.records)
+        start, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server_pid)
         before = scrape(metrics_url, model_name) if metrics_url else None
         late0 = load.late
         while True:
             time.sleep(max(0.0, start + settings.window_s - time.perf_counter()))
-            end, new_marks = time.perf_counter(), [len(r) for r in load.records]
+            end, new_mark = time.perf_counter(), len(load.records)
             after = scrape(metrics_url, model_name) if metrics_url else None
-            records = [rec for r, a, b in zip(load.records, marks, new_marks) for rec in r[a:b]]
-            now_cpu, now_server = time.process_time(), _cpu_seconds(server)
+            records = load.records[mark:new_mark]
+            now_cpu, now_server = time.process_time(), _cpu_seconds(server_pid)
             windows.append(_Window(start, end, records, now_cpu - cpu,
                                    None if server_cpu is None or now_server is None else now_server - server_cpu,
                                    before, after))
-            start, marks, cpu, server_cpu, before = end, new_marks, now_cpu, now_server, after
+            start, mark, cpu, server_cpu, before = end, new_mark, now_cpu, now_server, after
             stable = _stable(windows[-settings.stable_windows:], settings)
             if stable or sum(w.end - w.start for w in windows) + settings.warmup_s >= settings.max_level_s:
                 break
         late = load.late - late0
     return _summarise(level, settings, windows[-settings.stable_windows:], stable, len(windows), late)
-
-
-def _process(pid: Optional[int]) -> Optional[psutil.Process]:
-    if pid is None:
-        return None
-    try:
-        return psutil.Process(pid)
-    except psutil.Error:
-        return None
 
 
 def _stable(windows: Sequence[_Window], settings: SweepSettings) -> bool:
@@ -205,11 +194,11 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
                count: int, late: int) -> LevelResult:
     span = windows[-1].end - windows[0].start
     records = [rec for w in windows for rec in w.records]
-    ok = np.array([lat for _, lat, err in records if err is None]) * 1000.0
+    ok = np.array([r.latency for r in records if r.error is None]) * 1000.0
     kinds: dict[str, int] = {}
-    for _, _, err in records:
-        if err is not None:
-            kinds[err] = kinds.get(err, 0) + 1
+    for record in records:
+        if record.error is not None:
+            kinds[record.error] = kinds.get(record.error, 0) + 1
     pct = np.percentile(ok, [50, 90, 95, 99]) if ok.size else [float("nan")] * 4
     server_cpu = [w.server_cpu for w in windows]
     return LevelResult(

@@ -50,7 +50,7 @@ from google.protobuf.message import Message
 
 from exporter.manifest import load_manifest
 from loadtest import REPO_ROOT, space
-from loadtest.generator import transport_for
+from loadtest.driver import transport_for
 from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Payload, Target, build_payload
 from loadtest.preflight import check_served

@@ -50,7 +50,7 @@ core/, the root modules."""
 DIAGRAM: tuple[tuple[Box, ...], ...] = (
     (("benchmarks",),),
     (("loadtest",), ("monitoring",), ("deploy",), ("serving.rollout",)),
-    (("serving.stack", "serving.up"),),
+    (("serving.stack",),),
     (("gateway",),),
     (("exporter",), ("serving.server.*",)),   # the exporter beside the server's column (SERVER_ROWS)
     (("serving.config",),),

@@ -1,4 +1,4 @@
-"""The peers benchmark's report: ratios, targets and exit status rendered from a measurements dict.
+"""The peers benchmark's report: ratios, targets and exit status rendered from recorded measurements.
 
 RECORDED INPUT, NOT A MEASUREMENT: ``_recorded()`` is a hand-written dict shaped as
 ``python -m benchmarks.peers --json`` writes it, with round figures chosen so each ratio and
@@ -14,16 +14,25 @@ import pytest
 
 from loadtest.compare import compare_results, load_result
 
-from benchmarks.peers import (
-    TODAY_RESNET50_REST_C1,
-    answers_agree,
-    comparable_series,
-    evaluate,
-    exit_code,
-    render,
-    tree_rss_anon_mb,
-    tree_rss_mb,
-)
+from benchmarks import peers
+from benchmarks.peers import TODAY_RESNET50_REST_C1, Measurements, answers_agree
+from loadtest.procfs import tree_rss_anon_mb, tree_rss_mb
+
+
+def render(recorded: dict) -> str:
+    return peers.render(Measurements.from_json(recorded))
+
+
+def evaluate(recorded: dict):
+    return peers.evaluate(Measurements.from_json(recorded))
+
+
+def exit_code(recorded: dict) -> int:
+    return peers.exit_code(Measurements.from_json(recorded))
+
+
+def comparable_series(recorded: dict) -> list:
+    return peers.comparable_series(Measurements.from_json(recorded))
 
 
 def _point(rps: float, p50_ms: float = 2.0, cpu_ms: float = 1.0) -> dict:
@@ -174,7 +183,8 @@ def test_targets_of_a_model_not_measured_are_skipped_not_failed():
 
 def test_the_report_renders_the_same_from_its_json():
     recorded = _recorded()
-    assert render(json.loads(json.dumps(recorded))) == render(copy.deepcopy(recorded))
+    written = json.loads(json.dumps(Measurements.from_json(recorded).to_json()))
+    assert render(written) == render(copy.deepcopy(recorded))
 
 
 def test_answers_agree_within_tolerance_and_name_the_output_that_differs():

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from benchmarks.protocols import Run, evaluate, print_report
-from benchmarks.server import process_cpu_seconds
+from loadtest.procfs import process_cpu_seconds
 
 
 def _run(client: str, protocol: str, rate: float, cpu_ms: float) -> Run:

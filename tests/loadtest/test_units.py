@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from loadtest import generator, metrics, options, payloads, plots, runner, servers, slo, sweep, tune
+from loadtest import driver, metrics, procfs, options, payloads, plots, runner, servers, slo, sweep, tune
 from loadtest.metrics import parse_histogram_totals, split_between
 from loadtest.runner import parse_duration
 from loadtest.slo import Gates, evaluate, load_gates
@@ -198,14 +198,14 @@ def test_written_config_parses_back_with_the_real_loader(tmp_path):
     assert tune.params_of(load_batching_parameters(path)) == params
 
 
-@pytest.mark.parametrize("module", [generator, metrics, options, payloads, plots, runner, servers, slo, sweep, tune])
+@pytest.mark.parametrize("module", [driver, procfs, metrics, options, payloads, plots, runner, servers, slo, sweep, tune])
 def test_library_modules_declare_all(module):
     assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
 
 
 def test_importing_the_library_does_not_import_locust_or_gevent():
     code = ("import sys, loadtest, loadtest.__main__, loadtest.runner, loadtest.sweep, loadtest.tune, "
-            "loadtest.payloads, loadtest.generator, loadtest.servers, loadtest.plots, loadtest.metrics, "
+            "loadtest.payloads, loadtest.driver, loadtest.servers, loadtest.plots, loadtest.metrics, "
             "loadtest.options\n"
             "print(sorted(m for m in ('locust', 'gevent', 'tensorflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

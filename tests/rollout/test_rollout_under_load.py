@@ -11,13 +11,13 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
 
+from loadtest import driver
 from serving import codec
 from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model, plan_embedded_server
@@ -32,9 +32,9 @@ MODEL = "digits"
 
 
 class Load:
-    """Threads calling Predict on each label until stopped; records (label, version) or the error.
+    """Callers of Predict on each label (the one driver's closed loop) until stopped; records (label, version).
 
-    ``served[i]`` answered a request sent at ``sent[i]`` (``time.monotonic()``); ``answered`` is
+    ``served[i]`` answered a request sent at ``sent[i]`` (``loadtest.driver.clock()``); ``answered`` is
     notified on every answer.
     """
 
@@ -44,48 +44,44 @@ class Load:
         self.channel = grpc.insecure_channel(target)
         self.predict = self.channel.unary_unary(PREDICT, request_serializer=apis.PredictRequest.SerializeToString,
                                                 response_deserializer=apis.PredictResponse.FromString)
-        self.requests = {}
+        self.served: list[tuple[str, int]] = []
+        self.sent: list[float] = []
+        self.answered = threading.Condition()
+        self.loads = {}
         for label in ("stable", "canary"):
             request = apis.PredictRequest()
             request.model_spec.name = MODEL
             request.model_spec.version_label = label
             for key, array in inputs.items():
                 codec.ndarray_to_tensor_proto(array, request.inputs[key])
-            self.requests[label] = request
-        self.served: list[tuple[str, int]] = []
-        self.sent: list[float] = []
-        self.errors: list[str] = []
-        self.answered = threading.Condition()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(label,), daemon=True)
-                        for label in self.requests for _ in range(threads_per_label)]
+            self.loads[label] = driver.Load(driver.call_transport(lambda label=label, request=request:
+                                                                  self._call(label, request)), threads_per_label)
 
-    def _run(self, label: str) -> None:
-        while not self.stop.is_set():
-            sent = time.monotonic()
-            try:
-                response = self.predict(self.requests[label], timeout=60)
-            except grpc.RpcError as exc:
-                self.errors.append(f"{label}: {exc.code().name}: {exc.details()}")
-                continue
-            with self.answered:
-                self.served.append((label, response.model_spec.version.value))
-                self.sent.append(sent)
-                self.answered.notify_all()
+    def _call(self, label: str, request) -> None:
+        sent = driver.clock()
+        response = self.predict(request, timeout=60)   # an error is the driver's record
+        with self.answered:
+            self.served.append((label, response.model_spec.version.value))
+            self.sent.append(sent)
+            self.answered.notify_all()
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{label}: {r.error}: {r.details}" for label, load in self.loads.items()
+                for r in list(load.records) if r.error]
 
     def sent_since(self, since: float, start: int) -> Counter:
         """(label, version) counts of answers to requests sent at ``since`` or later (from index ``start``)."""
         return Counter(answer for answer, sent in zip(self.served[start:], self.sent[start:]) if sent >= since)
 
     def __enter__(self) -> "Load":
-        for thread in self.threads:
-            thread.start()
+        for load in self.loads.values():
+            load.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(90)
+        for load in self.loads.values():
+            load.stop(90)
         self.channel.close()
 
 
@@ -115,7 +111,7 @@ def wait_for_traffic(load: Load, minimum: int = 20) -> Counter:
 
     with load.answered:
         start = len(load.served)  # the answers so far were to requests sent before ``since``
-        since = time.monotonic()
+        since = driver.clock()
         if load.answered.wait_for(enough, timeout=60):
             return counts
     raise AssertionError(f"too little traffic: {counts}; errors: {load.errors[:5]}")

@@ -1,4 +1,5 @@
-"""Closed-loop saturation and open-loop overload against a gRPC server, bounded in time and in calls in flight.
+"""Closed-loop saturation and open-loop overload against a gRPC server, bounded in time and in calls in flight,
+through the one load driver (``loadtest.driver``).
 
 ``saturation(stub, request)`` is the closed-loop rate (calls/s that came back
 OK) of a few threads for a few seconds. ``open_loop(stub, request, rate,
@@ -14,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import signal
 import threading
-import time
 from typing import Any, Callable, Optional, Sequence
 
 import grpc
+
+from loadtest.driver import Done, Load, Record, Transport, call_transport, clock, future_done, measure
 
 __all__ = ["Answer", "OpenLoopResult", "DrainRecord", "DrainResult", "saturation", "open_loop", "until_exit"]
 
@@ -62,78 +64,41 @@ class OpenLoopResult:
                 f"accepted {spread(ok)}; rejected {spread(rejected)}")
 
 
+def _predict(stub: Any, request: Any, timeout: float) -> Transport:
+    """``stub.Predict(request)`` as a transport of the one driver (the stub is shared: gRPC stubs are
+    thread-safe); the open loop starts calls with ``Predict.future``, no thread per call in flight."""
+    def start(done: Done) -> None:
+        stub.Predict.future(request, timeout=timeout).add_done_callback(future_done(done))
+
+    return call_transport(lambda: stub.Predict(request, timeout=timeout), start)
+
+
+def _code(record: Record) -> grpc.StatusCode:
+    return grpc.StatusCode.OK if record.error is None else grpc.StatusCode.__members__.get(
+        record.error, grpc.StatusCode.UNKNOWN)
+
+
 def saturation(stub: Any, request: Any, *, threads: int = 16, seconds: float = 2.0, timeout: float = 60.0) -> float:
-    """OK answers per second of ``threads`` closed-loop callers over ``seconds`` (after one warm call each)."""
+    """OK answers per second of ``threads`` closed-loop callers over ``seconds`` (after one warm call)."""
     stub.Predict(request, timeout=timeout)
-    start = threading.Barrier(threads + 1)
-    done = [0] * threads
-
-    def caller(index: int) -> None:
-        start.wait()
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            stub.Predict(request, timeout=timeout)
-            done[index] += 1
-
-    workers = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    start.wait()
-    began = time.monotonic()
-    for worker in workers:
-        worker.join(seconds + timeout)
-    return sum(done) / (time.monotonic() - began)
+    return measure(_predict(stub, request, timeout), threads, 0.0, seconds).rate
 
 
 def open_loop(stub: Any, request: Any, rate: float, seconds: float, *, timeout: float = 60.0,
               max_in_flight: int = 1000, drain_seconds: Optional[float] = None) -> OpenLoopResult:
     """Send ``request`` at ``rate``/s for ``seconds``; wait up to ``drain_seconds`` (default ``timeout``)
     for the answers."""
-    lock = threading.Lock()
-    answers: list[Answer] = []
-    in_flight = [0]
-    all_answered = threading.Event()
-    all_answered.set()
-
-    def answered(future: grpc.Future, sent: float) -> None:
-        code = future.code()
-        answer = Answer(code, time.monotonic() - sent, "" if code == grpc.StatusCode.OK else future.details() or "")
-        with lock:
-            answers.append(answer)
-            in_flight[0] -= 1
-            if in_flight[0] == 0:
-                all_answered.set()
-
-    began = time.monotonic()
-    sent = late = 0
-    overflowed = False
-    while True:
-        scheduled = began + sent / rate
-        now = time.monotonic()
-        if scheduled - began >= seconds:
-            break
-        if scheduled > now:
-            time.sleep(scheduled - now)
-        elif now - scheduled > 0.05:
-            late += 1
-        with lock:
-            if in_flight[0] >= max_in_flight:
-                overflowed = True
-                break
-            in_flight[0] += 1
-            all_answered.clear()
-        send_time = time.monotonic()
-        future = stub.Predict.future(request, timeout=timeout)
-        future.add_done_callback(lambda f, t=send_time: answered(f, t))
-        sent += 1
-    all_answered.wait(timeout if drain_seconds is None else drain_seconds)
-    with lock:
-        return OpenLoopResult(rate, seconds, sent, list(answers), late, overflowed, in_flight[0])
+    load = Load(_predict(stub, request, timeout), concurrency=max_in_flight, rate=rate, duration=seconds,
+                when_full="stop", late_after=0.05).start()
+    load.stopped_sending.wait(seconds + timeout)
+    load.wait_sent(timeout if drain_seconds is None else drain_seconds)
+    answers = [Answer(_code(r), r.latency - r.waited, r.details) for r in list(load.records)]  # from the send
+    return OpenLoopResult(rate, seconds, load.sent, answers, load.late, load.overflowed, load.sent - len(answers))
 
 
 @dataclasses.dataclass(frozen=True)
 class DrainRecord:
-    sent: float       # time.monotonic() of the send
+    sent: float       # loadtest.driver.clock() of the send
     answered: float
     code: str
     details: str
@@ -141,7 +106,7 @@ class DrainRecord:
 
 @dataclasses.dataclass
 class DrainResult:
-    signalled: float             # time.monotonic() of the SIGTERM
+    signalled: float             # loadtest.driver.clock() of the SIGTERM
     returncode: int
     sent: int
     records: list[DrainRecord]   # the answered calls
@@ -164,42 +129,29 @@ def until_exit(process: Any, stubs: Sequence[Any], request: Any, period: float, 
     once ``calls_before`` calls have been answered, SIGTERM ``process`` (a ``ServerProcess``); go on
     sending until it has exited, then wait for every answer. ``while_draining`` is called repeatedly
     until the process exits (e.g. to sample its memory)."""
-    lock = threading.Condition()
-    records: list[DrainRecord] = []
-    futures: list[Any] = []
-    exited = threading.Event()
+    answered = threading.Condition()
 
-    def answered(future: Any, sent: float) -> None:
-        code = future.code()
-        record = DrainRecord(sent, time.monotonic(), code.name,
-                             "" if code == grpc.StatusCode.OK else future.details() or "")
-        with lock:
-            records.append(record)
-            lock.notify_all()
+    def notify(_: Record) -> None:
+        with answered:
+            answered.notify_all()
 
-    def sender(stub: Any) -> None:
-        while not exited.is_set():
-            sent = time.monotonic()
-            future = stub.Predict.future(request, timeout=timeout)
-            with lock:
-                futures.append(future)
-            future.add_done_callback(lambda f, t=sent: answered(f, t))
-            exited.wait(period)   # the open loop's pace, not an ordering of threads
-
-    threads = [threading.Thread(target=sender, args=(stub,), daemon=True) for stub in stubs]
-    for thread in threads:
-        thread.start()
-    with lock:
-        assert lock.wait_for(lambda: len(records) >= calls_before, timeout=timeout), "no load before SIGTERM"
-    signalled = time.monotonic()
+    loads = [Load(_predict(stub, request, timeout), concurrency=1000, rate=1.0 / period, catch_up=False,
+                  on_record=notify) for stub in stubs]
+    for load in loads:
+        load.start()
+    with answered:
+        assert answered.wait_for(lambda: sum(len(load.records) for load in loads) >= calls_before,
+                                 timeout=timeout), "no load before SIGTERM"
+    signalled = clock()
     process.proc.send_signal(signal.SIGTERM)
+    exited = threading.Event()
     while process.running():
         while_draining()
         exited.wait(0.05)   # polling the process's exit
     returncode = process.wait(timeout)
-    exited.set()
-    for thread in threads:
-        thread.join(timeout)
-    with lock:
-        assert lock.wait_for(lambda: len(records) == len(futures), timeout=timeout), "calls never answered"
-        return DrainResult(signalled, returncode, len(futures), list(records))
+    for load in loads:
+        load.stop(timeout)
+    sent = sum(load.sent for load in loads)
+    records = [DrainRecord(r.sent + r.waited, r.end, _code(r).name, r.details) for load in loads for r in load.records]
+    assert len(records) == sent, "calls never answered"
+    return DrainResult(signalled, returncode, sent, records)
