@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from benchmarks.peers import Measurements, render
 from serving.server.launcher import REPO_ROOT
 
 __all__ = ["MEASUREMENTS_DIR", "build_parser", "machine", "main", "record", "render_page"]
@@ -95,9 +96,7 @@ def record(name: str, command: Sequence[str], out_dir: Path = MEASUREMENTS_DIR) 
 
 
 def _peers_report(measurements: dict) -> str:
-    from benchmarks.peers import render  # the peers benchmark's own report of its --json
-
-    return render(measurements)
+    return render(Measurements.from_json(measurements))  # the peers benchmark's own report of its --json
 
 
 def _table(rows: list) -> str:
