@@ -9,6 +9,7 @@ the only ones left out: there is no engine here.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -100,6 +101,14 @@ def test_bring_your_own_model_runs_as_written(checkout):
     assert "labels {'canary': 2, 'stable': 2}" in out
     assert re.search(r"steady over grpc: [1-9]\d* requests, 0 failures", out), out[-2000:]
     assert (checkout.root / "out" / "my_model" / "sweep.png").stat().st_size > 0
+    sweep = json.loads((checkout.root / "out" / "my_model" / "sweep.json").read_text())
+    levels = [level for series in sweep["series"] for level in series["levels"]]
+    assert [level["level"] for level in levels] == [1, 4] and all(level["errors"] == 0 for level in levels)
+    # Whether a level read stable depends on the machine's quiet; the sweep prints it, and the plan
+    # warns when its levels are not (a loaded CI runner is not quiet).
+    print("sweep levels stable:", [level["stable"] for level in levels])
+    plan = json.loads((checkout.root / "out" / "my_model" / "plan" / "plan.json").read_text())
+    assert plan["plan"]["replicas"] >= 1 and plan["hpa"]["startup_s"] == 10
     with RestClient(f"http://127.0.0.1:{REST_PORT}") as client:
         assert [s.version for s in client.status("my_model") if s.state == "AVAILABLE"] == [2]
         assert [s.version for s in client.status("my_model_xla") if s.state == "AVAILABLE"] == [1]
