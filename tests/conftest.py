@@ -1,8 +1,8 @@
 """Shared fixtures: a model repository exported by the real exporter, and the Debian tools.
 
-Exports are cached under ``.cache/test-models/<hash of the exporter's code>``,
-so editing the exporter re-exports and a clean clone exports once. A file lock
-lets concurrent test runs share the cache. Tests that change a repository
+Exports are cached under ``.cache/test-models/<hash of the exporter's code>``
+(``tests.support.models.cached_export``), so editing the exporter re-exports and a
+clean clone exports once. Tests that change a repository
 take ``model_repo_copy`` instead of writing into the cache.
 
 ``promtool`` and ``prometheus`` are the paths of the tools that ``make test``
@@ -11,59 +11,31 @@ missing.
 """
 from __future__ import annotations
 
-import fcntl
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from exporter.export import export_model, source_hash
-from serving.model_repo import published_name
-from tests.support.servers import REPO_ROOT
-
-SMALL_MODELS = ("digits", "text", "ranker")
-
-
-def _prune_stale(cache: Path, max_age_s: float = 3600.0) -> None:
-    """Remove exports of older exporter code (about 140 MB each with resnet50)."""
-    if not cache.is_dir():
-        return
-    for old in cache.iterdir():
-        if old.is_dir() and time.time() - old.stat().st_mtime > max_age_s:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _cached_export(names: tuple[str, ...], variant: str = "fp32") -> Path:
-    root = REPO_ROOT / ".cache" / "test-models" / source_hash()[:16]
-    if not root.exists():
-        _prune_stale(root.parent)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for name in names:
-            if not (root / published_name(name, variant) / "1").is_dir():
-                export_model(name, variant=variant, version=1, out=root, progress=False)
-    return root
+from tests.support.models import SMALL_MODELS, cached_export
 
 
 @pytest.fixture(scope="session")
 def model_repo() -> Path:
     """A read-only repository with digits, text and ranker at version 1 (fp32)."""
-    return _cached_export(SMALL_MODELS)
+    return cached_export(SMALL_MODELS)
 
 
 @pytest.fixture(scope="session")
 def resnet50_repo() -> Path:
     """The same cache with resnet50 version 1 exported too (slow the first time)."""
-    return _cached_export(("resnet50",))
+    return cached_export(("resnet50",))
 
 
 @pytest.fixture(scope="session")
 def cpu_stack_repo(model_repo: Path, resnet50_repo: Path) -> Path:
     """digits, text, ranker, resnet50 (fp32) and digits_xla, resnet50_xla, version 1 each: every model
     the CPU compose stack serves (serving/models.cpu.config)."""
-    root = _cached_export(("digits", "resnet50"), variant="xla")
+    root = cached_export(("digits", "resnet50"), variant="xla")
     assert root == model_repo == resnet50_repo
     return root
 

@@ -6,7 +6,7 @@ import pkgutil
 
 import exporter
 from exporter.manifest import load_manifest
-from tests.exporter.helpers import run_cli
+from tests.support.exporter import run_cli
 
 
 def test_ensure_skips_models_that_already_have_a_version(model_repo_copy):

@@ -7,7 +7,7 @@ import exporter
 from exporter.__main__ import main
 from exporter.validate import ValidationError, validate
 from tests.exporter import user_models
-from tests.exporter.helpers import nothing_published
+from tests.support.exporter import nothing_published
 
 
 def test_an_unknown_dimension_after_the_batch_is_refused_naming_the_input_and_the_flag(tmp_path):

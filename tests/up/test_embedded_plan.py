@@ -6,7 +6,7 @@ import pytest
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, load_compose_model, plan_embedded_server, remap_server_args
 from serving.up import compose_files, missing_models
-from tests.compose.conftest import PASSWORD, compose_env
+from tests.support.compose import PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT
 
 

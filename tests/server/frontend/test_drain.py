@@ -11,7 +11,8 @@ import httpx
 import numpy as np
 
 from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import metric_total, tiny_flags, wait_until
+from tests.support.serving import metric_total, tiny_flags
+from tests.support.wait import wait_until
 from tests.support.servers import EmbeddedServer
 
 SLEEP_SECONDS = 6.0

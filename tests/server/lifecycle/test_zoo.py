@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.server.lifecycle.helpers import model_server_config, states
+from tests.support.lifecycle import model_server_config, states
 
 ZOO = ("digits", "text", "ranker")
 
@@ -23,7 +23,7 @@ UNSERVABLE_KERAS_EXPORT = (
 @pytest.fixture(scope="module")
 def zoo_manager(model_repo):
     from serving.server.core.manager import LoaderOptions, ServableManager
-    from tests.server.lifecycle.helpers import Metrics
+    from tests.support.lifecycle import Metrics
 
     metrics = Metrics()
     manager = ServableManager(loader_options=LoaderOptions(max_num_load_retries=0),
