@@ -1,4 +1,4 @@
-"""tensorflow_model_server's own flags and defaults, typed out from TF Serving's source (not from serving/server/flags.py)."""
+"""tensorflow_model_server's own flags and defaults, typed out from TF Serving's source (not from serving/server)."""
 from __future__ import annotations
 
 import os
