@@ -4,9 +4,9 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.contract import layout
-from tests.contract.clients import JsonRestClient, StubGrpcClient, VersionState
-from tests.contract.helpers import manifest
+from tests.support.contract import layout
+from tests.support.contract.clients import JsonRestClient, StubGrpcClient, VersionState
+from tests.support.contract.helpers import manifest
 
 WORKERS = 4
 

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from serving import status
-from tests.contract import layout
-from tests.contract.clients import JsonRestClient, StubGrpcClient
-from tests.contract.helpers import manifest
+from tests.support.contract import layout
+from tests.support.contract.clients import JsonRestClient, StubGrpcClient
+from tests.support.contract.helpers import manifest
 
 _SAMPLE = re.compile(r"^([^\s{]+)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

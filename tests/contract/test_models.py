@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from serving import status
-from tests.contract.clients import VersionState
+from tests.support.contract.clients import VersionState
 
 
 def test_status_lists_the_available_version(client, endpoint):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +12,6 @@ import pytest
 from exporter.manifest import load_manifest
 from tests.support.exporter import SMALL_MODELS, cli_env
 from tests.support.models import run_in_tf1_session
-from tests.support.servers import REPO_ROOT
 
 EXPECTED_SIGNATURES = {
     "digits": {"serving_default", "logits"},

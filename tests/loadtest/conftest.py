@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loadtest.user_model import MODEL_NAME, export_user_model
+from tests.support.user_model import MODEL_NAME, export_user_model
 from tests.support.cli import run_loadtest
 from tests.support.servers import EmbeddedServer
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.loadtest.user_model import MODEL_NAME
+from tests.support.user_model import MODEL_NAME
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow

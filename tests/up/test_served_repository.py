@@ -9,7 +9,7 @@ from serving.config.edit import VersionPolicy, find_entry
 from serving.config.models import write_model_server_config
 from serving.model_repo import ZOO
 from serving.up import DEFAULT_EXPORTS, export_order, prepare_served_config, zoo_selection
-from tests.config.helpers import user_model
+from tests.support.config import user_model
 
 
 def served(path):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from serving import status
-from tests.contract.clients import StubGrpcClient
+from tests.support.contract.clients import StubGrpcClient
 from tests.support.serving import MONITORING_PATH, metric_total, tiny_flags
 from tests.support.wait import wait_until
 from tests.support.servers import EmbeddedServer

@@ -10,7 +10,7 @@ import grpc
 import httpx
 import numpy as np
 
-from tests.contract.clients import StubGrpcClient
+from tests.support.contract.clients import StubGrpcClient
 from tests.support.serving import metric_total, tiny_flags
 from tests.support.wait import wait_until
 from tests.support.servers import EmbeddedServer
