@@ -1,5 +1,6 @@
 # tfs-stack: two commands for a newcomer.
 #   make up    run the stack (docker compose where an engine answers, else the embedded server)
+#   make down  stop what make up started (compose or embedded, from .cache/serving/stack.json)
 #   make test  install everything and run the whole test suite
 #   make certs the compose gateway's local CA, certificates and API keys (gateway/secrets/)
 #   make images the local stand-in images for an engine that reaches no registry (make up IMAGES=local)
@@ -18,10 +19,11 @@ GATEWAY_SECRETS ?= gateway/secrets
 # Extra names for the gateway's server certificate, e.g. make certs SERVER_NAMES="gpu-host 10.0.0.5".
 SERVER_NAMES ?=
 
-.PHONY: help up test install debs venv clean bench monitor certs gpu-report images
+.PHONY: help up down test install debs venv clean bench monitor certs gpu-report images
 
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
+	@echo "make down   stop what make up started (compose or embedded)"
 	@echo "make test   install what the tests need and run them"
 	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers, the gateway's cost"
 	@echo "make images local stand-in images (TF Serving, exporter base, nginx, Prometheus) for make up IMAGES=local"
@@ -70,8 +72,15 @@ images: $(STAMP)
 # MODELS=resnet50,digits_xla (or all) also exports those zoo models when missing (default: digits,
 # text and ranker, only into an empty model repository).
 # IMAGES=local: the CPU stack on the stand-in images of `make images` (built first when they changed).
+# VERBOSE=1: the embedded server's log on the terminal (default: .cache/serving/server.log).
+# BACKEND=embedded (or compose-cpu, compose-gpu): that backend, whatever `docker info` says.
 up: $(STAMP) $(if $(filter local,$(IMAGES)),images)
-	$(PY) -m serving.up $(if $(MODELS),--models $(MODELS)) $(if $(IMAGES),--images $(IMAGES))
+	$(PY) -m serving.stack $(if $(MODELS),--models $(MODELS)) $(if $(IMAGES),--images $(IMAGES)) $(if $(VERBOSE),--verbose) $(if $(BACKEND),--backend $(BACKEND))
+
+# Stops whichever backend make up started (compose down, or the embedded make up and its server),
+# from the stack.json make up wrote; says so when nothing runs.
+down: $(STAMP)
+	$(PY) -m serving.stack down
 
 # The compose gateway's secrets: a local CA, the server certificate, client and admin certificates and
 # API keys (openssl; python -m gateway.certs --help). Never overwrites: `python -m gateway.certs

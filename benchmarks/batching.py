@@ -2,8 +2,8 @@
 
 Two embedded servers (``serving.server.launcher.ServerProcess``) serve the same
 model, one without batching and one with ``--enable_batching`` (max batch 32,
-``batch_timeout_micros`` 1000, threads = cores: the configuration issue 14
-measured). Each case is measured on one server then the other, in interleaved
+``batch_timeout_micros`` 1000, threads = cores: the configuration the speed
+targets were set for). Each case is measured on one server then the other, in interleaved
 rounds (the first side alternates), so the shared machine's drift hits both alike.
 Per side it records requests/s, p50/p99, the server's CPU-ms per request
 (``/proc/<pid>/stat``, the steadiest figure on a shared machine) and, with
@@ -63,7 +63,7 @@ __all__ = [
 logger = logging.getLogger("benchmarks.batching")
 
 BATCHING: dict[str, int] = {
-    # Issue 14's configuration: batches of at most 32 rows, a 1 ms timeout, one thread per core.
+    # The configuration the speed targets were set for: batches of at most 32 rows, a 1 ms timeout, one thread per core.
     # Tasks up to 64 rows are accepted (and split), so the exporter's warmup requests still load.
     "max_batch_size": 64,
     "enable_large_batch_splitting": True,
@@ -236,7 +236,7 @@ def rate_ratio(off: Side, on: Side) -> float:
 
 
 def evaluate(sides: Sequence[Side], batch_timeout_micros: int = BATCHING["batch_timeout_micros"]) -> list[Target]:
-    """Issue 14's batching targets, from whichever cases were measured."""
+    """The batching targets (never slower; bounded added p50), from whichever cases were measured."""
     targets = []
     for model, protocol, concurrency, limit in (("digits", "rest", 32, 1.0), ("digits", "grpc", 32, 1.0),
                                                 ("resnet50", "grpc", 8, 1.1)):

@@ -3,7 +3,7 @@
     python -m benchmarks.codec [--batch 32] [--repeats 7]
 
 Every candidate is timed in the same loop as its baseline (interleaved,
-best of ``--repeats``), so a busy machine slows both alike. Targets (issue 3):
+best of ``--repeats``), so a busy machine slows both alike. Targets:
 
 - encode a 32x224x224x3 float32 PredictRequest to wire bytes <= 2.5x ``x.tobytes()``
   and faster than ``tf.make_tensor_proto`` + ``SerializeToString``;

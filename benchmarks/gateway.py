@@ -197,7 +197,7 @@ def _start_stack(work_dir: Path, project: str) -> bool:
     state = read_state(work_dir / STATE_FILE)
     if state is not None and state.backend.startswith("compose") and _tfserving_containers(project):
         return False
-    code = subprocess.run([sys.executable, "-m", "serving.up", "--images", "local", "--work-dir", str(work_dir)],
+    code = subprocess.run([sys.executable, "-m", "serving.stack", "--images", "local", "--work-dir", str(work_dir)],
                           cwd=REPO_ROOT, env={**BENCH_LIMITS, **os.environ}).returncode
     if code != 0:
         raise SystemExit(f"make up IMAGES=local failed ({code})")

@@ -28,7 +28,7 @@ server's before it is timed.
 
 The report (``render``, a pure function of the measurements dict that ``--json`` writes) gives
 medians over the rounds with their spread, the ratios (embedded / each peer, served /
-in-process) and the targets of issue 14; the exit status is 1 when a target is missed, and the
+in-process) and the speed targets; the exit status is 1 when a target is missed, and the
 report names it.
 
     python -m benchmarks.peers                                  # both models, every peer (tens of minutes)
@@ -101,8 +101,8 @@ logger = logging.getLogger("benchmarks.peers")
 APPS = Path(__file__).resolve().parent / "peer_apps"
 VENV_ROOT = REPO_ROOT / ".cache" / "peers"
 
-# The "today" baseline of the resnet50 REST target: issue 14's resnet50 table, "embedded, REST",
-# c=1 = 3.3 req/s, measured before the REST work (gc.freeze, JSON straight into numpy) on the
+# The "today" baseline of the resnet50 REST target: the embedded server's resnet50 REST rate at
+# c=1, 3.3 req/s, measured before the REST work (gc.freeze, JSON straight into numpy) on the
 # 2-core development machine. A constant on purpose: the target is "2x what it was".
 TODAY_RESNET50_REST_C1 = 3.3
 
@@ -360,7 +360,7 @@ def tree_rss_anon_mb(pid: int) -> float:
     What a server allocates itself. RSS adds file-backed pages, mostly the shared, clean text of
     ``libtensorflow_cc.so``, and how much of it a process maps depends on the page cache: the same
     ``import tensorflow`` maps ~220 MB of the dev venv's copy and ~160 MB of a peer venv's byte-identical
-    copy (issue 14). Both figures are printed.
+    copy. Both figures are printed.
     """
     total = 0.0
     for member in _descendants(pid):
@@ -619,7 +619,7 @@ def _high(model: str) -> int:
 
 
 def evaluate(m: dict) -> tuple[list[Target], list[Target], list[str]]:
-    """Issue 14's targets from a measurements dict: (targets, stretch targets, targets not measured)."""
+    """The speed targets from a measurements dict: (targets, stretch targets, targets not measured)."""
     targets: list[Target] = []
     unmeasured: list[str] = []
 
@@ -630,7 +630,7 @@ def evaluate(m: dict) -> tuple[list[Target], list[Target], list[str]]:
             targets.append(Target(name, value, limit, higher_is_better=higher, unit=unit))
 
     image, small = "resnet50", "digits"
-    check(f"{image} REST c=1 / today's {TODAY_RESNET50_REST_C1} req/s (issue 14, before the REST work)",
+    check(f"{image} REST c=1 / today's {TODAY_RESNET50_REST_C1} req/s (before the REST work)",
           None if _metric(m, image, "embedded", "rest c=1") is None
           else _metric(m, image, "embedded", "rest c=1") / TODAY_RESNET50_REST_C1, 2.0)
     check(f"{image} REST c=1 / embedded gRPC c=1 (req/s)",

@@ -13,7 +13,7 @@ interleaved rounds, so the shared machine's changing load hits every side alike:
 
 For each side: requests/s, the server process's CPU-ms per request (read from
 ``/proc``; the steadiest figure on a shared machine) and this process's CPU-ms
-per request (the client's cost). Targets (issue 14), exit 1 when one is missed:
+per request (the client's cost). Targets, exit 1 when one is missed:
 
 - server CPU per gRPC request ≤ per REST request, under the lean clients (the
   SDK's when only they ran; see ``evaluate``);

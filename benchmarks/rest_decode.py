@@ -5,7 +5,7 @@
 Two decoders of the same body (``{"instances": [...]}`` of float32 values in
 their shortest form, as ``codec.inputs_to_rest_request`` writes them):
 
-- ``lists``: ``json_loads`` + ``rest_request_to_inputs`` (the path before issue 14);
+- ``lists``: ``json_loads`` + ``rest_request_to_inputs`` (the server's path before it parsed dense arrays from the text);
 - ``dense``: ``rest_request_loads`` + ``rest_request_to_inputs`` (what the server runs).
 
 Each is timed in CPU time of the decoding thread (steadier than wall time on

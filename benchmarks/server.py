@@ -62,7 +62,8 @@ from exporter.export import ensure_model
 from exporter.manifest import load_manifest
 from serving import codec, wire
 from serving.model_repo import model_versions
-from serving.server.launcher import REPO_ROOT, ServerProcess, model_config_text
+from serving.config.files import model_config_text
+from serving.server.launcher import REPO_ROOT, ServerProcess
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
 __all__ = ["main", "build_parser", "Point", "Target", "measure_in_process", "measure_servers", "points_to_json",

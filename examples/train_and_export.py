@@ -195,7 +195,7 @@ def _check_exporter() -> None:
     # Fail before training, not after it, when this checkout has no exporter.export yet.
     if not callable(getattr(exporter, "export", None)):
         raise SystemExit("exporter.export(model, name=..., out=...) is not available in this checkout "
-                         "(issue 12 adds it); run with --no-export to train only")
+                         "(it needs the exporter of a newer checkout); run with --no-export to train only")
 
 
 def _publish(model: keras.Model, args: argparse.Namespace, splits: Splits) -> None:

@@ -13,6 +13,6 @@ imported from it explicitly (``from exporter.export import export_model``).
 Importing the package loads no TensorFlow.
 """
 from exporter.export import ExportError, VariantFailed, export
-from exporter.sources import InputSpec
+from serving.codec import TensorSpec
 
-__all__ = ["export", "ExportError", "VariantFailed", "InputSpec"]
+__all__ = ["export", "ExportError", "VariantFailed", "TensorSpec"]

@@ -18,7 +18,6 @@ that variant: no numeric directory, no staging directory left behind.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import logging
@@ -26,22 +25,25 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from google.protobuf.message import Message
-from tqdm.auto import tqdm
 
 from exporter import samples, sources, warmup, zoo
 from exporter.compare import compare_outputs
 from exporter.exportable import Exportable, ExportError
 from exporter.manifest import Golden, Manifest, write_manifest
+from exporter.progress import Steps
 from exporter.signatures import describe_signatures
-from exporter.sources import InputSpec
 from exporter.validate import run_in_session, session_problem
 from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
-from serving.codec import DEFAULT_SIGNATURE
+from serving.codec import DEFAULT_SIGNATURE, TensorSpec
 from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    import tensorflow as tf
+    from tensorflow.types.experimental import GenericFunction
 
 __all__ = [
     "DEFAULT_MODEL_REPO",
@@ -90,26 +92,10 @@ def source_hash(model_digest: Optional[str] = None) -> str:
     return hashlib.sha256(f"{digest.hexdigest()}:{model_digest}".encode()).hexdigest()
 
 
-class _Steps:
-    """A tqdm bar over the export steps; ``with steps("save"): ...`` advances it."""
-
-    def __init__(self, label: str, enabled: bool, total: int) -> None:
-        self.bar = tqdm(total=total, desc=f"export {label}", unit="step", disable=not enabled)
-
-    @contextlib.contextmanager
-    def __call__(self, step: str) -> Iterator[None]:
-        self.bar.set_postfix_str(step)
-        yield
-        self.bar.update()
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
            sample_inputs: Optional[samples.Samples] = None,
            signatures: Optional[Union[Mapping[str, Any], Sequence[str]]] = None,
-           inputs: Sequence[Union[str, InputSpec]] = (), variants: Sequence[str] = ("fp32",),
+           inputs: Sequence[Union[str, TensorSpec]] = (), variants: Sequence[str] = ("fp32",),
            version: Optional[int] = None, tolerance: Optional[Tolerance] = None,
            batching_config: Optional[PathLike] = None, progress: bool = True) -> dict[str, Path]:
     """Export a user's model as version ``version`` of ``name`` in the model repository ``out``.
@@ -118,8 +104,8 @@ def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
     ``input_signature``), a SavedModel directory or a ``.keras`` file (a path).
     ``signatures``: ``{key: tf.function}`` to serve instead, or the keys of
     the model's own to keep. ``inputs``: ``"NAME:DTYPE:d1,d2"`` strings (or
-    ``InputSpec``) setting an input's dtype and dimensions after the batch,
-    e.g. an unknown one. ``sample_inputs``: an ``.npz`` or REST JSON file,
+    ``serving.codec.TensorSpec(name, dtype, (None, d1, d2))``) setting an
+    input's dtype and dimensions after the batch, e.g. an unknown one. ``sample_inputs``: an ``.npz`` or REST JSON file,
     ``{input: array}`` or ``{signature: {input: array}}``; they become the
     goldens and the warmup rows, else rows are synthesized and the manifest
     says ``golden_source: "synthetic"``. ``variants`` are exported in order,
@@ -142,7 +128,7 @@ def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
     described = str(model) if isinstance(model, (str, Path)) else "module:factory"
     _preflight(name, specs, out, version, _USER_GPU_COMMAND.format(source=described, name=name))
     batch_sizes = warmup.allowed_batch_sizes(batching_config)
-    steps = _Steps(name, progress, 2 + len(_VARIANT_STEPS) * len(specs))
+    steps = Steps(name, progress, 2 + len(_VARIANT_STEPS) * len(specs))
     try:
         with steps("load"):
             user = sources.prepare(model, signatures=signatures, inputs=inputs)
@@ -175,7 +161,7 @@ def export_model(name: str, *, variant: str = "fp32", version: Optional[int] = N
         raise ValueError(f"unknown model {name!r}; the zoo has: {', '.join(zoo.MODELS)}")
     _preflight(name, [spec], out, version, trt.GPU_COMMAND.format(model=name))
     batch_sizes = warmup.allowed_batch_sizes(batching_config)
-    steps = _Steps(spec.published_name(name), progress, 2 + len(_VARIANT_STEPS))
+    steps = Steps(spec.published_name(name), progress, 2 + len(_VARIANT_STEPS))
     try:
         with steps("build"):
             built = zoo.build(name, progress=progress)
@@ -252,7 +238,7 @@ def _check_source(saved_model_dir: Path, golden: Mapping[str, Mapping[str, np.nd
 
 def _publish_variants(model: Exportable, specs: Sequence[Variant], *, out: PathLike, version: Optional[int],
                       batch_sizes: Sequence[int], tolerances: Mapping[str, Mapping[str, float]],
-                      steps: _Steps) -> dict[str, Path]:
+                      steps: Steps) -> dict[str, Path]:
     """Trace once, compute the reference outputs, then publish each variant in order."""
     with steps("trace"):
         functions = model.make_signatures(False)
@@ -270,7 +256,7 @@ def _publish_variants(model: Exportable, specs: Sequence[Variant], *, out: PathL
     return published
 
 
-def _run_all(model: Exportable, functions: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+def _run_all(model: Exportable, functions: Mapping[str, GenericFunction]) -> dict[str, dict[str, np.ndarray]]:
     """The model's own outputs for the golden inputs (the reference every export must reproduce)."""
     import tensorflow as tf  # TensorFlow: only when exporting
 
@@ -287,9 +273,9 @@ def _run_all(model: Exportable, functions: Mapping[str, Any]) -> dict[str, dict[
     return outputs
 
 
-def _publish(model: Exportable, spec: Variant, functions: Mapping[str, Any],
+def _publish(model: Exportable, spec: Variant, functions: Mapping[str, GenericFunction],
              reference: Mapping[str, Mapping[str, np.ndarray]], *, out: PathLike, version: Optional[int],
-             batch_sizes: Sequence[int], tolerance: Mapping[str, float], steps: _Steps) -> Path:
+             batch_sizes: Sequence[int], tolerance: Mapping[str, float], steps: Steps) -> Path:
     base = Path(out) / spec.published_name(model.name)
     created = not base.exists()
     staging = Staging(base, version)
@@ -303,9 +289,9 @@ def _publish(model: Exportable, spec: Variant, functions: Mapping[str, Any],
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapping[str, Any],
+def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapping[str, GenericFunction],
                    reference: Mapping[str, Mapping[str, np.ndarray]], batch_sizes: Sequence[int],
-                   tolerance: Mapping[str, float], steps: _Steps) -> None:
+                   tolerance: Mapping[str, float], steps: Steps) -> None:
     """Save the model, check it in a TF1 Session, write its warmup file and its manifest into ``dest``."""
     published = spec.published_name(model.name)
     with steps(f"{spec.name}: save"):
@@ -333,7 +319,7 @@ def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapp
             golden_source=model.golden_source, source=model.source))
 
 
-def _save(spec: Variant, model: Exportable, functions: Mapping[str, Any], dest: Path,
+def _save(spec: Variant, model: Exportable, functions: Mapping[str, GenericFunction], dest: Path,
           batch_sizes: Sequence[int]) -> None:
     import tensorflow as tf  # TensorFlow: only when exporting
 
@@ -353,7 +339,7 @@ def _save(spec: Variant, model: Exportable, functions: Mapping[str, Any], dest: 
                           f"{str(exc).strip().splitlines()[0]}") from exc
 
 
-def _serving_module(functions: Mapping[str, Any], root: Any) -> Any:
+def _serving_module(functions: Mapping[str, GenericFunction], root: Any) -> tf.Module:
     """A ``tf.Module`` that tracks exactly the variables (and resources) the signatures read.
 
     Saving the Keras 3 model itself would checkpoint Keras' variable wrappers

@@ -7,13 +7,16 @@ and a user's model (``exporter.sources.prepare``) both become an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import numpy as np
 
 from exporter.zoo.base import BuiltModel
 
-__all__ = ["Exportable", "SignatureFactory", "ExportError"]
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from tensorflow.types.experimental import GenericFunction
+
+__all__ = ["Exportable", "SignatureFunctions", "SignatureFactory", "ExportError"]
 
 
 class ExportError(RuntimeError):
@@ -23,8 +26,10 @@ class ExportError(RuntimeError):
     the variant that raised it.
     """
 
-SignatureFactory = Callable[[bool], dict[str, Any]]
-"""``make_signatures(jit_compile)`` → ``{signature key: tf.function}`` with fixed input signatures."""
+SignatureFunctions = dict[str, "GenericFunction"]
+"""``{signature key: tf.function}``, each with a fixed input signature."""
+SignatureFactory = Callable[[bool], SignatureFunctions]
+"""``make_signatures(jit_compile)`` → fresh ``SignatureFunctions``."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Exportable:
     def from_built(cls, built: BuiltModel) -> "Exportable":
         """A zoo model: its ``core`` is what the xla variant compiles."""
 
-        def make_signatures(jit_compile: bool) -> dict[str, Any]:
+        def make_signatures(jit_compile: bool) -> SignatureFunctions:
             import tensorflow as tf  # TensorFlow: only when a model is traced
 
             return built.make_signatures(tf.function(built.core, jit_compile=True) if jit_compile

@@ -17,7 +17,9 @@ Every signature is traced once with a fixed ``input_signature``: the batch
 dimension ``None`` (-1) whatever the model was built with (a Keras model
 built for batch 32 serves any batch), every other dimension known. An unknown
 one is refused with a message naming the input and the ``--input`` flag
-that fixes it (:class:`InputSpec`, ``NAME:DTYPE:d1,d2``). Input names are
+that fixes it (``NAME:DTYPE:d1,d2``, or ``serving.codec.TensorSpec(name, dtype,
+(None, d1, d2))``: the codec's one model of a tensor, batch dimension first).
+Input names are
 sanitized the way ``tf.function`` does (``a-b`` → ``a_b``) so the served
 keys are the ones recorded.
 
@@ -32,14 +34,17 @@ import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from exporter.exportable import Exportable, ExportError
+from exporter.exportable import Exportable, ExportError, SignatureFactory, SignatureFunctions
 from serving.codec import DEFAULT_SIGNATURE, PREDICT_METHOD_NAME, Signature, TensorSpec, enum_from_dtype, parse_shape
 
-__all__ = ["InputSpec", "parse_input", "UserModel", "prepare", "load_from", "OUTPUT_NAME"]
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from tensorflow.types.experimental import GenericFunction
+
+__all__ = ["parse_input", "describe_input", "UserModel", "prepare", "load_from", "OUTPUT_NAME"]
 
 OUTPUT_NAME = "output_{}"  # unnamed outputs, as Keras' model.export() and TF's signatures name them
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -47,22 +52,8 @@ _STRING_NAMES = {"string", "str", "bytes", "object"}
 PathLike = Union[str, Path]
 
 
-@dataclass(frozen=True)
-class InputSpec:
-    """One served input: its name, dtype (``object`` for DT_STRING) and dimensions after the batch."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[Optional[int], ...]
-
-    def describe(self) -> str:
-        """``NAME:DTYPE:d1,d2`` (``?`` for an unknown dimension), the ``--input`` form."""
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
-        return f"{self.name}:{_dtype_name(self.dtype)}:{dims}"
-
-
-def parse_input(text: str) -> InputSpec:
-    """``"ids:int64:16"`` → ``InputSpec("ids", int64, (16,))``: the ``--input NAME:DTYPE:SHAPE`` flag.
+def parse_input(text: str) -> TensorSpec:
+    """``"ids:int64:16"`` → ``TensorSpec("ids", int64, (None, 16))``: the ``--input NAME:DTYPE:SHAPE`` flag.
 
     SHAPE is the dimensions after the batch, comma-separated (empty: one
     scalar per example); DTYPE a numpy or TensorFlow name (float32, int64,
@@ -73,7 +64,17 @@ def parse_input(text: str) -> InputSpec:
         raise ValueError(f"bad input {text!r}: expected NAME:DTYPE:SHAPE, e.g. ids:int64:16 or images:float32:28,28,1 "
                          "(SHAPE: the dimensions after the batch, empty for a scalar per example)")
     name, dims = parse_shape(f"{parts[0]}:{parts[2]}")
-    return InputSpec(name, _parse_dtype(parts[1]), dims)
+    return TensorSpec(name, _parse_dtype(parts[1]), (None, *dims))
+
+
+def describe_input(spec: TensorSpec) -> str:
+    """``NAME:DTYPE:d1,d2`` (``?`` for an unknown dimension): the ``--input`` form of a served input."""
+    return f"{spec.name}:{_dtype_name(spec.dtype)}:{','.join('?' if d is None else str(d) for d in _dims(spec))}"
+
+
+def _dims(spec: TensorSpec) -> tuple[Optional[int], ...]:
+    """The dimensions after the batch of an input spec (its shape is ``(None, d1, ...)``)."""
+    return spec.shape[1:]
 
 
 def _parse_dtype(name: str) -> np.dtype:
@@ -110,7 +111,7 @@ class _Plan:
     """One signature before tracing: its inputs (in call order) and how to compute its outputs."""
 
     key: str
-    inputs: Mapping[str, InputSpec]
+    inputs: Mapping[str, TensorSpec]   # shapes (None, d1, ...): the batch first
     call: Callable[[dict[str, Any]], Any]   # inputs by (sanitized) name → outputs of any structure
 
 
@@ -126,7 +127,7 @@ class UserModel:
     """
 
     signatures: Mapping[str, Signature]
-    make_signatures: Callable[[bool], dict[str, Any]]
+    make_signatures: SignatureFactory
     root: Any
     source: str
     digest: str
@@ -162,12 +163,12 @@ def load_from(text: str) -> Any:
 
 
 def prepare(model: Any, *, signatures: Optional[Union[Mapping[str, Any], Sequence[str]]] = None,
-            inputs: Sequence[Union[str, InputSpec]] = ()) -> UserModel:
+            inputs: Sequence[Union[str, TensorSpec]] = ()) -> UserModel:
     """Fix and trace the serving signatures of ``model`` (see the module docstring).
 
     ``signatures``: ``{key: tf.function or ConcreteFunction}`` to serve
     instead of the ones found, or a list of keys to keep of the model's own.
-    ``inputs``: ``InputSpec``\\ s (or ``NAME:DTYPE:SHAPE`` strings) that set an
+    ``inputs``: ``TensorSpec``\\ s with the batch first (or ``NAME:DTYPE:SHAPE`` strings) that set an
     input's dtype and dimensions after the batch, e.g. for an unknown one.
     ExportError for a path that is not a model, a model without signatures,
     or an input whose dimensions stay unknown.
@@ -185,9 +186,20 @@ def prepare(model: Any, *, signatures: Optional[Union[Mapping[str, Any], Sequenc
                      saved_model_dir=saved_model_dir)
 
 
-def _overrides(inputs: Sequence[Union[str, InputSpec]]) -> dict[str, InputSpec]:
-    specs = [parse_input(i) if isinstance(i, str) else i for i in inputs]
+def _overrides(inputs: Sequence[Union[str, TensorSpec]]) -> dict[str, TensorSpec]:
+    specs = [parse_input(i) if isinstance(i, str) else _batched(i) for i in inputs]
     return {spec.name: spec for spec in specs}
+
+
+def _batched(spec: TensorSpec) -> TensorSpec:
+    """An input override as given, once its shape is known to start with the batch dimension (None)."""
+    if not isinstance(spec, TensorSpec):
+        raise ExportError(f"an input is a 'NAME:DTYPE:SHAPE' string or a serving.codec.TensorSpec, "
+                          f"not {type(spec).__name__}")
+    if not spec.shape or spec.shape[0] is not None:
+        raise ExportError(f"input {spec.name!r}: a TensorSpec's shape starts with the batch dimension, None "
+                          f"(TensorSpec({spec.name!r}, dtype, (None, d1, ...))); got {spec.shape}")
+    return spec
 
 
 def _describe(model: Any) -> str:
@@ -223,7 +235,7 @@ def _load_path(path: Path) -> tuple[Any, Optional[Path], str]:
                       "a .keras file, or module:factory")
 
 
-def _plans(model: Any, signatures: Any, overrides: Mapping[str, InputSpec]) -> tuple[list[_Plan], Any]:
+def _plans(model: Any, signatures: Any, overrides: Mapping[str, TensorSpec]) -> tuple[list[_Plan], Any]:
     """The signature plans of ``model`` and the object whose resources they may capture."""
     import tensorflow as tf  # TensorFlow: only when a model is exported
 
@@ -257,7 +269,7 @@ def _is_keras(model: Any) -> bool:
     return isinstance(model, keras.Model)
 
 
-def _select(functions: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+def _select(functions: Mapping[str, GenericFunction], keys: Sequence[str]) -> SignatureFunctions:
     missing = sorted(set(keys) - set(functions))
     if missing:
         raise ExportError(f"no signature {', '.join(missing)}; the model has: {', '.join(sorted(functions)) or 'none'}")
@@ -286,7 +298,7 @@ def _is_loaded(module: Any) -> bool:
     return type(module).__module__.startswith("tensorflow.python.saved_model") and hasattr(module, "signatures")
 
 
-def _keras_plan(model: Any, overrides: Mapping[str, InputSpec]) -> _Plan:
+def _keras_plan(model: Any, overrides: Mapping[str, TensorSpec]) -> _Plan:
     try:
         tensors = list(model.inputs or ())
     except (AttributeError, ValueError):  # a subclassed or unbuilt model has no symbolic inputs
@@ -310,7 +322,7 @@ def _keras_plan(model: Any, overrides: Mapping[str, InputSpec]) -> _Plan:
     return _Plan(DEFAULT_SIGNATURE, _fixed(DEFAULT_SIGNATURE, specs), call)
 
 
-def _function_plan(key: str, fn: Any, overrides: Mapping[str, InputSpec]) -> _Plan:
+def _function_plan(key: str, fn: Any, overrides: Mapping[str, TensorSpec]) -> _Plan:
     """A plan for a tf.function (re-traced from its Python function) or a ConcreteFunction (called)."""
     python_function = getattr(fn, "python_function", None)
     if python_function is not None and not _is_restored(fn):
@@ -339,7 +351,7 @@ def _is_restored(fn: Any) -> bool:
 
 
 def _python_function_plan(key: str, fn: Any, python_function: Callable[..., Any],
-                          overrides: Mapping[str, InputSpec]) -> _Plan:
+                          overrides: Mapping[str, TensorSpec]) -> _Plan:
     """Trace the Python function again under the served input signature (batch dimension None)."""
     params = [p.name for p in inspect.signature(python_function).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -366,7 +378,7 @@ def _python_function_plan(key: str, fn: Any, python_function: Callable[..., Any]
     return _Plan(key, _fixed(key, specs), call)
 
 
-def _spec(key: str, name: str, tensor: Any, overrides: Mapping[str, InputSpec]) -> InputSpec:
+def _spec(key: str, name: str, tensor: Any, overrides: Mapping[str, TensorSpec]) -> TensorSpec:
     """The served spec of one input: its ``--input`` override, else the model's dimensions after the batch."""
     if name in overrides:
         return overrides[name]
@@ -379,15 +391,15 @@ def _spec(key: str, name: str, tensor: Any, overrides: Mapping[str, InputSpec]) 
     if rank == 0:
         raise ExportError(f"signature {key!r} input {name!r} is a scalar without a batch dimension; serving "
                           f"needs one: give its per-example shape with --input {name}:{_dtype_name(dtype)}:")
-    return InputSpec(name, dtype, tuple(None if d is None else int(d) for d in tuple(shape)[1:]))
+    return TensorSpec(name, dtype, (None, *(None if d is None else int(d) for d in tuple(shape)[1:])))
 
 
-def _fixed(key: str, specs: Mapping[str, InputSpec]) -> dict[str, InputSpec]:
+def _fixed(key: str, specs: Mapping[str, TensorSpec]) -> dict[str, TensorSpec]:
     """Refuse an input with an unknown dimension after the batch, saying how to give it."""
     for name, spec in specs.items():
-        if any(d is None for d in spec.shape):
-            fix = ",".join("d%d" % (i + 1) if d is None else str(d) for i, d in enumerate(spec.shape))
-            dims = ",".join("?" if d is None else str(d) for d in spec.shape)
+        if any(d is None for d in _dims(spec)):
+            fix = ",".join("d%d" % (i + 1) if d is None else str(d) for i, d in enumerate(_dims(spec)))
+            dims = ",".join("?" if d is None else str(d) for d in _dims(spec))
             flag = f"{name}:{_dtype_name(spec.dtype)}:{fix}"
             raise ExportError(
                 f"signature {key!r} input {name!r} has an unknown dimension after the batch ([batch,{dims}]): "
@@ -396,7 +408,7 @@ def _fixed(key: str, specs: Mapping[str, InputSpec]) -> dict[str, InputSpec]:
     return dict(specs)
 
 
-def _check_overrides_used(overrides: Mapping[str, InputSpec], plans: Sequence[_Plan]) -> None:
+def _check_overrides_used(overrides: Mapping[str, TensorSpec], plans: Sequence[_Plan]) -> None:
     known = {n for p in plans for n in p.inputs}
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -405,16 +417,20 @@ def _check_overrides_used(overrides: Mapping[str, InputSpec], plans: Sequence[_P
 
 
 def _signature(plan: _Plan) -> Signature:
-    return Signature(plan.key, PREDICT_METHOD_NAME,
-                     {n: TensorSpec(n, s.dtype, (None, *s.shape)) for n, s in plan.inputs.items()}, {})
+    return Signature(plan.key, PREDICT_METHOD_NAME, dict(plan.inputs), {})
 
 
-def _factory(plans: Sequence[_Plan]) -> Callable[[bool], dict[str, Any]]:
-    """``make_signatures(jit_compile)``: the plans as tf.functions; the FP32 ones are made once and kept."""
-    fp32: dict[str, Any] = {}
+def _factory(plans: Sequence[_Plan]) -> SignatureFactory:
+    """``make_signatures(jit_compile)``: the plans as tf.functions; the FP32 ones are made once and kept.
 
-    def make_signatures(jit_compile: bool) -> dict[str, Any]:
+    With ``jit_compile`` every signature is compiled whole, so a string input is refused first, in one
+    line, before TensorFlow traces anything for XLA (it would fail later, after its own log lines).
+    """
+    fp32: SignatureFunctions = {}
+
+    def make_signatures(jit_compile: bool) -> SignatureFunctions:
         if jit_compile:
+            _refuse_string_inputs(plans)
             return {p.key: _signature_function(p, True) for p in plans}
         if not fp32:
             fp32.update({p.key: _signature_function(p, False) for p in plans})
@@ -423,11 +439,21 @@ def _factory(plans: Sequence[_Plan]) -> Callable[[bool], dict[str, Any]]:
     return make_signatures
 
 
-def _signature_function(plan: _Plan, jit_compile: bool) -> Any:
+def _refuse_string_inputs(plans: Sequence[_Plan]) -> None:
+    """The xla variant of a user's model compiles each signature whole, and XLA takes no DT_STRING tensor."""
+    for plan in plans:
+        for name, spec in plan.inputs.items():
+            if spec.dtype == np.dtype(object):
+                raise ExportError(f"signature {plan.key!r} input {name!r} is {spec.dtype_name}: the xla variant "
+                                  f"compiles each signature whole and XLA cannot take {spec.dtype_name} tensors; "
+                                  f"export this model without the xla variant (fp32)")
+
+
+def _signature_function(plan: _Plan, jit_compile: bool) -> GenericFunction:
     import tensorflow as tf  # TensorFlow: only when a model is traced
 
     names = list(plan.inputs)
-    specs = [tf.TensorSpec((None, *s.shape), tf.string if s.dtype == np.dtype(object) else tf.as_dtype(s.dtype),
+    specs = [tf.TensorSpec(s.shape, tf.string if s.dtype == np.dtype(object) else tf.as_dtype(s.dtype),
                            name=n) for n, s in plan.inputs.items()]
     call = tf.function(plan.call, jit_compile=True) if jit_compile else plan.call
 
@@ -456,7 +482,7 @@ def _named_outputs(key: str, outputs: Any) -> dict[str, Any]:
     return named
 
 
-def _trace(make_signatures: Callable[[bool], dict[str, Any]]) -> dict[str, Any]:
+def _trace(make_signatures: SignatureFactory) -> SignatureFunctions:
     """Trace every FP32 signature now, so a model that cannot take its fixed inputs fails here."""
     functions = make_signatures(False)
     for key, function in functions.items():
@@ -485,7 +511,7 @@ def _files_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _functions_digest(functions: Mapping[str, Any]) -> str:
+def _functions_digest(functions: Mapping[str, GenericFunction]) -> str:
     """sha256 of traced signatures: their specs, the op types of their graphs, and every weight they read.
 
     Names and orders that vary between runs (layer-name counters, capture

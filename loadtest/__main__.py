@@ -10,8 +10,10 @@ from typing import Optional, Sequence
 from loadtest import REPO_ROOT, compare, plan, sweep, tune
 from loadtest.options import UsageError, add_target_arguments, targets_from_args
 from loadtest.payloads import PayloadError
+from loadtest.preflight import check_served
 from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
 from loadtest.slo import Gates, load_gates
+from serving.addresses import grpc_address, rest_address
 
 __all__ = ["main", "build_parser"]
 
@@ -21,9 +23,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                        epilog="Arguments after -- go to locust, e.g. -- --stages 5:2,10:8 or -- --user-rps 20.")
     p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} or a locustfile path")
     server = p.add_mutually_exclusive_group(required=True)
-    server.add_argument("--grpc", metavar="HOST:PORT",
+    server.add_argument("--grpc", metavar="HOST:PORT", type=grpc_address,
                         help="load the server's gRPC API at HOST:PORT (or grpc://HOST:PORT)")
-    server.add_argument("--rest", metavar="URL",
+    server.add_argument("--rest", metavar="URL", type=rest_address,
                         help="load the server's REST API at URL (http:// or https://)")
     p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (default 30s)")
     p.add_argument("-u", "--users", type=int, default=8, help="users (peak users for ramp/spike)")
@@ -47,6 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         gates = gates.merged(load_gates(args.slo_file))
     gates = gates.merged(Gates(p99_ms=args.p99_ms, max_failure_ratio=args.max_failure_ratio, min_rps=args.min_rps))
     protocol = "grpc" if args.grpc else "rest"
+    check_served(protocol, args.grpc or args.rest, targets_from_args(args)[0])
     spec = RunSpec(scenario=args.scenario, host=args.grpc or args.rest, protocol=protocol,
                    run_time=parse_duration(args.run_time), users=args.users,
                    spawn_rate=args.spawn_rate or float(args.users), target=targets_from_args(args)[0],
@@ -83,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run a subcommand; for ``run``, arguments after ``--`` go to locust unchanged (``-- --stages 5:2,10:8``).
 
-    Contradicting flags and a payload no source can give exit 2 with the reason.
+    Contradicting flags, a payload no source can give, and a server that does not serve the target
+    (``run``, ``sweep`` and ``tune`` check with one metadata call first) exit 2 with the reason.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     locust_args = argv[argv.index("--") + 1:] if "--" in argv else []

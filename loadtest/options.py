@@ -4,11 +4,11 @@ The spellings are the project's CLI vocabulary: ``--version N`` / ``--label
 NAME`` for a version, ``--model-repo DIR`` for the model repository (default
 ``<checkout>/models``), ``--grpc HOST:PORT`` and ``--rest URL`` for a server.
 
-A server address says its protocol: ``--rest`` takes an ``http://`` or
-``https://`` URL (a bare ``HOST:PORT`` means ``http://``), ``--grpc`` takes
-``HOST:PORT`` or ``grpc://HOST:PORT`` (or a gRPC target such as
-``unix:///path``). An address whose scheme belongs to the other protocol, or a
-``--protocol`` with no address of its kind, is a ``UsageError`` naming both.
+A server address says its protocol, by the rule of ``serving.addresses``
+(every CLI's): ``--rest`` takes an ``http://`` or ``https://`` URL, ``--grpc``
+takes ``HOST:PORT`` or ``grpc://HOST:PORT`` (or a gRPC target such as
+``unix:///path``). The flags parse with it (argparse ``type=``); a
+``--protocol`` with no address of its kind is a ``UsageError`` naming both.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Optional
 
 from loadtest import DEFAULT_MODEL_REPO
 from loadtest.payloads import Target
+from serving import addresses
 from serving.codec import parse_shape
 
 __all__ = [
@@ -33,9 +34,6 @@ __all__ = [
 ]
 
 PROTOCOLS = ("grpc", "rest")
-_SCHEMES = {"grpc": ("grpc://",), "rest": ("http://", "https://")}
-_API = {"grpc": "gRPC", "rest": "REST"}
-_FORM = {"grpc": "HOST:PORT or grpc://HOST:PORT", "rest": "an http:// or https:// URL"}
 
 
 class UsageError(ValueError):
@@ -81,26 +79,16 @@ def targets_from_args(args: argparse.Namespace) -> list[Target]:
 
 
 def server_address(protocol: str, address: str, flag: str = "") -> str:
-    """``address`` checked against ``protocol`` and normalized; ``flag`` (default ``--PROTOCOL``) names it in errors.
+    """``address`` checked against ``protocol`` by ``serving.addresses`` (the one rule of every CLI).
 
-    gRPC: ``HOST:PORT`` (a ``grpc://`` scheme is dropped; gRPC's own target
-    schemes such as ``dns:///`` or ``unix://`` pass). REST: the URL without a
-    trailing slash (a bare ``HOST:PORT`` gets ``http://``; other schemes are
-    refused). A scheme of the other protocol is a ``UsageError``.
+    ``flag`` (default ``--PROTOCOL``) names it in the ``UsageError``.
     """
     if protocol not in PROTOCOLS:
         raise UsageError(f"protocol must be grpc or rest, got {protocol!r}")
-    flag = flag or f"--{protocol}"
-    scheme = address[:address.index("://") + 3] if "://" in address else ""
-    other = "rest" if protocol == "grpc" else "grpc"
-    if scheme in _SCHEMES[other]:
-        raise UsageError(f"{flag} {address}: a {scheme} address is {_API[other]}, not {_API[protocol]}; "
-                         f"load it with --{other} {address}, or give {flag} {_FORM[protocol]}")
-    if protocol == "rest" and scheme and scheme not in _SCHEMES[protocol]:
-        raise UsageError(f"{flag} {address}: {_API[protocol]} takes {_FORM[protocol]}")
-    if protocol == "grpc":
-        return address[len(scheme):]
-    return (address if scheme else f"http://{address}").rstrip("/")
+    try:
+        return addresses.server_address(protocol, address)
+    except addresses.AddressError as error:
+        raise UsageError(f"{flag or '--' + protocol}: {error}") from None
 
 
 def grpc_address(address: str, flag: str = "--grpc") -> str:

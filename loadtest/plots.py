@@ -7,42 +7,90 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 if TYPE_CHECKING:  # loadtest.sweep imports this module
     from loadtest.fleet import SimulationResult
     from loadtest.sweep import Series
 
-__all__ = ["plot_throughput_latency", "plot_simulation", "plot_tune_rows"]
+__all__ = ["plot_throughput_latency", "plot_simulation", "plot_tune_rows", "series_name",
+           "throughput_latency_figure"]
+
+
+_API_NAMES = {"grpc": "gRPC", "rest": "REST"}
+_LEVEL_AXES = {"concurrency": "concurrency (requests in flight)", "rate": "offered rate (requests/s)"}
+
+
+def series_name(series: "Series") -> str:
+    """What a reader calls a series: ``digits over gRPC``, with ``, batching on`` where the sweep chose it."""
+    name = f"{series.model} over {_API_NAMES.get(series.protocol, series.protocol)}"
+    return name if series.batching == "running" else f"{name}, batching {series.batching}"
+
+
+def _plain(value: float, _position: object = None) -> str:
+    return f"{value:g}"
 
 
 def plot_throughput_latency(all_series: Sequence["Series"], path: Path, *,
                             title: str = "throughput vs latency") -> Path:
-    """One line per series: x = throughput (req/s), y = p99 (solid) and p50 (dashed) in ms; points labelled by level.
-
-    A ``Figure`` with its own Agg canvas: no pyplot, so no process-wide backend or figure state.
-    """
-    fig = Figure(figsize=(9, 5.5), dpi=110)
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    for index, series in enumerate(all_series):
-        color = f"C{index % 10}"
-        xs = [r.throughput_rps for r in series.levels]
-        ax.plot(xs, [r.p99_ms for r in series.levels], "o-", color=color, label=f"{series.label} p99")
-        ax.plot(xs, [r.p50_ms for r in series.levels], "s--", color=color, alpha=0.6, label=f"{series.label} p50")
-        for r in series.levels:
-            ax.annotate(f"{r.level:g}", (r.throughput_rps, r.p99_ms), textcoords="offset points", xytext=(4, 4),
-                        fontsize=7, color=color)
-    ax.set_xlabel("throughput (successful requests/s)")
-    ax.set_ylabel("latency (ms)")
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    """``throughput_latency_figure`` written to ``path`` as a PNG."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    throughput_latency_figure(all_series, title=title).savefig(path)
     return path
+
+
+def throughput_latency_figure(all_series: Sequence["Series"], *, title: str = "throughput vs latency") -> Figure:
+    """Two panels. Left: x = throughput (req/s), y = p99 (solid) and p50 (dashed) in ms, points labelled by level.
+    Right: throughput against the level, ticked at exactly the measured levels as plain numbers.
+
+    Log axes are labelled with plain numbers (``2``, ``5``, ``10``), never ``2×10^0``. A ``Figure`` with its
+    own Agg canvas: no pyplot, so no process-wide backend or figure state.
+    """
+    fig = Figure(figsize=(12, 5.5), dpi=110)
+    FigureCanvasAgg(fig)
+    latency_ax, level_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    levels: set[float] = set()
+    mode = "concurrency"
+    for index, series in enumerate(all_series):
+        color, name = f"C{index % 10}", series_name(series)
+        xs = [r.throughput_rps for r in series.levels]
+        latency_ax.plot(xs, [r.p99_ms for r in series.levels], "o-", color=color, label=f"{name}: p99")
+        latency_ax.plot(xs, [r.p50_ms for r in series.levels], "s--", color=color, alpha=0.6, label=f"{name}: p50")
+        for r in series.levels:
+            latency_ax.annotate(f"{r.level:g}", (r.throughput_rps, r.p99_ms), textcoords="offset points",
+                                xytext=(5, 5), fontsize=10, color=color)
+        level_ax.plot([r.level for r in series.levels], xs, "o-", color=color, label=name)
+        levels.update(r.level for r in series.levels)
+        mode = next((r.mode for r in series.levels), mode)
+    latency_ax.set_xlabel("throughput (successful requests/s)", fontsize=11)
+    latency_ax.set_ylabel("latency (ms)", fontsize=11)
+    latency_ax.set_yscale("log")
+    latency_ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    latency_ax.yaxis.set_minor_formatter(FuncFormatter(_plain))  # a narrow decade shows 2, 3, 5 in plain numbers
+    latency_ax.set_title(f"latency against throughput (point labels: {mode})", fontsize=11)
+    latency_ax.grid(True, which="both", alpha=0.3)
+    latency_ax.legend(fontsize=9, loc="upper left")
+    _level_axis(level_ax, sorted(levels), mode)
+    for ax in (latency_ax, level_ax):
+        ax.tick_params(labelsize=10)
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+def _level_axis(ax: Any, levels: Sequence[float], mode: str) -> None:
+    """Throughput against the level: a log x axis ticked at the measured levels only, as plain numbers."""
+    if levels and levels[0] > 0 and levels[-1] / levels[0] >= 4:
+        ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(levels))
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(_LEVEL_AXES.get(mode, mode), fontsize=11)
+    ax.set_ylabel("throughput (successful requests/s)", fontsize=11)
+    ax.set_title(f"throughput against {mode}", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=9, loc="upper left")
 
 
 def plot_simulation(result: "SimulationResult", path: Path, *, p99_budget_ms: float, capacity_rps: float) -> Path:

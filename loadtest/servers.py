@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Mapping, Optional, Protocol, Sequence
 
 from loadtest.options import UsageError
-from serving.server.launcher import BatchingSpec, ServerProcess, write_config_files
+from serving.config.files import BatchingSpec, write_config_files
+from serving.server.launcher import ServerProcess
 from serving.stack.docker import Mount, TFServingContainer, run_tf_serving, tfserving_image, tfserving_unavailable
 
 __all__ = ["RunningServer", "DockerServer", "docker_image", "start_server"]

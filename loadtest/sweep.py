@@ -41,7 +41,9 @@ from loadtest.options import (
 )
 from loadtest.payloads import Target, build_payload
 from loadtest.plots import plot_throughput_latency
+from loadtest.preflight import check_level_time, check_served, stack_metrics_url
 from loadtest.servers import RunningServer, start_server
+from serving import addresses
 from serving.config import load_batching_parameters
 from serving.server.launcher import BatchingSpec
 
@@ -313,10 +315,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BatchingParameters text proto for 'on' (default: the server's defaults)")
     server.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
     server.add_argument("--docker", action="store_true", help="start TF Serving in Docker instead (needs an engine)")
-    server.add_argument("--grpc", metavar="HOST:PORT", default=None,
+    server.add_argument("--grpc", metavar="HOST:PORT", default=None, type=addresses.grpc_address,
                         help="a running server's gRPC address (or grpc://HOST:PORT)")
-    server.add_argument("--rest", metavar="URL", default=None, help="a running server's REST URL (http:// or https://)")
-    server.add_argument("--metrics-url", default=None, help="a running server's Prometheus page")
+    server.add_argument("--rest", metavar="URL", default=None, type=addresses.rest_address, help="a running server's REST URL (http:// or https://)")
+    server.add_argument("--metrics-url", default=None,
+                        help="a running server's Prometheus page (default: the stack's, when --grpc/--rest is the "
+                             "address make up recorded in stack.json)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "sweep",
                         help="output directory for reports (default <checkout>/out/sweep)")
     parser.add_argument("--name", default="sweep", help="output file stem (default sweep)")
@@ -348,7 +352,11 @@ def run_sweep(args: argparse.Namespace) -> int:
                              stability_pct=args.stability_pct, max_level_s=args.max_level_time,
                              warmup_s=args.warmup, latency_threshold_ms=args.latency_threshold_ms,
                              max_in_flight=args.max_in_flight)
+    check_level_time(window_s=args.window, stable_windows=args.stable_windows, warmup_s=args.warmup,
+                     max_level_s=args.max_level_time)
     running = bool(args.grpc or args.rest)
+    if running and args.metrics_url is None:
+        args.metrics_url = stack_metrics_url(args.grpc, args.rest)
     targets = targets_from_args(args)
     protocols = (protocols_for(args.protocol, args.grpc, args.rest) if running
                  else parse_protocols(args.protocol or "grpc"))
@@ -360,6 +368,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             if started.cold_start_s is not None:
                 cold_starts[batching] = round(started.cold_start_s, 3)
             for target in targets:
+                for protocol in protocols:
+                    check_served(protocol, server.grpc_target if protocol == "grpc" else server.rest_url, target)
                 payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url)
                 print(f"payload {payload.label}: {payload.source}", flush=True)
                 for protocol in protocols:

@@ -53,6 +53,7 @@ from loadtest import REPO_ROOT, space
 from loadtest.generator import transport_for
 from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Payload, Target, build_payload
+from loadtest.preflight import check_served
 from loadtest.servers import RunningServer, docker_image, start_server
 from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from loadtest.tune_report import write_report
@@ -355,6 +356,8 @@ class _Bench:
     def __enter__(self) -> "_Bench":
         """Start the default config once: the payload is built against it and the default budget measured."""
         with self._server(self.default, "default") as server:
+            check_served(self.args.protocol, server.grpc_target if self.args.protocol == "grpc" else server.rest_url,
+                         self.target.replace(variant=self.default["variant"]))
             payload = self._payload(self.default["variant"], server)
             print(f"payload {payload.label}: {payload.source}", flush=True)
             if self.budget_ms is None:

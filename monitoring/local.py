@@ -22,6 +22,8 @@ from typing import Optional, Sequence
 
 import yaml
 
+from serving.addresses import rest_address
+
 __all__ = ["MONITORING_DIR", "PROMETHEUS_CONFIG", "RULES_DIR", "render_config", "write_config", "build_parser",
            "main"]
 
@@ -88,7 +90,7 @@ def _scrape_target(rest_url: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m monitoring.local", description=__doc__.splitlines()[0])
-    parser.add_argument("--rest", action="append", default=None, metavar="URL",
+    parser.add_argument("--rest", action="append", default=None, metavar="URL", type=rest_address,
                         help="REST URL of a TF Serving (or embedded) server to scrape "
                              "(repeatable; default http://127.0.0.1:8501)")
     parser.add_argument("--dcgm", action="append", default=[], metavar="HOST:PORT",

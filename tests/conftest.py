@@ -16,6 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway import NginxVersion, installed_nginx_version
+from gateway.certs import Credentials, init_secrets, issue_client
+from serving.config.compose import load_compose_model
+from tests.support.compose import CPU, PASSWORD, compose_env
+from tests.support.gateway import BURST_CLIENTS
 from tests.support.models import SMALL_MODELS, cached_export
 
 
@@ -64,6 +69,36 @@ def promtool() -> str:
 def prometheus() -> str:
     """The path of the ``prometheus`` server binary."""
     return _debian_tool("prometheus")
+
+
+# The gateway's parts (the gateway and rollout tests): Debian's nginx, the session's certificates, compose's values.
+@pytest.fixture(scope="session")
+def nginx() -> str:
+    """The path of Debian's ``nginx`` (in /usr/sbin, which a non-root PATH may lack)."""
+    path = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert path, "nginx is not installed: `make debs` installs it (Debian's nginx package; make test runs it)"
+    return path
+
+
+@pytest.fixture(scope="session")
+def nginx_version(nginx) -> NginxVersion:
+    """The host nginx's version: the gateway fixture renders the templates for it."""
+    return installed_nginx_version(nginx)
+
+
+@pytest.fixture(scope="session")
+def gateway_secrets(tmp_path_factory) -> Credentials:
+    creds = init_secrets(tmp_path_factory.mktemp("gateway-secrets"))
+    for name in BURST_CLIENTS:
+        issue_client(creds.directory, name)
+    return creds
+
+
+@pytest.fixture(scope="session")
+def compose_gateway_env() -> dict[str, str]:
+    """The compose ``gateway`` service's environment, as Compose renders it from the files and .env."""
+    model = load_compose_model(CPU, services=["gateway"], env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))
+    return dict(model["services"]["gateway"]["environment"])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-"""Every CLI of the project spells a concept the same way (issue 11, step 5).
+"""Every CLI of the project spells a concept the same way.
 
 A server is ``--grpc HOST:PORT`` / ``--rest URL``, the model repository
 ``--model-repo DIR``, a version ``--version N`` and a version label
@@ -30,7 +30,7 @@ import monitoring.local
 import serving.client.cli
 import serving.config.cli
 import serving.rollout.cli
-import serving.up
+import serving.stack.cli
 from tests.support.servers import REPO_ROOT
 
 
@@ -47,7 +47,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m serving.client": serving.client.cli.build_parser,
     "python -m serving.config": serving.config.cli.build_parser,
     "python -m serving.rollout": serving.rollout.cli.build_parser,
-    "python -m serving.up": serving.up.build_parser,
+    "python -m serving.stack": serving.stack.cli.build_parser,
     "python -m loadtest": loadtest.__main__.build_parser,
     "python -m monitoring.local": monitoring.local.build_parser,
     "python -m benchmarks.batching": benchmarks.batching.build_parser,
@@ -61,7 +61,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m benchmarks.protocols": benchmarks.protocols.build_parser,
     "python examples/train_and_export.py": _example_parser,
 }
-# The spellings issue 11 replaced, for the same concepts.
+# The older spellings of the same concepts, which no CLI may take again.
 FORBIDDEN = {"--target", "--host", "--tfserving", "--grpc-target", "--rest-url", "--grpc-port", "--rest-port",
              "--models-dir", "--model-version", "--version-label"}
 # ``--protocol`` chooses the API(s) a sweep or the tuner measures; it names no server there.
@@ -95,7 +95,7 @@ def test_a_server_is_named_by_grpc_and_rest_with_their_metavars():
     servers = [(cli, action) for cli, action in _options() if {"--grpc", "--rest"} & set(action.option_strings)]
     assert {cli for cli, _ in servers} >= {"python -m serving.client", "python -m serving.rollout status",
                                            "python -m loadtest run", "python -m loadtest sweep",
-                                           "python -m monitoring.local", "python -m serving.up"}
+                                           "python -m monitoring.local", "python -m serving.stack up"}
     for cli, action in servers:
         assert action.metavar == ("HOST:PORT" if "--grpc" in action.option_strings else "URL"), cli
 

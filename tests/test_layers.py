@@ -3,19 +3,25 @@
 Only top-level imports count for the graph (those in ``if TYPE_CHECKING:``
 blocks do not: they never run); function-local imports are left to TensorFlow
 and ``tensorflow_serving``, so the top of a module shows what it depends on.
+
+``DIAGRAM`` is the layer diagram of ``docs/architecture.md``, box by box:
+every project module sits in exactly one box, and a box imports only boxes on
+rows below it (inside the server, only the server's lower rows and the rows
+below the server; never the exporter beside it).
 """
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks", "deploy")
+SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks", "deploy", "gateway")
 
 # The granularity of the graph: a module belongs to the longest of these that prefixes it;
-# any other module is a node of its own (e.g. serving.up). The modules at the root of
+# any other module is a node of its own (e.g. serving.stack.cli). The modules at the root of
 # serving.server are nodes of their own too: the composition root (server, main) imports
 # every folder of the server, and the folders import the neutral root modules (metrics,
 # deadline, flags), which is one way, though one node for the root would make it a cycle.
@@ -24,9 +30,66 @@ UNITS = (
     "serving.server.core", "serving.server.tensorflow", "serving.server.batching", "serving.server.frontends",
     "serving.server",
     "serving.status", "serving.wire", "serving.model_repo",
-    "exporter", "loadtest", "monitoring", "benchmarks", "deploy", "tests",
+    "exporter", "loadtest", "monitoring", "benchmarks", "deploy", "gateway", "tests",
 )
 SERVER_ROOT = "serving.server"
+
+Box = tuple[str, ...]   # modules and packages (with everything under them) drawn as one box
+SERVER_ROWS: tuple[tuple[Box, ...], ...] = (
+    (("serving.server.main", "serving.server.server", "serving.server.__main__", "serving.server"),),
+    (("serving.server.frontends",),),
+    (("serving.server.batching",),),
+    (("serving.server.tensorflow",),),
+    (("serving.server.core",),),
+    (("serving.server.flags", "serving.server.metrics", "serving.server.deadline", "serving.server.launcher",
+      "serving.server.admission", "serving.server.collector", "serving.server.descriptors",
+      "serving.server.logs", "serving.server.memory"),),
+)
+"""The server's column of the diagram, top to bottom: composition root, frontends/, batching/, tensorflow/,
+core/, the root modules."""
+DIAGRAM: tuple[tuple[Box, ...], ...] = (
+    (("benchmarks",),),
+    (("loadtest",), ("monitoring",), ("deploy",), ("serving.rollout",)),
+    (("serving.stack", "serving.up"),),
+    (("gateway",),),
+    (("exporter",), ("serving.server.*",)),   # the exporter beside the server's column (SERVER_ROWS)
+    (("serving.config",),),
+    (("serving.client",),),
+    (("serving.codec",),),
+    (("serving.model_repo",),),
+    (("serving.status",), ("serving.wire",), ("serving",)),
+)
+"""``docs/architecture.md``'s layer diagram, top to bottom: each row holds boxes side by side."""
+
+
+def box_positions() -> dict[Box, tuple[int, int]]:
+    """Each box's (row, server row) in ``DIAGRAM``; server row -1 outside the server's column."""
+    positions: dict[Box, tuple[int, int]] = {}
+    for row, boxes in enumerate(DIAGRAM):
+        for box in boxes:
+            if box == ("serving.server.*",):
+                positions.update({b: (row, sub) for sub, sub_boxes in enumerate(SERVER_ROWS) for b in sub_boxes})
+            else:
+                positions[box] = (row, -1)
+    return positions
+
+
+def box_of(module: str, positions: dict[Box, tuple[int, int]]) -> Box | None:
+    """The box ``module`` is drawn in: the one naming the longest prefix of it; None if no box does."""
+    best: tuple[int, Box | None] = (-1, None)
+    for box in positions:
+        for name in box:
+            if (module == name or module.startswith(name + ".")) and len(name) > best[0]:
+                best = (len(name), box)
+    return best[1]
+
+
+def may_import(importer: Box, imported: Box, positions: dict[Box, tuple[int, int]]) -> bool:
+    """The diagram's rule: a lower row; inside the server's column, a lower server row."""
+    (row, sub), (other_row, other_sub) = positions[importer], positions[imported]
+    if importer == imported or other_row > row:
+        return True
+    return row == other_row and sub >= 0 and other_sub > sub
 
 
 def _module_name(path: Path) -> str:
@@ -90,8 +153,9 @@ def _imports(path: Path, module: str, nodes: Iterator[ast.AST]) -> Iterator[str]
                 yield name
 
 
+@functools.lru_cache(maxsize=1)
 def package_graph() -> dict[str, dict[str, list[str]]]:
-    """``{unit: {imported unit: [module that imports it, ...]}}`` from top-level imports."""
+    """``{unit: {imported unit: [module that imports it, ...]}}`` from top-level imports (read once)."""
     graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for top in SOURCE_PACKAGES:
         for module, path in _sources(top):
@@ -160,3 +224,60 @@ def test_benchmarks_import_nothing_from_tests():
              for name in _imports(path, module, ast.walk(ast.parse(path.read_text())))
              if name == "tests" or name.startswith("tests.")]
     assert found == []
+
+
+def layer_violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Every import of ``graph`` that goes up or sideways in ``DIAGRAM``, or from or to a module it lacks."""
+    positions = box_positions()
+    found = []
+    for source in sorted(graph):
+        for target, why in sorted(graph[source].items()):
+            for line in why:
+                importer, imported = line.split(" imports ")
+                a, b = box_of(importer, positions), box_of(imported, positions)
+                if a is None or b is None:
+                    found.append(f"{line}: {importer if a is None else imported} is in no box of DIAGRAM")
+                elif not may_import(a, b, positions):
+                    found.append(f"{line}: {a[0]} may not import {b[0]} (not below it in the diagram)")
+    return found
+
+
+def test_every_import_goes_down_the_documented_layer_diagram():
+    assert layer_violations(package_graph()) == []
+
+
+def test_every_project_module_is_drawn_in_the_diagram():
+    positions = box_positions()
+    assert [m for top in SOURCE_PACKAGES for m, _ in _sources(top) if box_of(m, positions) is None] == []
+
+
+def frontend_violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """The diagram's "grpc, rest -> dataplane": inside frontends/, only the data plane reaches the server's
+    lower folders (tensorflow/, batching/, core/); the wire front-ends go through it."""
+    lower = ("serving.server.tensorflow", "serving.server.batching", "serving.server.core")
+    return [line for target in lower for line in graph.get("serving.server.frontends", {}).get(target, [])
+            if not line.startswith("serving.server.frontends.dataplane imports ")]
+
+
+def test_the_wire_front_ends_reach_the_model_only_through_the_data_plane():
+    assert frontend_violations(package_graph()) == []
+    assert frontend_violations({"serving.server.frontends": {"serving.server.tensorflow": [
+        "serving.server.frontends.grpc imports serving.server.tensorflow.inference"]}}) != []
+
+
+def test_the_diagram_refuses_what_the_docs_forbid():
+    """The rule itself, on imports the tree must never have."""
+    graph = {
+        "serving.server.core": {"serving.server.tensorflow": ["serving.server.core.manager imports "
+                                                              "serving.server.tensorflow.loader"]},
+        "serving.server.batching": {"serving.server.frontends": ["serving.server.batching.queue imports "
+                                                                 "serving.server.frontends.dataplane"]},
+        "serving.server.tensorflow": {"serving.server.batching": ["serving.server.tensorflow.loader imports "
+                                                                  "serving.server.batching.queue"]},
+        "exporter": {"serving.server.core": ["exporter.export imports serving.server.core.manager"]},
+        "serving.codec": {"serving.client": ["serving.codec._rest imports serving.client._types"]},
+        "loadtest": {"benchmarks": ["loadtest.run imports benchmarks.server"]},
+    }
+    assert len(layer_violations(graph)) == 6
+    assert layer_violations({"serving.server.frontends": {"serving.server.core": [
+        "serving.server.frontends.dataplane imports serving.server.core.state"]}}) == []

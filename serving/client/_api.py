@@ -48,6 +48,11 @@ class ClientApi:
                 timeout: Optional[float] = None) -> dict[str, np.ndarray]:
         """Run the model: ``{output name: array}`` with the signature's dtypes.
 
+        ``inputs`` (numpy arrays, or Python lists and scalars) are cast to the
+        signature's dtypes where that keeps every value, and refused with
+        ``errors.InvalidArgument`` before anything is sent otherwise
+        (``codec.cast_to_spec``): the same answers and the same refusals from
+        all four clients. The signature comes from one cached metadata call.
         A bare array is sent as the signature's only input. Arrays decoded
         from gRPC are read-only; from a response of 64 KiB or more they share
         its buffer (``codec._wire.ZERO_COPY_BYTES``).

@@ -1,7 +1,9 @@
 """gRPC requests and answers (TF Serving's messages, as the SDK's wire schema declares them)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+import time
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Optional, Sequence
 from typing import Protocol as TypingProtocol
 
 import grpc
@@ -9,6 +11,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from serving import codec, status
+from serving.client._hints import with_hint
 from serving.client._protocol import (
     ApiGen,
     Call,
@@ -23,7 +26,14 @@ from serving.client._types import ModelMetadata, VersionStatus
 from serving.wire import methods
 from serving.wire import serving_apis_pb2 as apis
 
-__all__ = ["GrpcProtocol", "RpcStatus", "model_spec", "error_from_rpc", "config_message"]
+__all__ = ["GrpcProtocol", "RpcStatus", "model_spec", "error_from_rpc", "config_message", "DEFAULT_LABEL"]
+
+# The label an inference or metadata call names when the caller names neither a version nor a label: TF
+# Serving would answer with the latest version, which is the canary's while one is loaded. A model without
+# this label is called unlabeled instead, remembered for UNLABELED_TTL_S (then asked again: a rollout may
+# have added the label).
+DEFAULT_LABEL = "stable"
+UNLABELED_TTL_S = 60.0
 
 
 def model_spec(ref: ModelRef, signature: Optional[str] = None) -> apis.ModelSpec:
@@ -45,9 +55,9 @@ class RpcStatus(TypingProtocol):
 
 
 def error_from_rpc(exc: RpcStatus) -> status.ServingError:
-    """The SDK exception for a ``grpc.RpcError`` (sync or aio): same code, server's details."""
+    """The SDK exception for a ``grpc.RpcError`` (sync or aio): same code, server's details (and ``with_hint``'s)."""
     code = status.from_grpc_status(exc.code())
-    return status.error_for(code, exc.details() or "")
+    return with_hint(status.error_for(code, exc.details() or ""))
 
 
 def config_message(config: ModelServerConfigLike) -> apis.ModelServerConfig:
@@ -76,6 +86,32 @@ def _fill_input(input_proto: apis.Input, examples: Examples, context: Optional[M
 class GrpcProtocol(Protocol):
     """Builds TF Serving gRPC calls; bodies are serialized messages."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._unlabeled: dict[str, float] = {}  # model -> monotonic time until which it is called unlabeled
+
+    def addressed(self, ref: ModelRef, build: Callable[[ModelRef], Call]) -> ApiGen[bytes]:
+        """Send ``build(ref)``, with :data:`DEFAULT_LABEL` when ``ref`` names neither version nor label.
+
+        A server without that label for the model answers INVALID_ARGUMENT "Unrecognized servable
+        version label: stable" (TF Serving's words): the call is sent again unlabeled, and so are the
+        model's calls for :data:`UNLABELED_TTL_S`.
+        """
+        if ref.version is not None or ref.label is not None or self._unlabeled.get(ref.name, 0.0) > time.monotonic():
+            return (yield from self.inference(ref, build(ref)))
+        try:
+            return (yield from self.inference(ref, build(replace(ref, label=DEFAULT_LABEL))))
+        except status.InvalidArgument as exc:
+            if exc.details != f"Unrecognized servable version label: {DEFAULT_LABEL}":
+                raise
+        self._unlabeled[ref.name] = time.monotonic() + UNLABELED_TTL_S
+        return (yield from self.inference(ref, build(ref)))
+
+    def metadata(self, ref: ModelRef) -> ApiGen[ModelMetadata]:
+        meta = self.parse_metadata((yield from self.addressed(ref, self.metadata_call)))
+        self._metadata_cache[ref] = meta
+        return meta
+
     def metadata_call(self, ref: ModelRef) -> Call:
         request = apis.GetModelMetadataRequest(model_spec=model_spec(ref), metadata_field=["signature_def"])
         return Call(methods.GET_MODEL_METADATA, request.SerializeToString())
@@ -93,23 +129,31 @@ class GrpcProtocol(Protocol):
     def predict(self, ref: ModelRef, inputs: Inputs, signature: Optional[str],
                 output_filter: Optional[Sequence[str]]) -> ApiGen[dict[str, np.ndarray]]:
         named = yield from self.named_inputs(ref, inputs, signature)
-        body = codec.encode_predict_request(ref.name, named, version=ref.version, version_label=ref.label,
-                                            signature_name=signature, output_filter=output_filter or ())
-        answer = yield from self.inference(ref, Call(methods.PREDICT, body))
+        answer = yield from self.addressed(ref, lambda to: Call(methods.PREDICT, codec.encode_predict_request(
+            to.name, named, version=to.version, version_label=to.label, signature_name=signature,
+            output_filter=output_filter or ())))
         return codec.decode_predict_response(answer)
 
     def classify(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
                  signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
-        request = apis.ClassificationRequest(model_spec=model_spec(ref, signature))
+        request = apis.ClassificationRequest()
         _fill_input(request.input, examples, context)
-        answer = yield Call(methods.CLASSIFY, request.SerializeToString())
+
+        def build(to: ModelRef) -> Call:
+            request.model_spec.CopyFrom(model_spec(to, signature))
+            return Call(methods.CLASSIFY, request.SerializeToString())
+        answer = yield from self.addressed(ref, build)
         return codec.classification_result_to_list(apis.ClassificationResponse.FromString(answer).result)
 
     def regress(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
                 signature: Optional[str]) -> ApiGen[np.ndarray]:
-        request = apis.RegressionRequest(model_spec=model_spec(ref, signature))
+        request = apis.RegressionRequest()
         _fill_input(request.input, examples, context)
-        answer = yield Call(methods.REGRESS, request.SerializeToString())
+
+        def build(to: ModelRef) -> Call:
+            request.model_spec.CopyFrom(model_spec(to, signature))
+            return Call(methods.REGRESS, request.SerializeToString())
+        answer = yield from self.addressed(ref, build)
         return codec.regression_result_to_array(apis.RegressionResponse.FromString(answer).result)
 
     def status(self, ref: ModelRef) -> ApiGen[list[VersionStatus]]:

@@ -3,8 +3,8 @@
 Each API method is a generator: it yields the transport calls it needs
 (``Call`` values, built by a transport's ``Protocol``) and receives their raw
 answers, then returns the SDK's value. Drivers in the client classes do the
-I/O; so request building, response decoding, the signature cache, and
-naming a bare input are written once.
+I/O; so request building, response decoding, the signature cache, naming a
+bare input and casting inputs to the signature's dtypes are written once.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from numpy.typing import ArrayLike
 
 from serving import codec, status
 from serving.client._types import ModelMetadata
-from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec
+from serving.codec import DEFAULT_SIGNATURE, Signature
 
 __all__ = ["Call", "Protocol", "ApiGen", "Inputs", "Examples", "ModelServerConfigLike", "ModelRef",
-           "examples_list", "finish", "afinish"]
+           "cast_inputs", "examples_list", "finish", "afinish"]
 
 T = TypeVar("T")
 
@@ -86,52 +86,69 @@ class Protocol:
         self._metadata_cache[ref] = meta
         return meta
 
-    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen[Signature]:
-        """The signature ``name`` (default ``serving_default``), from cache or a metadata call."""
+    def signature(self, ref: ModelRef, name: Optional[str]) -> ApiGen[Optional[Signature]]:
+        """The signature ``name`` (default ``serving_default``), from cache or a metadata call; None if absent.
+
+        An absent signature is the server's to refuse: TF Serving answers it
+        differently on each wire (gRPC FAILED_PRECONDITION, REST INVALID_ARGUMENT).
+        """
         meta = self._metadata_cache.get(ref)
         if meta is None:
             meta = yield from self.metadata(ref)
-        key = name or DEFAULT_SIGNATURE
-        if key not in meta.signatures:
-            raise status.InvalidArgument(f'Serving signature name: "{key}" not found in signature def')
-        return meta.signatures[key]
+        return meta.signatures.get(name or DEFAULT_SIGNATURE)
 
     def forget(self, ref: ModelRef) -> None:
         """Drop cached metadata of ``ref``."""
         self._metadata_cache.pop(ref, None)
 
     def inference(self, ref: ModelRef, call: Call) -> ApiGen[bytes]:
-        """Yield an inference ``call``; a failure drops ``ref``'s cached metadata (it may be stale)."""
+        """Yield an inference ``call``; a refusal drops ``ref``'s cached metadata (it may be stale).
+
+        Transient failures (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
+        ...) keep it: they say nothing of the signature, and dropping it would
+        add a metadata call to every failed request of an overloaded server.
+        """
         try:
             return (yield call)
-        except status.ServingError:
-            self.forget(ref)
+        except status.ServingError as error:
+            if error.code in _STALE_SIGNATURE_CODES:
+                self.forget(ref)
             raise
 
     def named_inputs(self, ref: ModelRef, inputs: Inputs, signature: Optional[str]) -> ApiGen[dict[str, np.ndarray]]:
-        """``inputs`` as a dict of arrays, typed by the signature where the caller left it open.
+        """``inputs`` as a dict of arrays of the signature's dtypes: the one input contract of every client.
 
-        numpy arrays are sent as they are. A bare value gets the signature's
-        only input name; Python lists and scalars take the signature's dtypes
-        (as TF Serving's REST API types JSON), so they mean the same over gRPC.
+        The signature comes from ``GetModelMetadata`` (cached per model
+        reference: name and version or label; one call holds every signature).
+        A bare value gets the signature's only input name. Every value, numpy
+        or Python, goes through ``codec.cast_to_spec``: cast where that keeps
+        it (float64 -> float32 within range, ints within range, str -> bytes),
+        refused before anything is sent otherwise. Names the signature lacks
+        are sent as they are, for the server to refuse, and so are all inputs
+        to a signature the model lacks.
         """
-        if isinstance(inputs, Mapping) and all(isinstance(v, np.ndarray) for v in inputs.values()):
-            return dict(inputs)
-        sig: Signature = yield from self.signature(ref, signature)
+        sig = yield from self.signature(ref, signature)
+        return cast_inputs(sig, inputs, signature)
+
+
+def cast_inputs(sig: Optional[Signature], inputs: Inputs, name: Optional[str] = None) -> dict[str, np.ndarray]:
+    """``inputs`` named and cast to ``sig``'s dtypes (see ``Protocol.named_inputs``); ``sig`` None
+    (the model lacks signature ``name``) leaves them as they are, for the server to refuse."""
+    if sig is None:
         if not isinstance(inputs, Mapping):
-            if len(sig.inputs) != 1:
-                raise status.InvalidArgument(
-                    f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
-            inputs = {next(iter(sig.inputs)): inputs}
-        return {name: _typed(value, sig.inputs.get(name)) for name, value in inputs.items()}
+            raise status.InvalidArgument(
+                f'Serving signature name: "{name or DEFAULT_SIGNATURE}" not found in signature def')
+        return {key: codec.cast_to_spec(key, value, None) for key, value in inputs.items()}
+    if not isinstance(inputs, Mapping):
+        if len(sig.inputs) != 1:
+            raise status.InvalidArgument(
+                f"signature {sig.name} has inputs {sorted(sig.inputs)}; pass a dict of arrays")
+        inputs = {next(iter(sig.inputs)): inputs}
+    return {name: codec.cast_to_spec(name, value, sig.inputs.get(name)) for name, value in inputs.items()}
 
 
-def _typed(value: ArrayLike, spec: Optional[TensorSpec]) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value
-    if spec is None or not spec.dtype_supported:
-        return np.asarray(value)
-    return codec.json_to_array(value, spec.dtype)
+_STALE_SIGNATURE_CODES = frozenset({status.Code.INVALID_ARGUMENT, status.Code.NOT_FOUND,
+                                    status.Code.FAILED_PRECONDITION})
 
 
 def examples_list(examples: Examples) -> Sequence[Mapping[str, Any]]:

@@ -98,8 +98,8 @@ class RestClient(SyncTransport):
     """TF Serving over its REST API (``/v1/models/...``).
 
     Connections are pooled (``max_connections``) and kept alive. Predict
-    casts outputs to the signature's dtypes from cached metadata
-    (``cast_outputs``), so results equal the gRPC client's. TF Serving's REST
+    casts inputs, and outputs (``cast_outputs``), to the signature's dtypes
+    from cached metadata, so results and refusals equal the gRPC client's. TF Serving's REST
     API has no output filter (outputs are dropped client-side) and no
     ReloadConfig (``Unimplemented``).
 

@@ -9,6 +9,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from serving import codec, status
+from serving.client._hints import with_hint
 from serving.client._protocol import (
     ApiGen,
     Call,
@@ -17,6 +18,7 @@ from serving.client._protocol import (
     ModelRef,
     ModelServerConfigLike,
     Protocol,
+    cast_inputs,
     examples_list,
 )
 from serving.client._types import ModelMetadata, VersionStatus
@@ -46,6 +48,7 @@ def error_from_http(status_code: int, body: bytes) -> status.ServingError:
     The code is the one the HTTP status stands for (``status.from_http_status``):
     TF Serving sends nothing else, so codes that share a status (400 is
     INVALID_ARGUMENT, FAILED_PRECONDITION and OUT_OF_RANGE) read as the most common.
+    The details are the server's message, followed by ``with_hint``'s where it has one.
     """
     code = status.from_http_status(status_code)
     try:
@@ -53,7 +56,7 @@ def error_from_http(status_code: int, body: bytes) -> status.ServingError:
         details = doc["error"] if isinstance(doc, dict) and "error" in doc else body.decode("utf-8", "replace")
     except status.InvalidArgument:
         details = body.decode("utf-8", "replace") or f"HTTP {status_code}"
-    return status.error_for(code, str(details))
+    return with_hint(status.error_for(code, str(details)))
 
 
 def _parse(message: M, doc: Optional[Mapping[str, Any]]) -> M:
@@ -66,8 +69,9 @@ def _parse(message: M, doc: Optional[Mapping[str, Any]]) -> M:
 class RestProtocol(Protocol):
     """Builds TF Serving REST calls; answers are 2xx bodies.
 
-    ``cast_outputs``: fetch (once per model reference) the signature and cast
-    Predict outputs to its dtypes, so results equal the gRPC client's.
+    Predict takes its inputs' dtypes from the signature (``named_inputs``,
+    one metadata call per model reference); ``cast_outputs`` casts outputs to
+    the signature's dtypes too, so results equal the gRPC client's.
     """
 
     def __init__(self, *, cast_outputs: bool = True) -> None:
@@ -86,14 +90,14 @@ class RestProtocol(Protocol):
 
     def predict(self, ref: ModelRef, inputs: Inputs, signature: Optional[str],
                 output_filter: Optional[Sequence[str]]) -> ApiGen[dict[str, np.ndarray]]:
-        sig: Optional[Signature] = None
-        if self.cast_outputs:
-            sig = yield from self.signature(ref, signature)
-        body = codec.inputs_to_rest_request(inputs, signature_name=signature, row_format=False)
+        sig: Optional[Signature] = yield from self.signature(ref, signature)
+        body = codec.inputs_to_rest_request(cast_inputs(sig, inputs, signature), signature_name=signature,
+                                            row_format=False)
         answer = yield from self.inference(ref, Call("POST", body, path=model_path(ref) + ":predict"))
-        names = list(sig.outputs) if sig else []
-        dtypes = {name: spec.dtype for name, spec in sig.outputs.items() if spec.dtype_supported} if sig else {}
-        outputs = codec.rest_response_to_outputs(answer, output_names=names, output_dtypes=dtypes)
+        specs = sig.outputs if sig else {}
+        dtypes = ({name: spec.dtype for name, spec in specs.items() if spec.dtype_supported}
+                  if self.cast_outputs else {})
+        outputs = codec.rest_response_to_outputs(answer, output_names=list(specs), output_dtypes=dtypes)
         if output_filter:  # TF Serving's REST API has no output filter: drop the rest here
             missing = [name for name in output_filter if name not in outputs]
             if missing:

@@ -19,6 +19,8 @@ This package is the one public codec; the implementation lives in
   straight to numpy) + ``rest_request_to_inputs`` / ``outputs_to_rest_response`` (server),
   ``inputs_to_rest_request`` / ``rest_response_to_outputs`` (client), and one
   tensor's JSON value: ``json_to_array`` / ``array_to_json``;
+- casting a caller's value to a signature input's dtype before it is sent, where
+  that keeps the value (the SDK's one input contract): ``cast_to_spec``;
 - tf.Example: ``example_from_dict`` / ``example_to_dict``; REST Classify/Regress:
   ``rest_request_to_input``, ``classification_result_to_rest``,
   ``regression_result_to_rest`` (server), ``examples_to_rest_request``,
@@ -32,6 +34,10 @@ This package is the one public codec; the implementation lives in
   manifest by ``to_json`` / ``from_json``; ``DEFAULT_SIGNATURE``
   (``"serving_default"``) and the method names ``PREDICT_METHOD_NAME``,
   ``CLASSIFY_METHOD_NAME``, ``REGRESS_METHOD_NAME``.
+- metadata and status: ``ModelMetadata`` (a ``GetModelMetadata`` answer: model,
+  version, ``Signature``s and the ``SignatureDef`` protos), ``VersionStatus``
+  (one ``GetModelStatus`` entry) and its ``VersionState`` (the proto's states,
+  by name, with ``.number``); the one type of each for the server and the SDK.
 
 - samples without a manifest: ``synthesize_inputs(signature, batch_size, shapes=)``
   (by dtype, seeded), ``load_inputs(path, signature)`` (``.npz`` or a REST Predict
@@ -41,11 +47,13 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
+from serving.codec._cast import cast_to_spec
 from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
 from serving.codec._example import example_from_dict, example_to_dict
 from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
 from serving.codec._json_tensor import array_to_json, json_to_array
 from serving.codec._limits import ElementBudget
+from serving.codec._metadata import ModelMetadata, VersionState, VersionStatus
 from serving.codec._rest import (
     BYTES_SUFFIX,
     inputs_to_rest_request,
@@ -98,6 +106,7 @@ __all__ = [
     "json_dumps",
     "json_to_array",
     "array_to_json",
+    "cast_to_spec",
     "BYTES_SUFFIX",
     "rest_request_loads",
     "rest_request_to_inputs",
@@ -119,6 +128,9 @@ __all__ = [
     "REGRESS_METHOD_NAME",
     "TensorSpec",
     "Signature",
+    "ModelMetadata",
+    "VersionState",
+    "VersionStatus",
     "synthesize_inputs",
     "load_inputs",
     "parse_shape",

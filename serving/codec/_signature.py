@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 import numpy as np
 
 from serving.codec._dtypes import dtype_from_enum, dtype_from_name, enum_from_dtype
+from serving.wire.serving_apis_pb2 import DataType
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -84,8 +85,13 @@ class TensorSpec:
     """One input or output of a signature.
 
     ``dtype`` is a numpy dtype: ``object`` for DT_STRING, and also for a
-    DataType the codec's dtype table lacks (DT_RESOURCE, DT_COMPLEX64, ...;
-    ``dtype_supported`` is False then and the wire cannot carry the tensor).
+    DataType the codec's dtype table lacks (DT_INVALID, DT_RESOURCE,
+    DT_COMPLEX64, ...; ``dtype_supported`` is False then and the wire cannot
+    carry the tensor). ``dtype_name`` tells them apart: it is TensorFlow's
+    name of ``dtype_enum`` either way. The ``__saved_model_init_op``
+    signature's output (a graph op, no tensor) is DT_INVALID on both of TF
+    Serving's wires: gRPC leaves ``TensorInfo.dtype`` at its default 0, REST
+    metadata prints ``"dtype": "DT_INVALID"``; both decode to this same spec.
     ``shape`` uses None for an unknown (-1) dimension and is None itself for
     an unknown rank. ``tensor_name`` is the graph tensor
     (``"serving_default_x:0"``). ``dtype_enum`` is the TF ``DataType`` number;
@@ -128,9 +134,13 @@ class TensorSpec:
 
     @property
     def dtype_name(self) -> str:
-        """TensorFlow's name of the dtype, ``"DT_FLOAT"``; ``"DataType N"`` if the table lacks it."""
+        """TensorFlow's name of the dtype: ``"DT_FLOAT"``, ``"DT_INVALID"``; ``"DataType N"`` for a number TF lacks."""
         try:
             return dtype_from_enum(self.dtype_enum).name
+        except ValueError:
+            pass
+        try:
+            return DataType.Name(self.dtype_enum)
         except ValueError:
             return f"DataType {self.dtype_enum}"
 
@@ -166,7 +176,14 @@ class TensorSpec:
 
 def _dtype_enum_from_name(name: str) -> int:
     match = _UNKNOWN_DTYPE_NAME.fullmatch(name)
-    return int(match.group(1)) if match else dtype_from_name(name).enum
+    if match:
+        return int(match.group(1))
+    try:
+        return dtype_from_name(name).enum
+    except ValueError:
+        if name in DataType.keys():
+            return DataType.Value(name)
+        raise
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 
 from google.protobuf.message import Message
 
+from serving.addresses import grpc_address
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters, check_monitoring_config, check_warmup_fits
 from serving.config.edit import VersionPolicy, add_steps, find_entry, model_entry, parse_labels, remove_steps
@@ -246,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_target_options(p)
     for p in (add, remove):
         p.add_argument("name", metavar="NAME", help="the model's name, as clients call it")
-        p.add_argument("--grpc", metavar="HOST:PORT", default=None,
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None, type=grpc_address,
                        help="the server to push to (default: the stack's, else 127.0.0.1:8500)")
         p.add_argument("--timeout", type=float, default=600.0,
                        help="seconds to wait for the versions to load (default: 600)")

@@ -88,7 +88,8 @@ class StackState:
     paths are host paths). ``removed`` are models ``serving.config remove``
     took out (``make up`` does not add them back from the repository);
     ``exporting`` are zoo models a start is still exporting (the next start
-    finishes them).
+    finishes them). A compose backend also records its ``compose_files``,
+    ``compose_profiles`` and ``compose_project``, which ``make down`` stops.
     """
 
     backend: str
@@ -102,10 +103,16 @@ class StackState:
     pid: Optional[int] = None
     root_certificates: Optional[Path] = None
     admin_key_file: Optional[Path] = None
+    compose_files: tuple[Path, ...] = ()
+    compose_profiles: tuple[str, ...] = ()
+    compose_project: str = ""
 
     def to_json(self) -> dict:
-        optional = {k: str(v) for k, v in (("root_certificates", self.root_certificates),
-                                           ("admin_key_file", self.admin_key_file)) if v is not None}
+        optional: dict[str, object] = {k: str(v) for k, v in (("root_certificates", self.root_certificates),
+                                                              ("admin_key_file", self.admin_key_file)) if v is not None}
+        if self.compose_files:
+            optional.update(compose_files=[str(f) for f in self.compose_files],
+                            compose_profiles=list(self.compose_profiles), compose_project=self.compose_project)
         return {"backend": self.backend, "models_config": str(self.models_config), "grpc": self.grpc,
                 "rest": self.rest, "model_repo": str(self.model_repo),
                 "mounts": {k: str(v) for k, v in self.mounts.items()},
@@ -119,7 +126,10 @@ class StackState:
                    removed=tuple(doc.get("removed") or ()), exporting=tuple(doc.get("exporting") or ()),
                    pid=doc.get("pid"),
                    root_certificates=Path(doc["root_certificates"]) if doc.get("root_certificates") else None,
-                   admin_key_file=Path(doc["admin_key_file"]) if doc.get("admin_key_file") else None)
+                   admin_key_file=Path(doc["admin_key_file"]) if doc.get("admin_key_file") else None,
+                   compose_files=tuple(Path(f) for f in doc.get("compose_files") or ()),
+                   compose_profiles=tuple(doc.get("compose_profiles") or ()),
+                   compose_project=doc.get("compose_project") or "")
 
     def replace(self, **changes: object) -> "StackState":
         return dataclasses.replace(self, **changes)

@@ -24,14 +24,26 @@ NAME``. Default paths are anchored on the checkout, not the current directory.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from serving import status
+from serving.addresses import grpc_address, rest_address
+from serving.client import GrpcClient, RestClient
 from serving.config.reload import Reloader, ReloadError, version_states
-from serving.config.stack import DEFAULT_WORK_DIR, REPO_ROOT, ServedConfig, served_config, stack_model_repo
-from serving.rollout import kubernetes
+from serving.config.stack import (
+    DEFAULT_WORK_DIR,
+    REPO_ROOT,
+    STATE_FILE,
+    ServedConfig,
+    read_state,
+    served_config,
+    stack_model_repo,
+)
+from serving.rollout import analyze, auto, kubernetes, traffic
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -99,6 +111,18 @@ def _check_paths(served: ServedConfig, configs: Sequence[ModelServerConfig]) -> 
                            f"have: {'; '.join(problems)}{hint}")
 
 
+def _routes(args: argparse.Namespace) -> traffic.TrafficRoutes:
+    """The gateway (or Kubernetes routes) ``--gateway`` names; ``auto``: compose's when make up started
+    a compose stack, else none."""
+    kind = args.gateway
+    if kind == "auto":
+        state = read_state(Path(args.work_dir) / STATE_FILE)
+        kind = "compose" if state is not None and state.backend.startswith("compose") else "none"
+    objects = _k8s_objects(args) if kind == "k8s" else ()
+    return traffic.routes_for(kind, nginx_conf=args.nginx_conf, nginx=args.nginx, k8s_objects=objects,
+                              **(_k8s_backends(args) if kind == "k8s" else {}))
+
+
 def _move(args: argparse.Namespace) -> int:
     served = _served(args)
     config = served.load()
@@ -106,14 +130,29 @@ def _move(args: argparse.Namespace) -> int:
     _check_versions_exist(served, config, args.model, labels)
     steps = plan_label_move(config, args.model, labels)
     _check_paths(served, [config, *(step.config for step in steps)])
+    routes = _routes(args) if args.command in ("canary", "promote", "rollback") else None
+    weight = getattr(args, "weight", 0.0)
     if args.dry_run:
         for step in steps:
             print(f"would {step.description}")
+        if routes is not None and not isinstance(routes, traffic.NoGateway):
+            print(f"would route {weight:g}% of unlabeled traffic to canary ({routes.describe()})"
+                  if args.command == "canary" else f"would remove the canary routes ({routes.describe()})")
         return 0
+    if routes is not None and args.command in ("canary", "rollback"):
+        # Unlabeled requests onto `stable` before a new version is loaded (TF Serving would give them the
+        # latest), and off the canary before its version goes.
+        routes.set_weight(args.model, 0)
     with served.connect() as client:
         Reloader(client, write=None if args.no_write_back else served.write,
                  wait_timeout=args.timeout).apply(args.model, steps)
-    print(f"{args.model}: labels {dict(sorted(labels.items()))}")
+    if routes is not None:
+        if args.command == "canary":
+            routes.set_weight(args.model, weight)
+        else:
+            routes.clear(args.model)  # one version serves every label again: no route needed
+    print(f"{args.model}: labels {dict(sorted(labels.items()))}"
+          + (f", {weight:g}% of unlabeled traffic on canary ({routes.describe()})" if args.command == "canary" else ""))
     return 0
 
 
@@ -128,15 +167,133 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace, served: Optional[ServedConfig], grpc: Optional[str],
+            rest: Optional[str]) -> Union[GrpcClient, RestClient]:
+    credentials = {"root_certificates": args.root_certificates, "api_key": args.api_key}
+    if rest:
+        return RestClient(rest, timeout=args.request_timeout, **credentials)
+    if grpc:
+        return GrpcClient(grpc, timeout=args.request_timeout, **credentials)
+    assert served is not None
+    return served.connect()  # the stack's server, with the gateway's CA and admin key when there is one
+
+
+def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optional[dict]], analyze.Report]:
+    """One analysis run per call (the SDK's clients stay open for the command's life)."""
+    entry = find_model(served.load(), args.model)
+    if "stable" not in entry.version_labels:
+        raise RolloutError(f"{args.model} has no `stable` label: nothing to compare the canary with")
+    version_dir = served.host_path(entry.base_path) / str(entry.version_labels["stable"])
+    manifest = analyze.stable_manifest(version_dir)
+    batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
+    stable_client = _client(args, served, args.grpc, args.rest)
+    separate = args.canary_grpc or args.canary_rest
+    canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
+    sides = [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
+                                                                    signature=args.signature)),
+             analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
+                                                                    label=None if separate else "canary"))]
+    thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
+                                    args.max_p99_ratio, args.max_error_rate, args.min_requests)
+
+    def run(gateway_errors: Optional[dict]) -> analyze.Report:
+        replayed = analyze.replay(sides, batches, rounds=args.rounds)
+        return analyze.analyze(args.model, replayed, thresholds,
+                               tolerance=manifest.tolerance if manifest else {},
+                               top1=args.top1_output or (manifest.top1_outputs.get(args.signature) if manifest else None),
+                               gateway_errors=gateway_errors)
+    return run
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    report = _analysis(args, _served(args))(None)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
+    return analyze.EXIT_CODES[report.verdict]
+
+
+def _auto(args: argparse.Namespace) -> int:
+    served = _served(args)
+    routes = _routes(args)
+    steps = kubernetes.parse_steps(args.steps)
+
+    def move(command: str) -> Callable[[], None]:
+        def run() -> None:
+            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False}))
+        return run
+
+    access_log: Optional[auto.AccessLog] = None
+    if args.access_log:
+        access_log = auto.FileAccessLog(args.access_log)
+    elif isinstance(routes, traffic.ComposeGateway):
+        access_log = auto.ComposeAccessLog(routes)
+    runner: list = []
+
+    def analyze_once(gateway_errors):
+        if not runner:
+            runner.append(_analysis(args, served))  # after the canary is loaded: it reads the stable label
+        return runner[0](gateway_errors)
+
+    report = args.report or Path(args.work_dir) / f"rollout-{args.model}-{args.version}.json"
+    code, _ = auto.run_auto(args.model, args.version, steps, canary=move("canary"), promote=move("promote"),
+                            rollback=move("rollback"), routes=routes, analyze_once=analyze_once,
+                            access_log=access_log, wait_s=args.interval, report_path=report)
+    return code
+
+
+def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("where the sides are (default: the stack's server, labels stable and canary)")
+    where.add_argument("--rest", metavar="URL", default=None, type=rest_address,
+                       help="analyze over REST at URL (e.g. the gateway)")
+    where.add_argument("--canary-grpc", metavar="HOST:PORT", default=None, type=grpc_address,
+                       help="the canary on a server of its own (Kubernetes: the canary Service), unlabeled")
+    where.add_argument("--canary-rest", metavar="URL", default=None, type=rest_address, help="the same over REST")
+    where.add_argument("--root-certificates", type=Path, metavar="FILE", default=None, help="PEM CA to trust")
+    where.add_argument("--api-key", metavar="KEY", default=None, help="sent as x-api-key (default: $TFS_API_KEY)")
+    where.add_argument("--request-timeout", type=float, default=30.0, help="seconds per call (default 30)")
+    what = p.add_argument_group("what is replayed")
+    what.add_argument("--inputs", default="manifest",
+                      help="manifest (the stable version's golden rows, default), warmup (its warmup records), "
+                           "or a file: .npz, a REST body .json, or TFRecord PredictionLog records")
+    what.add_argument("--signature", default="serving_default", help="signature to call (default serving_default)")
+    what.add_argument("--batch-size", type=int, default=1,
+                      help="rows per request (default 1: a latency per row, and enough calls to compare)")
+    what.add_argument("--rounds", type=int, default=5,
+                      help="rounds of every batch to each side (default 5: latency is judged on the median round)")
+    what.add_argument("--top1-output", default=None,
+                      help="the class-score output judged by top-1 agreement (default: the manifest's)")
+    limits = p.add_argument_group("thresholds (docs/rollout.md explains the defaults)")
+    defaults = analyze.Thresholds()
+    limits.add_argument("--min-agreement", type=float, default=defaults.min_agreement,
+                        help=f"least top-1 agreement (default {defaults.min_agreement})")
+    limits.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: the manifest's, else 1e-5)")
+    limits.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: the manifest's, else 1e-4)")
+    limits.add_argument("--max-p50-ratio", type=float, default=defaults.max_p50_ratio,
+                        help=f"canary/stable p50 latency (default {defaults.max_p50_ratio})")
+    limits.add_argument("--max-p99-ratio", type=float, default=defaults.max_p99_ratio,
+                        help=f"canary/stable p99 latency (default {defaults.max_p99_ratio})")
+    limits.add_argument("--max-error-rate", type=float, default=defaults.max_error_rate,
+                        help=f"canary's error rate above stable's (default {defaults.max_error_rate})")
+    limits.add_argument("--min-requests", type=int, default=defaults.min_requests,
+                        help=f"answers per side below which the verdict is INCONCLUSIVE (default {defaults.min_requests})")
+
+
 _OVERLAYS = {"gateway": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary",
              "istio": REPO_ROOT / "deploy" / "k8s" / "overlays" / "canary-istio"}
 
 
-def _kubernetes(args: argparse.Namespace) -> int:
+def _k8s_objects(args: argparse.Namespace) -> list[dict]:
     if args.manifest:
-        objects = kubernetes.load_objects(args.manifest.read_text())
-    else:
-        objects = kubernetes.render_overlay(args.overlay or _OVERLAYS[args.mesh], args.kubectl)
+        return kubernetes.load_objects(args.manifest.read_text())
+    return kubernetes.render_overlay(args.overlay or _OVERLAYS[args.mesh], args.kubectl)
+
+
+def _k8s_backends(args: argparse.Namespace) -> dict:
+    return {"mesh": args.mesh, "stable": args.stable_backend, "canary": args.canary_backend,
+            "namespace": args.namespace, "kubectl": args.kubectl, "apply": args.apply}
+
+
+def _kubernetes(args: argparse.Namespace) -> int:
+    objects = _k8s_objects(args)
     weights = kubernetes.parse_steps(args.steps) if args.k8s_command == "canary" else (0,)
     steps = [kubernetes.weight_patches(objects, weight, mesh=args.mesh, stable=args.stable_backend,
                                        canary=args.canary_backend, namespace=args.namespace) for weight in weights]
@@ -162,22 +319,27 @@ def _add_kubernetes(sub: argparse._SubParsersAction) -> None:
                         help="with --apply: seconds to wait between steps (default 0: watch, then run the next "
                              "step yourself with --steps N)")
     for p in (canary, rollback):
-        p.add_argument("--mesh", choices=sorted(kubernetes.MESHES), default="gateway",
-                       help="gateway: Gateway API HTTPRoute/GRPCRoute (overlays/canary); istio: VirtualService "
-                            "(overlays/canary-istio)")
-        source = p.add_mutually_exclusive_group()
-        source.add_argument("--overlay", type=Path, default=None,
-                            help="kustomize overlay to render with kubectl (default <checkout>/deploy/k8s/overlays/"
-                                 "canary, or canary-istio for --mesh istio)")
-        source.add_argument("--manifest", type=Path, default=None, help="the rendered overlay as a YAML file")
-        p.add_argument("--stable-backend", default=kubernetes.DEFAULT_STABLE,
-                       help=f"stable Service name (default {kubernetes.DEFAULT_STABLE})")
-        p.add_argument("--canary-backend", default=kubernetes.DEFAULT_CANARY,
-                       help=f"canary Service name (default {kubernetes.DEFAULT_CANARY})")
-        p.add_argument("--namespace", default=None,
-                       help="namespace of routes that name none (default: the overlay's Deployments')")
-        p.add_argument("--kubectl", default="kubectl", help="kubectl program (default kubectl on PATH)")
-        p.add_argument("--apply", action="store_true", help="run kubectl patch instead of printing the commands")
+        add_k8s_options(p)
+
+
+def add_k8s_options(p: argparse.ArgumentParser) -> None:
+    """Where the Kubernetes canary's routes are: the overlay, its backends, kubectl."""
+    p.add_argument("--mesh", choices=sorted(kubernetes.MESHES), default="gateway",
+                   help="gateway: Gateway API HTTPRoute/GRPCRoute (overlays/canary); istio: VirtualService "
+                        "(overlays/canary-istio)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--overlay", type=Path, default=None,
+                        help="kustomize overlay to render with kubectl (default <checkout>/deploy/k8s/overlays/"
+                             "canary, or canary-istio for --mesh istio)")
+    source.add_argument("--manifest", type=Path, default=None, help="the rendered overlay as a YAML file")
+    p.add_argument("--stable-backend", default=kubernetes.DEFAULT_STABLE,
+                   help=f"stable Service name (default {kubernetes.DEFAULT_STABLE})")
+    p.add_argument("--canary-backend", default=kubernetes.DEFAULT_CANARY,
+                   help=f"canary Service name (default {kubernetes.DEFAULT_CANARY})")
+    p.add_argument("--namespace", default=None,
+                   help="namespace of routes that name none (default: the overlay's Deployments')")
+    p.add_argument("--kubectl", default="kubectl", help="kubectl program (default kubectl on PATH)")
+    p.add_argument("--apply", action="store_true", help="run kubectl patch instead of printing the commands")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,9 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     movers = [sub.add_parser(name, help=text) for name, text in moves.items()]
     stat = sub.add_parser("status", help="the config's versions and labels, and the server's states")
     for p in [publish, *movers, stat]:
-        p.add_argument("--model", required=True, help="published model name, e.g. digits")
+        p.add_argument("--model", default=None, help="published model name, e.g. digits")
     for p in [*movers, stat]:
-        p.add_argument("--grpc", metavar="HOST:PORT", default=None,
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None, type=grpc_address,
                        help="the server's gRPC address (default: the stack's, from make up's stack.json; "
                             "else 127.0.0.1:8500)")
         p.add_argument("--config-file", type=Path, default=None,
@@ -218,14 +380,91 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dry-run", action="store_true", help="print the steps only")
     publish.add_argument("--version", type=int, metavar="N", help="version number (default: next free)")
     for name in ("canary", "set-label"):
-        movers[list(moves).index(name)].add_argument("--version", type=int, metavar="N", required=True)
+        movers[list(moves).index(name)].add_argument("--version", type=int, metavar="N", default=None)
     movers[list(moves).index("set-label")].add_argument("--label", metavar="NAME", required=True)
+    canary = movers[list(moves).index("canary")]
+    canary.add_argument("--weight", type=_percent, default=0.0,
+                        help="percent of unlabeled REST traffic the gateway sends to `canary` (default 0: "
+                             "clients opt in with --label canary; the rest stays on stable)")
+    for p in movers[:3]:
+        add_gateway_options(p)
+    for p in [publish, *movers, stat]:
+        p.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model (same as --model)")
+    for p in movers[:1]:
+        p.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
+    analysis = sub.add_parser("analyze", help="replay inputs to stable and canary; PASS (0), FAIL (1), "
+                                              "INCONCLUSIVE (2)")
+    progressive = sub.add_parser("auto", help="canary, analyze, step the weight, analyze again; promote or roll back")
+    for p in (analysis, progressive):
+        p.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model (same as --model)")
+        p.add_argument("--model", default=None, help="published model name")
+        p.add_argument("--grpc", metavar="HOST:PORT", default=None, type=grpc_address,
+                       help="the server's gRPC address (default: the stack's)")
+        p.add_argument("--config-file", type=Path, default=None, help="models config the server runs (default: "
+                                                                       "the stack's)")
+        p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="make up's work directory")
+        p.add_argument("--model-repo", type=Path, metavar="DIR", default=None, help="host model repository")
+        _add_analysis_options(p)
+    analysis.add_argument("--json", action="store_true", help="print the report as JSON")
+    progressive.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
+    progressive.add_argument("--version", type=int, metavar="N", default=None)
+    progressive.add_argument("--steps", default="10,50,100", help="canary weights in order (default 10,50,100)")
+    progressive.add_argument("--interval", type=float, default=60.0,
+                             help="seconds of traffic at each weight before it is judged (default 60)")
+    progressive.add_argument("--access-log", type=Path, default=None,
+                             help="the gateway's JSON access log file (compose: read with docker logs)")
+    progressive.add_argument("--report", type=Path, default=None,
+                             help="JSON report (default <work dir>/rollout-MODEL-VERSION.json)")
+    progressive.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a version to load")
+    progressive.add_argument("--no-write-back", action="store_true", help="do not rewrite --config-file")
+    add_gateway_options(progressive)
     _add_kubernetes(sub)
     return parser
 
 
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a weight is a percentage in [0, 100], got {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"a weight is a percentage in [0, 100], got {text!r}")
+    return value
+
+
+def add_gateway_options(p: argparse.ArgumentParser) -> None:
+    """``--gateway`` and what each kind needs (the Kubernetes options of ``k8s canary``)."""
+    p.add_argument("--gateway", choices=("auto", "compose", "nginx", "k8s", "none"), default="auto",
+                   help="what splits unlabeled traffic: compose (the stack's gateway container), nginx (an "
+                        "nginx on this host: --nginx-conf), k8s (the canary overlay's route weights), none; "
+                        "default auto: compose when make up started a compose stack, else none")
+    p.add_argument("--nginx-conf", type=Path, default=None,
+                   help="with --gateway nginx: the gateway's rendered nginx.conf (its canary.d/ goes beside it)")
+    p.add_argument("--nginx", default="nginx", help="with --gateway nginx: the nginx binary (default nginx)")
+    add_k8s_options(p)
+
+
+def _positionals(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """``canary MODEL VERSION`` as well as ``--model``/``--version``; each said once."""
+    for flag, positional in (("model", "model_arg"), ("version", "version_arg")):
+        given = getattr(args, positional, None)
+        if given is None:
+            continue
+        if getattr(args, flag, None) not in (None, given):
+            parser.error(f"--{flag} and the {positional[:-4].upper()} argument disagree")
+        setattr(args, flag, given)
+    if hasattr(args, "model_arg") and not args.model:
+        parser.error("the model is required (MODEL or --model)")
+    if getattr(args, "command", None) in ("canary", "set-label", "auto") and getattr(args, "version", None) is None:
+        parser.error("the version is required (VERSION or --version N)")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _positionals(args, parser)
+    if getattr(args, "command", None) in ("analyze", "auto") and args.api_key is None:
+        args.api_key = os.environ.get("TFS_API_KEY")
     try:
         if args.command == "publish":
             return _publish(args)
@@ -233,7 +472,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _status(args)
         if args.command == "k8s":
             return _kubernetes(args)
+        if args.command == "analyze":
+            return _analyze(args)
+        if args.command == "auto":
+            return _auto(args)
         return _move(args)
     except (ReloadError, status.ServingError, FileNotFoundError, FileExistsError) as exc:
         print(f"rollout failed: {exc}", file=sys.stderr)
-        return 1
+        return 3 if args.command in ("analyze", "auto") else 1

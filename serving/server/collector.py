@@ -3,7 +3,7 @@
 Why: a loaded TensorFlow model leaves ~340,000 Python objects in the process
 (graph, ops, tensors, their dicts). Python's collector walks every tracked
 object in a full collection, and allocations trigger collections: profiling
-the server under REST load (issue 14, py-spy) found 85 % of its CPU under
+the server under REST load (py-spy) found 85 % of its CPU under
 ``json_loads``, which was really the collector. Each 224x224x3 image sent as
 JSON made ~50,000 lists while it was parsed, enough to trigger full
 collections over all of TensorFlow's objects on most requests. In a

@@ -1,13 +1,13 @@
 """Start ``python -m serving.server`` as a subprocess, wait until its models are AVAILABLE, stop it.
 
-The one launcher of the embedded server: ``make up`` (``serving.up``), the load
+The one launcher of the embedded server: ``make up`` (``serving.stack``), the load
 tests (``loadtest.servers``), the benchmarks and the test suite
 (``tests/support/servers.py``) all start it through :class:`ServerProcess`.
 
 - It takes ``tensorflow_model_server``'s own flags, so a caller states exactly
-  the command line TF Serving would get; :func:`write_config_files` writes the
-  config files for a set of models (with optional ``BatchingParameters``) and
-  returns the flags that point at them (:meth:`ServerProcess.for_models`).
+  the command line TF Serving would get; :meth:`ServerProcess.for_models`
+  writes the config files for a set of models (with optional
+  ``BatchingParameters``) through ``serving.config.files.write_config_files``.
 - Ports are free loopback ports (:func:`free_port`) unless given.
 - Ready means: every listed model has an AVAILABLE version in REST model
   status (:func:`wait_until_available`, the one readiness probe) and the REST
@@ -30,18 +30,12 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import IO, Callable, Mapping, Optional, Sequence, Union
+from typing import IO, Callable, Mapping, Optional, Sequence
 
-from google.protobuf import text_format
-from google.protobuf.message import Message
-from tensorflow_serving.config import model_server_config_pb2
-
-from serving.config.protos import batching_parameters_class, monitoring_config_class
+from serving.config.files import MONITORING_PATH, BatchingSpec, write_config_files
 
 __all__ = [
     "REPO_ROOT",
-    "MONITORING_PATH",
-    "BatchingSpec",
     "LoopbackAddresses",
     "ServerProcess",
     "free_port",
@@ -49,17 +43,9 @@ __all__ = [
     "wait_for_port",
     "model_available",
     "wait_until_available",
-    "model_config_text",
-    "batching_config_text",
-    "monitoring_config_text",
-    "write_config_files",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MONITORING_PATH = "/monitoring/prometheus/metrics"
-
-# ``BatchingParameters`` as the proto itself or as ``{field: value}`` for its wrapper fields.
-BatchingSpec = Union[Message, Mapping[str, int]]
 
 
 def free_port() -> int:
@@ -117,55 +103,6 @@ def wait_until_available(rest_url: str, models: Sequence[str], timeout: float, *
             raise TimeoutError(f"models not AVAILABLE after {timeout:.0f}s: {', '.join(pending)}")
         if pending:
             time.sleep(0.25)
-
-
-def model_config_text(models: Mapping[str, Path]) -> str:
-    """A ``ModelServerConfig`` text proto serving each ``name → base_path``."""
-    config = model_server_config_pb2.ModelServerConfig()
-    for name, base_path in models.items():
-        entry = config.model_config_list.config.add()
-        entry.name, entry.base_path, entry.model_platform = name, str(base_path), "tensorflow"
-    return text_format.MessageToString(config)
-
-
-def batching_config_text(params: BatchingSpec) -> str:
-    """A ``BatchingParameters`` text proto from the proto itself or a ``{field: value}`` mapping (a list for
-    the repeated ``allowed_batch_sizes``)."""
-    if isinstance(params, Message):
-        return text_format.MessageToString(params)
-    proto = batching_parameters_class()()
-    for name, value in params.items():
-        if isinstance(value, (list, tuple)):
-            getattr(proto, name).extend(value)
-        else:
-            getattr(proto, name).value = value
-    return text_format.MessageToString(proto)
-
-
-def monitoring_config_text(path: str = MONITORING_PATH) -> str:
-    """A ``MonitoringConfig`` text proto with the Prometheus page on at ``path``."""
-    config = monitoring_config_class()()
-    config.prometheus_config.enable, config.prometheus_config.path = True, path
-    return text_format.MessageToString(config)
-
-
-def write_config_files(workdir: Path, models: Mapping[str, Path], *,
-                       batching: Optional[BatchingSpec] = None) -> list[str]:
-    """Write ``models.config``, ``monitoring.config`` (and ``batching.config``) into ``workdir``.
-
-    Returns TF Serving's flags that point at them; ``batching=None`` serves
-    without batching, a mapping or a proto turns on ``--enable_batching``.
-    """
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "models.config").write_text(model_config_text(models))
-    (workdir / "monitoring.config").write_text(monitoring_config_text())
-    flags = [f"--model_config_file={workdir / 'models.config'}",
-             f"--monitoring_config_file={workdir / 'monitoring.config'}"]
-    if batching is not None:
-        (workdir / "batching.config").write_text(batching_config_text(batching))
-        flags += ["--enable_batching=true", f"--batching_parameters_file={workdir / 'batching.config'}"]
-    return flags
 
 
 class LoopbackAddresses:

@@ -1,6 +1,6 @@
 """Native memory of the embedded server: what TensorFlow keeps after a load, and how little to keep.
 
-Measured on resnet50 and digits (issue 14), against a peer that loads the same
+Measured on resnet50 and digits, against a peer that loads the same
 SavedModel with ``tf.saved_model.load`` and calls it, both on tensorflow-cpu:
 
 - ``import tensorflow`` eagerly imports Keras 3 (``keras.src.optimizers``), and

@@ -33,7 +33,7 @@ from serving import status
 from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.collector import HeapFreezer
-from serving.server.core.manager import LoaderOptions, ServableManager
+from serving.server.core.manager import ServableManager
 from serving.server.admission import MemoryAdmission
 from serving.server.flags import (
     ServerFlags,
@@ -46,6 +46,8 @@ from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
 from serving.server.frontends.rest_limits import RestLimits
 from serving.server.metrics import ServerMetrics
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
+from serving.server.tensorflow.servable import Servable
 
 if TYPE_CHECKING:  # loads TensorFlow; imported for real in _start_grpc
     import grpc
@@ -171,7 +173,7 @@ class ModelServer:
                     "together (--max_request_memory_bytes, --max_in_flight_memory_bytes)", per_request, in_flight)
         return MemoryAdmission(per_request, in_flight)
 
-    def _build_manager(self) -> ServableManager:
+    def _build_manager(self) -> ServableManager[Servable]:
         flags = self.flags
         intra, inter = flags.tensorflow_intra_op_parallelism, flags.tensorflow_inter_op_parallelism
         if intra <= 0 and inter <= 0:
@@ -181,15 +183,15 @@ class ModelServer:
             num_request_iterations_for_warmup=max(1, flags.num_request_iterations_for_warmup),
             intra_op=intra, inter_op=inter,
             saved_model_tags=tuple(t for t in flags.saved_model_tags.split(",") if t) or ("serve",),
-            max_num_load_retries=max(0, flags.max_num_load_retries),
-            load_retry_interval_micros=max(0, flags.load_retry_interval_micros),  # negative: no wait
             run_wrapper=self._batching_wrapper())
         return ServableManager(
-            loader_options=options,
+            SavedModelLoader(options, self.metrics),   # core/ knows no TensorFlow: its loader is injected
+            max_num_load_retries=max(0, flags.max_num_load_retries),
+            load_retry_interval_micros=max(0, flags.load_retry_interval_micros),  # negative: no wait
             file_system_poll_wait_seconds=float(flags.file_system_poll_wait_seconds),
             allow_version_labels=True,
             allow_version_labels_for_unavailable_models=flags.allow_version_labels_for_unavailable_models,
-            metrics=self.metrics, heap=self._heap)
+            heap=self._heap)
 
     def _batching_wrapper(self) -> Optional[BatchingRunWrapper]:
         if not self.flags.enable_batching:

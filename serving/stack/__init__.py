@@ -1,3 +1,23 @@
-"""The compose stack's engine side: ``docker`` (the one Docker probe, TF Serving's image name from the
-compose files, and the one way to run TF Serving in a container)."""
+"""The stack's orchestration: ``make up`` and ``make down`` (``python -m serving.stack``).
+
+``make up`` runs the stack with what this host has, one module per job:
+
+- ``docker``: the one Docker probe (``docker info``), TF Serving's image from
+  the compose files, and the one way to run TF Serving in a container (the
+  GPU preflight, the contract tests and the load tools use it too);
+- ``choice``: which backend (compose GPU, compose CPU, or the embedded server);
+- ``compose``: the compose backends (plan, preflight, start, record, stop);
+- ``embedded``: the embedded server with the CPU variant's command, and its
+  export queue;
+- ``served``: the embedded stack's persistent served config, reconciled with
+  the model repository at each start;
+- ``banner``: the progress lines and the banner (addresses, batching, log,
+  how to stop);
+- ``down``: ``make down``, from ``stack.json``;
+- ``cli``: the command line.
+
+Every backend records what it started in ``<work dir>/stack.json``
+(``serving.config.stack``), which ``serving.config add|remove``,
+``serving.rollout`` and ``make down`` default to.
+"""
 __all__: list[str] = []

@@ -55,8 +55,9 @@ def test_python_lists_take_the_signature_dtypes_over_both(both):
         assert rest_out[name].dtype == value.dtype
         np.testing.assert_array_equal(rest_out[name], value)
     assert grpc_out["ids_out"].tolist() == [2, 4] and grpc_out["echo_bytes"].tolist() == [b"a", b"\xff"]
-    with pytest.raises(errors.InvalidArgument, match="is not of expected type: int64"):
-        both[0].predict("multi", {**inputs, "ids": [1.5, 2]})
+    for client in both:
+        with pytest.raises(errors.InvalidArgument, match='input "ids": cannot cast DT_DOUBLE to DT_INT64: 1.5 is'):
+            client.predict("multi", {**inputs, "ids": [1.5, 2]})
 
 
 def test_predict_output_filter_returns_only_named_outputs(client):
@@ -91,16 +92,20 @@ def test_unknown_model_is_not_found_over_both(both):
             c.predict("ghost", {"x": np.ones(1, np.float32)})
 
 
-def test_wrong_input_dtype_is_invalid_argument_over_both(both):
-    grpc_client, rest_client = both
-    with pytest.raises(errors.InvalidArgument, match="Expects arg"):
-        grpc_client.predict("digits", {"images": np.ones((1, 8, 8, 1), np.float64)})
-    with pytest.raises(errors.InvalidArgument, match="is not of expected type: float"):
-        rest_client.predict("digits", {"images": [[["x"] * 1] * 8] * 8})
+def test_float64_is_cast_and_a_string_refused_before_sending_over_both(both, backend):
+    float64 = {"images": np.ones((1, 8, 8, 1), np.float64)}
+    grpc_out, rest_out = (c.predict("digits", float64) for c in both)
+    np.testing.assert_array_equal(grpc_out["probabilities"], rest_out["probabilities"])
+    sent = backend.calls["predict"]
+    for client in both:
+        with pytest.raises(errors.InvalidArgument, match='input "images": cannot cast DT_STRING to DT_FLOAT: '
+                                                         "'x' is a string, not a number"):
+            client.predict("digits", {"images": [[["x"] * 1] * 8] * 8})
+    assert backend.calls["predict"] == sent  # refused in the SDK: nothing reached the server
 
 
 def test_metadata_is_equal_over_both(both):
-    grpc_meta, rest_meta = (c.metadata("digits") for c in both)
+    grpc_meta, rest_meta = (c.metadata("digits", version=2) for c in both)  # unlabeled gRPC names `stable`
     assert isinstance(grpc_meta, ModelMetadata) and grpc_meta == rest_meta
     sig = grpc_meta.signatures["serving_default"]
     assert grpc_meta.version == 2 and sig.method_name == "tensorflow/serving/predict"

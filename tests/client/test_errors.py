@@ -63,3 +63,26 @@ def test_transport_failures_are_chained_not_leaked(backend):
 def test_non_json_error_bodies_keep_their_text(backend):
     error = error_from_http(502, b"<html>bad gateway</html>")
     assert isinstance(error, errors.Unavailable) and error.details == "<html>bad gateway</html>"
+
+
+def test_the_batch_size_refusal_keeps_the_server_text_and_says_where_the_cap_is(grpc_target, rest_url, backend):
+    server_text = "Task size 65 is larger than maximum input batch size 64"  # TF Serving's wording
+    with GrpcClient(grpc_target, retry=NO_RETRY) as grpc_client, RestClient(rest_url, retry=NO_RETRY) as rest:
+        rest.metadata("digits")
+        refused = []
+        for client in (grpc_client, rest):
+            backend.fail(status.Code.INVALID_ARGUMENT, server_text)
+            with pytest.raises(errors.InvalidArgument) as info:
+                client.predict("digits", INPUT)
+            refused.append(info.value.details)
+    assert refused[0] == refused[1] == (
+        f"{server_text}; the server batches with max_batch_size 64 (its --batching_parameters_file, e.g. "
+        "serving/batching.cpu.config under make up); split the request into batches of at most 64 rows, "
+        "or raise max_batch_size")
+
+
+def test_other_refusals_are_the_server_text_alone():
+    error = error_from_http(400, b'{"error": "Task size was fine"}')
+    assert error.details == "Task size was fine"
+    unavailable = error_from_http(503, b'{"error": "Task size 9 is larger than maximum input batch size 8"}')
+    assert unavailable.details == "Task size 9 is larger than maximum input batch size 8"  # not INVALID_ARGUMENT

@@ -21,8 +21,7 @@ def make_client(request, grpc_target, rest_url):
     def make(**kwargs):
         client = GrpcClient(grpc_target, **kwargs) if request.param == "grpc" else RestClient(rest_url, **kwargs)
         made.append(client)
-        if request.param == "rest":
-            client.metadata("digits")  # signature cache primed: failures then hit predict only
+        client.metadata("digits")  # signature cache primed: failures then hit predict only
         return client
     yield make
     for client in made:

@@ -287,4 +287,4 @@ def test_cli_reports_a_tls_failure_as_json_and_exits_1(secure, pki, transport):
 
 def test_cli_refuses_unusable_tls_files_before_calling(pki, tmp_path):
     done = _cli("status", "--rest", "http://127.0.0.1:1", "--model", "m", "--root-certificates", str(pki.ca))
-    assert done.returncode == 1 and "need an https:// base_url" in done.stderr
+    assert done.returncode == 2 and "need an https:// base_url" in done.stderr

@@ -90,14 +90,24 @@ def test_a_spec_built_by_hand_equals_the_decoded_one(signature_def):
     assert TensorSpec("s", np.dtype(object), ()).dtype_enum == types_pb2.DT_STRING
 
 
-def test_a_dtype_the_codec_does_not_carry_is_object_and_named_by_number():
+def test_a_dtype_the_codec_does_not_carry_is_object_and_named_as_tensorflow_names_it():
     info = meta_graph_pb2.TensorInfo(name="handle:0", dtype=types_pb2.DT_RESOURCE)
     info.tensor_shape.SetInParent()
     spec = TensorSpec.from_tensor_info("handle", info)
     assert spec.dtype == np.dtype(object) and not spec.dtype_supported
-    assert spec.dtype_enum == types_pb2.DT_RESOURCE and spec.dtype_name == f"DataType {types_pb2.DT_RESOURCE}"
+    assert spec.dtype_enum == types_pb2.DT_RESOURCE and spec.dtype_name == "DT_RESOURCE"
     assert spec.shape == () and spec != TensorSpec("handle", np.dtype(object), (), "handle:0")
     assert TensorSpec.from_json("handle", spec.to_json()) == spec
+    older = {"dtype": f"DataType {types_pb2.DT_RESOURCE}", "shape": [], "tensor_name": "handle:0"}
+    assert TensorSpec.from_json("handle", older) == spec  # manifests written before TF's names were used
+
+
+def test_the_init_op_output_is_dt_invalid_not_a_string():
+    info = meta_graph_pb2.TensorInfo(name="NoOp")  # as a SavedModel's __saved_model_init_op declares it
+    info.tensor_shape.unknown_rank = True
+    spec = TensorSpec.from_tensor_info("__saved_model_init_op", info)
+    assert spec.dtype_name == "DT_INVALID" and spec.dtype_enum == types_pb2.DT_INVALID
+    assert not spec.dtype_supported and spec.shape is None
 
 
 def test_a_tensor_info_without_a_shape_has_unknown_rank():

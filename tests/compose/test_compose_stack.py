@@ -62,13 +62,13 @@ def test_cpu_variant_has_no_gpu_reservation_tensorrt_or_dcgm(cpu_model, cpu_mode
     assert "trt" not in services["exporter"]["command"][0]
 
 
-def test_cpu_command_differs_only_in_the_models_and_batching_files(gpu_model, cpu_model):
+def test_cpu_command_differs_only_in_the_models_file_and_serving_without_batching(gpu_model, cpu_model):
     gpu = flags(gpu_model["services"]["tfserving"]["command"])
     cpu = flags(cpu_model["services"]["tfserving"]["command"])
     changed = {k for k in gpu.keys() | cpu.keys() if gpu.get(k) != cpu.get(k)}
-    assert changed == {"model_config_file", "batching_parameters_file"}
+    assert changed == {"model_config_file", "enable_batching", "batching_parameters_file"}
     assert cpu["model_config_file"].endswith("/models.cpu.config")
-    assert cpu["batching_parameters_file"].endswith("/batching.cpu.config")
+    assert "enable_batching" not in cpu and "batching_parameters_file" not in cpu
 
 
 @pytest.mark.parametrize("variant", ["gpu", "cpu"])
@@ -247,8 +247,10 @@ def test_exporter_exports_exactly_the_models_tfserving_serves(variant, gpu_model
     calls = exporter_calls(services["exporter"]["command"][0])
     exported = [published_name(m, c["variant"]) for c in calls for m in c["models"]]
     assert sorted(exported) == sorted(served)
-    # Warmup (and TensorRT engines) cover the batch sizes tfserving's batching file allows.
-    assert {c["batching"] for c in calls} == {tfserving["batching_parameters_file"]}
+    # Warmup (and TensorRT engines) cover the batch sizes tfserving's batching file allows; the CPU
+    # variant serves without batching and warms up for the CPU profile that turning it on serves.
+    profile = tfserving.get("batching_parameters_file", "/etc/tfserving/batching.cpu.config")
+    assert {c["batching"] for c in calls} == {profile}
     cuda_cache = {"/var/cache/cuda"} if variant == "gpu" else set()
     assert {v["target"] for v in services["exporter"]["volumes"]} == {"/models", "/etc/tfserving", *cuda_cache}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from serving.config.compose import load_compose_model
-from serving.up import compose_profiles
+from serving.stack.choice import compose_profiles
 from tests.support.compose import CPU, GPU, PASSWORD, compose_env
 
 # Services that run as root, and why.

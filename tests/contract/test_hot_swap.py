@@ -4,8 +4,9 @@ from __future__ import annotations
 import threading
 import time
 
+from serving.codec import VersionStatus
 from tests.support.contract import layout
-from tests.support.contract.clients import JsonRestClient, StubGrpcClient, VersionState
+from tests.support.contract.clients import JsonRestClient, StubGrpcClient
 from tests.support.contract.helpers import manifest
 
 WORKERS = 4
@@ -76,7 +77,7 @@ def test_new_version_under_concurrent_load_has_zero_failed_requests(endpoint):
             # Poll the server's own version states: 2 AVAILABLE, 1 no longer (its unload under load).
             while True:
                 states = status_client.status("digits_live")
-                if states[0] == VersionState(2, "AVAILABLE", "OK") and \
+                if states[0] == VersionStatus(2, "AVAILABLE") and \
                         not any(s.state == "AVAILABLE" for s in states[1:]):
                     break
                 assert time.monotonic() < deadline, states

@@ -4,27 +4,27 @@ from __future__ import annotations
 import pytest
 
 from serving import status
-from tests.support.contract.clients import VersionState
+from serving.codec import VersionStatus
 
 
 def test_status_lists_the_available_version(client, endpoint):
-    assert client.status("digits") == [VersionState(1, "AVAILABLE", "OK")]
+    assert client.status("digits") == [VersionStatus(1, "AVAILABLE")]
 
 
 def test_policy_all_serves_every_version_newest_first(client, endpoint):
-    assert client.status("digits_versions") == [VersionState(2, "AVAILABLE", "OK"),
-                                                VersionState(1, "AVAILABLE", "OK")]
+    assert client.status("digits_versions") == [VersionStatus(2, "AVAILABLE"),
+                                                VersionStatus(1, "AVAILABLE")]
 
 
 def test_policy_specific_serves_only_the_named_version(client, endpoint):
-    assert client.status("digits_specific") == [VersionState(1, "AVAILABLE", "OK")]
+    assert client.status("digits_specific") == [VersionStatus(1, "AVAILABLE")]
     with pytest.raises(status.NotFound) as caught:
         client.predict("digits_specific", {"images": _zeros()}, version=2)
     assert caught.value.details == "Servable not found for request: Specific(digits_specific, 2)"
 
 
 def test_status_of_one_version(client, endpoint):
-    assert client.status("digits_versions", version=1) == [VersionState(1, "AVAILABLE", "OK")]
+    assert client.status("digits_versions", version=1) == [VersionStatus(1, "AVAILABLE")]
 
 
 def test_status_of_unknown_model_is_not_found_with_tf_serving_message(client, endpoint):
@@ -41,9 +41,10 @@ def test_status_of_unknown_version_is_not_found_with_tf_serving_message(client, 
 
 def test_metadata_lists_every_signature_with_its_inputs_and_outputs(client, endpoint):
     metadata = client.metadata("digits")
-    assert (metadata.name, metadata.version) == ("digits", 1)
-    assert metadata.signatures["serving_default"] == (("images",), ("classes", "probabilities"))
-    assert metadata.signatures["logits"] == (("images",), ("logits",))
+    assert (metadata.model, metadata.version) == ("digits", 1)
+    aliases = {key: (tuple(sig.inputs), tuple(sig.outputs)) for key, sig in metadata.signatures.items()}
+    assert aliases["serving_default"] == (("images",), ("classes", "probabilities"))
+    assert aliases["logits"] == (("images",), ("logits",))
 
 
 def test_metadata_by_version_and_label(client, endpoint):

@@ -1,7 +1,7 @@
 """The compose stack on a real Docker engine: ``make up IMAGES=local`` in a copy of the checkout.
 
 One stack for the session, started the way a user starts it (``python -m
-serving.up --images local``, which is what ``make up IMAGES=local`` runs) from
+serving.stack --images local``, which is what ``make up IMAGES=local`` runs) from
 a copy of this checkout, so the exports, the gateway's secrets and the
 rollout's config edits stay out of the tree. The repository's own
 ``docker-compose.yml`` + ``docker-compose.cpu.yml`` run, with
@@ -27,7 +27,7 @@ import pytest
 from gateway.certs import init_secrets
 from serving.config.compose import with_grafana_placeholder
 from serving.server.launcher import free_port
-from serving.up import plan_compose
+from serving.stack.compose import plan_compose
 from tests.support.compose_stack import PROJECT, Stack, copy_checkout, remove_stale_projects, skip_reason
 
 

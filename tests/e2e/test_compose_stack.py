@@ -1,8 +1,8 @@
 """``make up IMAGES=local`` on a real Docker engine: the compose stack a user runs, end to end.
 
 The tests share one stack (conftest.py) and run in file order: what only
-reads first, then the rollout, then the faults, then a restart from
-``docker compose down``.
+reads first, then the rollout, then the faults, then ``make down``
+(``python -m serving.stack down``) and a restart.
 """
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def prometheus(stack: Stack, path: str, **params: str) -> dict:
 
 def test_make_up_took_the_compose_cpu_path_and_every_service_is_up(stack):
     assert "compose-cpu" in stack.up_output
+    assert "\n  batching: " in stack.up_output and "\nStop: make down" in stack.up_output
     rows = services(stack)
     assert rows["exporter"]["State"] == "exited" and rows["exporter"]["ExitCode"] == 0, rows["exporter"]
     for name in ("tfserving", "gateway", "prometheus"):
@@ -264,7 +265,12 @@ def _ready(stack: Stack) -> bool:
 
 
 def test_down_then_make_up_keeps_the_models_the_config_and_the_labels(stack):
-    stack.compose("down", "--timeout", "20")
+    # make down stops what make up recorded in stack.json (its files and project); again, nothing runs.
+    down = stack.python("-m", "serving.stack", "down")
+    assert down.returncode == 0 and "make down: stopped the compose-cpu stack" in down.stdout, down.stdout + down.stderr
+    assert stack.compose("ps", "--all", "-q").stdout.split() == []
+    again = stack.python("-m", "serving.stack", "down")
+    assert again.returncode == 0 and "make down: nothing runs" in again.stdout, again.stdout + again.stderr
     started = time.monotonic()
     proc = stack.make_up()
     assert proc.returncode == 0, proc.stdout + proc.stderr

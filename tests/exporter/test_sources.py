@@ -7,19 +7,20 @@ import numpy as np
 import pytest
 
 from exporter.exportable import ExportError
-from exporter.sources import InputSpec, load_from, parse_input
+from exporter.sources import describe_input, load_from, parse_input, prepare
+from serving.codec import TensorSpec
 
 
 @pytest.mark.parametrize("text, spec", [
-    ("ids:int64:16", InputSpec("ids", np.dtype(np.int64), (16,))),
-    ("images:float32:28,28,1", InputSpec("images", np.dtype(np.float32), (28, 28, 1))),
-    ("text:string:", InputSpec("text", np.dtype(object), ())),
-    ("flag:bool:3", InputSpec("flag", np.dtype(bool), (3,))),
-    ("x:double:2", InputSpec("x", np.dtype(np.float64), (2,))),
+    ("ids:int64:16", TensorSpec("ids", np.dtype(np.int64), (None, 16))),
+    ("images:float32:28,28,1", TensorSpec("images", np.dtype(np.float32), (None, 28, 28, 1))),
+    ("text:string:", TensorSpec("text", np.dtype(object), (None,))),
+    ("flag:bool:3", TensorSpec("flag", np.dtype(bool), (None, 3))),
+    ("x:double:2", TensorSpec("x", np.dtype(np.float64), (None, 2))),
 ])
 def test_input_flag_gives_name_dtype_and_the_dimensions_after_the_batch(text, spec):
     assert parse_input(text) == spec
-    assert parse_input(spec.describe()) == spec
+    assert parse_input(describe_input(spec)) == spec
 
 
 @pytest.mark.parametrize("text, message", [
@@ -32,6 +33,14 @@ def test_input_flag_gives_name_dtype_and_the_dimensions_after_the_batch(text, sp
 def test_a_bad_input_flag_says_what_the_form_is(text, message):
     with pytest.raises(ValueError, match=message):
         parse_input(text)
+
+
+@pytest.mark.parametrize("spec", [TensorSpec("ids", np.int64, (16,)), TensorSpec("ids", np.int64, None),
+                                  TensorSpec("ids", np.int64, ())])
+def test_an_input_tensor_spec_must_start_with_the_batch_dimension(spec):
+    """Checked before any model is looked at (so no model is needed here)."""
+    with pytest.raises(ExportError, match=r"input 'ids': a TensorSpec's shape starts with the batch dimension"):
+        prepare(None, inputs=[spec])
 
 
 def test_from_takes_an_existing_path_as_is_and_calls_a_module_factory(tmp_path):

@@ -177,6 +177,16 @@ def test_a_model_xla_cannot_compile_names_the_op_and_keeps_fp32_published(tmp_pa
     validate(tmp_path / "digits_of" / "1")
 
 
+def test_the_xla_variant_of_a_string_input_model_is_refused_in_one_line_before_xla_runs(tmp_path, capfd):
+    with pytest.raises(exporter.ExportError) as caught:
+        exporter.export(user_models.string_module(), name="lookup", out=tmp_path, variants=("xla",), progress=False)
+    assert str(caught.value) == (
+        "signature 'serving_default' input 'text' is DT_STRING: the xla variant compiles each signature whole "
+        "and XLA cannot take DT_STRING tensors; export this model without the xla variant (fp32)")
+    assert "xla" not in capfd.readouterr().err.lower()   # no TensorFlow line of an XLA attempt
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_trt_fp16_of_a_user_model_is_unavailable_here_before_any_work(tmp_path):
     from exporter.variants.trt import unavailable_reason
 

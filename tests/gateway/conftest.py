@@ -1,4 +1,5 @@
-"""Debian's nginx with the repository's gateway templates, in front of the embedded server.
+"""Debian's nginx with the repository's gateway templates, in front of the embedded server (``nginx``,
+``nginx_version``, ``gateway_secrets`` and ``compose_gateway_env`` are tests/conftest.py's: the rollout tests use them too).
 
 - ``nginx``: the binary ``make debs`` installs (Debian's ``nginx``); a test that
   takes it fails, not skips, where it is missing.
@@ -17,19 +18,14 @@
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from gateway import NginxVersion, installed_nginx_version
-from gateway.certs import Credentials, init_secrets, issue_client
-from serving.config.compose import load_compose_model
+from gateway.certs import Credentials, init_secrets
 from serving.server.launcher import ServerProcess
-from tests.support.compose import CPU, PASSWORD, compose_env
 from tests.support.gateway import (
-    BURST_CLIENTS,
     MODEL,
     SLOW_REFILL,
     Gateway,
@@ -40,38 +36,9 @@ from tests.support.gateway import (
 
 
 @pytest.fixture(scope="session")
-def nginx() -> str:
-    """The path of Debian's ``nginx`` (in /usr/sbin, which a non-root PATH may lack)."""
-    path = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-    assert path, "nginx is not installed: `make debs` installs it (Debian's nginx package; make test runs it)"
-    return path
-
-
-@pytest.fixture(scope="session")
-def nginx_version(nginx) -> NginxVersion:
-    """The host nginx's version: the gateway fixture renders the templates for it."""
-    return installed_nginx_version(nginx)
-
-
-@pytest.fixture(scope="session")
-def gateway_secrets(tmp_path_factory) -> Credentials:
-    creds = init_secrets(tmp_path_factory.mktemp("gateway-secrets"))
-    for name in BURST_CLIENTS:
-        issue_client(creds.directory, name)
-    return creds
-
-
-@pytest.fixture(scope="session")
 def foreign_secrets(tmp_path_factory) -> Credentials:
     """Another CA's certificates: a server the clients must not trust, clients the gateway must refuse."""
     return init_secrets(tmp_path_factory.mktemp("foreign-secrets"))
-
-
-@pytest.fixture(scope="session")
-def compose_gateway_env() -> dict[str, str]:
-    """The compose ``gateway`` service's environment, as Compose renders it from the files and .env."""
-    model = load_compose_model(CPU, services=["gateway"], env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))
-    return dict(model["services"]["gateway"]["environment"])
 
 
 @pytest.fixture(scope="session")

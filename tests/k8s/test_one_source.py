@@ -65,7 +65,7 @@ def test_a_compose_flag_changed_alone_fails_the_check(checkout: Checkout, capsys
 
 
 def test_a_generated_arg_edited_by_hand_fails_the_check(checkout: Checkout):
-    _edit(checkout.root / CPU_ARGS, "- --enable_batching=true", "- --enable_batching=false")
+    _edit(checkout.root / CPU_ARGS, "- --enable_model_warmup=true", "- --enable_model_warmup=false")
     assert stale_files(checkout) == [CPU_ARGS]
     assert main(["--checkout", str(checkout.root), "check"]) == 1
 

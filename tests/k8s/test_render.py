@@ -79,7 +79,8 @@ def test_the_config_map_holds_the_repository_files_byte_for_byte(rendered, overl
         assert volumes[mounts["/etc/tfserving"]["name"]]["configMap"]["name"] == config_map["metadata"]["name"], key
     for deployment in _servers(rendered[overlay]).values():
         args = _container(deployment["spec"]["template"]["spec"], "tfserving")["args"]
-        for flag in ("model_config_file", "batching_parameters_file", "monitoring_config_file"):
+        batching = ("batching_parameters_file",) if "--enable_batching=true" in args else ()  # not on CPU
+        for flag in ("model_config_file", *batching, "monitoring_config_file"):
             path = _flag(args, flag)
             assert path.startswith("/etc/tfserving/") and path.rpartition("/")[2] in config_map["data"]
 

@@ -76,13 +76,13 @@ def test_min_throughput_gate_from_a_file_exits_non_zero(digits_server, model_rep
     assert "SLO gate min_rps" in out.stderr
 
 
-def test_unknown_model_fails_the_run_with_the_servers_not_found(digits_server, model_repo, tmp_path):
+def test_unknown_model_is_refused_before_the_run_with_the_servers_not_found(digits_server, model_repo, tmp_path):
     out = run_loadtest("steady", "--grpc", digits_server.grpc_target, "--run-time", "3s", "-u", "1",
                        "--model-repo", str(model_repo), "--out", str(tmp_path), "--model", "text",
                        "--max-failure-ratio", "0")
-    # text is exported but not served here: every request is NOT_FOUND, so the failure gate breaks
-    assert out.returncode == 1, out.stdout + out.stderr
-    summary = json.loads(Path(tmp_path, "steady_grpc_summary.json").read_text())
-    assert summary["failures"] == summary["requests"] > 0
-    assert any("NOT_FOUND: Servable not found for request: Latest(text)" in error
-               for error in summary["failures_by_error"])
+    # text is exported but not served here: the preflight's metadata call says so, and nothing runs
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"python -m loadtest run: error: --grpc {digits_server.grpc_target}: model 'text' is not served there: "
+        "Servable not found for request: Latest(text)")
+    assert not Path(tmp_path, "steady_grpc_summary.json").exists()

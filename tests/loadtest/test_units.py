@@ -111,7 +111,7 @@ def test_published_names_follow_the_exporter():
 
 
 def test_locust_command_selects_user_class_and_forwards_target(tmp_path):
-    spec = runner.RunSpec(scenario="ramp", host="127.0.0.1:8500", protocol="rest", run_time=12, users=4,
+    spec = runner.RunSpec(scenario="ramp", host="http://127.0.0.1:8500", protocol="rest", run_time=12, users=4,
                           target=payloads.Target(model="text", version_label="canary"), out_dir=tmp_path)
     cmd = runner.locust_command(spec)
     assert cmd[-1] == "RestUser"
@@ -221,16 +221,29 @@ def test_locustfiles_are_not_a_package():
 # ---------------------------------------------------------------- any model, any server: flags and payloads
 
 @pytest.mark.parametrize("argv, names", [
-    (["run", "steady", "--grpc", "http://127.0.0.1:8501"], ["--grpc http://127.0.0.1:8501", "--rest"]),
-    (["run", "steady", "--grpc", "https://tfs.example:443"], ["--grpc https://tfs.example:443", "--rest"]),
-    (["run", "steady", "--rest", "grpc://127.0.0.1:8500"], ["--rest grpc://127.0.0.1:8500", "--grpc"]),
+    (["run", "steady", "--grpc", "http://127.0.0.1:8501"], ["argument --grpc: http://127.0.0.1:8501", "--rest"]),
+    (["run", "steady", "--grpc", "https://tfs.example:443"], ["argument --grpc: https://tfs.example:443", "--rest"]),
+    (["run", "steady", "--rest", "grpc://127.0.0.1:8500"], ["argument --rest: grpc://127.0.0.1:8500", "--grpc"]),
+    (["sweep", "--grpc", "http://127.0.0.1:8501"], ["argument --grpc: http://127.0.0.1:8501", "--rest"]),
+])
+def test_a_scheme_of_the_other_api_is_refused_by_argparse_naming_both(argv, names, capsys):
+    from loadtest.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"python -m loadtest {argv[0]}: error: argument" in err
+    for name in names:
+        assert name in err
+
+
+@pytest.mark.parametrize("argv, names", [
     (["sweep", "--protocol", "grpc", "--rest", "http://127.0.0.1:8501"],
      ["--protocol grpc", "--rest http://127.0.0.1:8501"]),
     (["sweep", "--protocol", "grpc,rest", "--grpc", "127.0.0.1:8500"], ["--protocol rest", "--grpc 127.0.0.1:8500"]),
-    (["sweep", "--grpc", "http://127.0.0.1:8501"], ["--grpc http://127.0.0.1:8501", "--rest"]),
     (["sweep", "--protocol", "http", "--grpc", "127.0.0.1:8500"], ["--protocol", "grpc, rest or grpc,rest"]),
 ])
-def test_a_scheme_or_protocol_that_contradicts_the_flag_is_refused_naming_both(argv, names, capsys):
+def test_a_protocol_that_contradicts_the_addresses_is_refused_naming_both(argv, names, capsys):
     from loadtest.__main__ import main
 
     assert main(argv) == 2
@@ -245,10 +258,14 @@ def test_a_scheme_or_protocol_that_contradicts_the_flag_is_refused_naming_both(a
     ("grpc", "grpc://127.0.0.1:8500", "127.0.0.1:8500"),
     ("rest", "http://127.0.0.1:8501/", "http://127.0.0.1:8501"),
     ("rest", "https://tfs.example", "https://tfs.example"),
-    ("rest", "127.0.0.1:8501", "http://127.0.0.1:8501"),
 ])
 def test_the_scheme_decides_the_protocol_and_the_address_is_normalized(protocol, address, expected):
     assert options.server_address(protocol, address) == expected
+
+
+def test_an_address_outside_argparse_is_a_usage_error_naming_its_flag():
+    with pytest.raises(options.UsageError, match=r"^--host: 127.0.0.1:8501 has no scheme; --rest takes"):
+        options.rest_address("127.0.0.1:8501", flag="--host")
 
 
 def test_sweep_protocols_default_to_the_addresses_given():
@@ -265,7 +282,7 @@ def test_locust_gets_the_prebuilt_payload_and_the_host_of_its_protocol(tmp_path)
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1:8500"
     assert cmd[cmd.index("--payload-file") + 1] == str(tmp_path / "payload.json")
     assert cmd[cmd.index("--batch-size") + 1] == "4" and cmd[-1] == "GrpcUser"
-    with pytest.raises(options.UsageError, match="a http:// address is REST, not gRPC"):
+    with pytest.raises(options.UsageError, match="is a REST URL \\(http://\\), not a gRPC address"):
         runner.RunSpec(scenario="steady", host="http://127.0.0.1:8501", protocol="grpc")
 
 

@@ -77,7 +77,7 @@ def checkout(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         shutil.copytree(model_repo / name, root / "models" / name)
     stack = Checkout(root)
     log = open(root / "make-up.log", "wb")
-    up = subprocess.Popen([sys.executable, "-m", "serving.up", "--backend", "embedded"], cwd=root, env=stack.env,
+    up = subprocess.Popen([sys.executable, "-m", "serving.stack", "--backend", "embedded"], cwd=root, env=stack.env,
                           stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until_available(f"http://127.0.0.1:{REST_PORT}", ["digits", "text"], timeout=300,
@@ -106,7 +106,7 @@ def test_bring_your_own_model_runs_as_written(checkout):
 
 
 def test_the_rollout_commands_run_as_written(checkout):
-    lines = [line for line in readme_block("### Roll out a new version").splitlines()
+    lines = [line for line in readme_block("## Roll out a new version").splitlines()
              if line.strip() and not line.startswith("docker compose")]
     assert [line.split()[3] for line in lines] == ["publish", "canary", "status", "promote", "rollback"]
     out = checkout.bash("\n".join(lines)).stdout

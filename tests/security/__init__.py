@@ -1,1 +1,1 @@
-"""Attacks on the embedded server, as an outsider on the same network would send them (issue 13)."""
+"""Attacks on the embedded server, as an outsider on the same network would send them."""

@@ -1,4 +1,4 @@
-"""The gRPC attack cases of issue 13 against the embedded server, and the table they make.
+"""The gRPC attack cases against the embedded server, and the table they make.
 
 Each ``AttackCase`` sends a few requests (bounded in count, 30 s each at most)
 to a real server on 127.0.0.1 while a ``GoodProbe`` keeps sending a good

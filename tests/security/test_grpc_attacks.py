@@ -1,4 +1,4 @@
-"""Issue 13's gRPC attacks on the embedded server: each is refused with a client error, the server
+"""gRPC attacks on the embedded server: each is refused with a client error, the server
 stays up with its memory bounded, and a good request is still answered within 1 s meanwhile.
 
 The table (before/after) comes from ``python -m tests.security.attacks``; these tests assert

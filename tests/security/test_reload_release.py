@@ -15,6 +15,7 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from serving import status
 from serving.server.core.manager import ServableManager
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
 WAIT_S = 10.0   # bound on any wait below; a released reload returns in well under a second
 
@@ -30,7 +31,7 @@ def config(**models: Path) -> model_server_config_pb2.ModelServerConfig:
 
 @pytest.fixture
 def manager() -> Iterator[ServableManager]:
-    running = ServableManager(file_system_poll_wait_seconds=0)
+    running = ServableManager(SavedModelLoader(LoaderOptions()), file_system_poll_wait_seconds=0)
     running.start()
     yield running
     running.stop(drain_timeout=1)

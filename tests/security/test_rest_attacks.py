@@ -1,4 +1,4 @@
-"""The REST front-end under attack (issue 13): every case is refused or closed in bounded time, nothing crashes.
+"""The REST front-end under attack: every case is refused or closed in bounded time, nothing crashes.
 
 Each case (``tests/security/rest_attacks.py``) runs against a real embedded
 server on 127.0.0.1, bounded in count and time, while a probe sends a good REST

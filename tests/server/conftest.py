@@ -20,6 +20,7 @@ from serving.server.frontends.rest import RestFrontend
 from serving.server.launcher import free_port
 from serving.server.metrics import ServerMetrics
 from serving.server.server import single_model_config
+from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 from tests.support.models import export_tiny
 from tests.support.serving import MONITORING_PATH
 
@@ -36,7 +37,7 @@ def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_manager(tiny_repo: Path) -> Iterator[ServableManager]:
     """A real ``ServableManager`` in this process, ``tiny`` version 1 AVAILABLE."""
-    manager = ServableManager(file_system_poll_wait_seconds=60.0)
+    manager = ServableManager(SavedModelLoader(LoaderOptions()), file_system_poll_wait_seconds=60.0)
     manager.start()
     try:
         manager.reload_config(single_model_config("tiny", str(tiny_repo / "tiny")), timeout=120)

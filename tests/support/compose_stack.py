@@ -92,7 +92,7 @@ class Stack:
 
     def make_up(self, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
         """``make up IMAGES=local`` as the Makefile runs it, in the copy."""
-        return run_python(["-m", "serving.up", "--images", "local", *extra], cwd=self.root, env=self.env,
+        return run_python(["-m", "serving.stack", "--images", "local", *extra], cwd=self.root, env=self.env,
                           timeout=timeout)
 
     def python(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -18,13 +18,13 @@ import pytest
 
 from serving.config.compose import load_compose_model, volume_map
 from serving.config.stack import STATE_FILE, read_state
-from serving.up import (
-    cpu_limits,
+from serving.stack.cli import main
+from serving.stack.compose import (
     NON_ROOT_ID,
     container_user,
+    cpu_limits,
     host_paths,
     is_local_service,
-    main,
     plan_compose,
     prepare_host_paths,
     with_dependencies,
@@ -164,7 +164,7 @@ def test_a_service_is_local_by_its_image_name_or_its_local_base_images():
 # --- the command line ----------------------------------------------------------------------------------
 
 def run_up(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "serving.up", *args], cwd=REPO_ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "serving.stack", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120, env=env)
 
 

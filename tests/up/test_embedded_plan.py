@@ -5,7 +5,8 @@ import pytest
 
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, load_compose_model, plan_embedded_server, remap_server_args
-from serving.up import compose_files, missing_models
+from serving.model_repo import model_versions
+from serving.stack.choice import compose_files
 from tests.support.compose import PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT
 
@@ -23,7 +24,6 @@ def test_plan_keeps_every_flag_and_remaps_only_container_paths(cpu_service, tmp_
     assert [a.split("=")[0] for a in plan.args] == [a.split("=")[0] for a in command]
     changed = {a for a in plan.args if a not in command}
     assert changed == {f"--model_config_file={tmp_path / 'models.config'}",
-                       f"--batching_parameters_file={REPO_ROOT / 'serving/batching.cpu.config'}",
                        f"--monitoring_config_file={REPO_ROOT / 'serving/monitoring.config'}"}
     assert "--per_process_gpu_memory_fraction=0.8" in plan.args  # left for the server to report as a no-op
 
@@ -58,4 +58,5 @@ def test_models_without_a_version_are_the_ones_to_export(cpu_service, tmp_path):
         (repo / name / "1").mkdir(parents=True)
     (repo / "digits_xla" / ".export-host-1-abcd").mkdir(parents=True)  # an unfinished export is no version
     plan = plan_embedded_server(cpu_service, work_dir=tmp_path, models_dir=repo)
-    assert missing_models(plan.models_config, repo) == ["digits_xla", "resnet50_xla"]
+    served = load_model_server_config(plan.models_config).model_config_list.config
+    assert [e.name for e in served if not model_versions(repo / e.name)] == ["digits_xla", "resnet50_xla"]

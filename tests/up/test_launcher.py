@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
-from serving.server.launcher import MONITORING_PATH, ServerProcess, free_port, wait_until_available
+from serving.config.files import MONITORING_PATH
+from serving.server.launcher import ServerProcess, free_port, wait_until_available
 from tests.support.servers import REPO_ROOT
 
 

@@ -1,6 +1,6 @@
 """`make up` without Docker: the embedded server, started with the compose `tfserving` command.
 
-`python -m serving.up --backend embedded` reads the CPU variant's command with
+`python -m serving.stack --backend embedded` reads the CPU variant's command with
 the real Compose binary, remaps its paths to this checkout and starts
 `python -m serving.server` with it, serving what the model repository holds.
 Given a repository with every model of models.cpu.config (all but the GPU-only
@@ -34,13 +34,13 @@ SERVED = [e.name for e in load_model_server_config(REPO_ROOT / "serving/models.c
 
 @pytest.fixture(scope="module")
 def make_up(cpu_stack_repo, tmp_path_factory):
-    """`python -m serving.up --backend embedded` on free ports, until every model is AVAILABLE."""
+    """`python -m serving.stack --backend embedded` on free ports, until every model is AVAILABLE."""
     work = tmp_path_factory.mktemp("up")
     grpc_port, rest_port = free_port(), free_port()
     log = work / "up.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(cpu_stack_repo),
+            [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(cpu_stack_repo),
              "--work-dir", str(work), "--grpc", f"127.0.0.1:{grpc_port}", "--rest", f"http://127.0.0.1:{rest_port}",
              "--timeout", "600"],
             cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -52,7 +52,7 @@ def make_up(cpu_stack_repo, tmp_path_factory):
             assert time.monotonic() < deadline, f"make up not ready:\n{log.read_text()[-4000:]}"
             time.sleep(0.5)
         yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "grpc_port": grpc_port,
-               "log": log, "repo": cpu_stack_repo}
+               "log": log, "repo": cpu_stack_repo, "work": work}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -132,7 +132,18 @@ def test_prometheus_path_from_monitoring_config_serves_tf_serving_metrics(make_u
     assert re.search(r"^:tensorflow:serving:request_count\{", response.text, re.M)
 
 
+def test_make_up_prints_progress_and_the_banner_and_the_server_logs_to_its_file(make_up):
+    text, server_log = make_up["log"].read_text(), make_up["work"] / "server.log"
+    assert f"server log: {server_log}" in text
+    assert "batching: off (no --enable_batching: each request runs on its own)" in text  # the CPU variant's
+    assert "source .venv/bin/activate" in text and "Stop: make down" in text
+    assert "Successfully loaded servable version" in server_log.read_text()
+    assert "Successfully loaded servable version" not in text
+    assert all(line.startswith(("make up", " ", "Serving: ", "print(", "Stop: ")) for line in text.splitlines()
+               if line), text
+
+
 def test_gpu_only_flags_are_reported_as_no_ops(make_up):
-    text = make_up["log"].read_text()
+    text = (make_up["work"] / "server.log").read_text()
     for flag in ("per_process_gpu_memory_fraction",):
         assert re.search(rf"--{flag}\S* .*(no effect|no-op)", text), flag

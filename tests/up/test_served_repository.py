@@ -8,7 +8,8 @@ from serving.config import load_model_server_config
 from serving.config.edit import VersionPolicy, find_entry
 from serving.config.models import write_model_server_config
 from serving.model_repo import ZOO
-from serving.up import DEFAULT_EXPORTS, export_order, prepare_served_config, zoo_selection
+from serving.stack.embedded import DEFAULT_EXPORTS, export_order, zoo_selection
+from serving.stack.served import prepare_served_config
 from tests.support.config import user_model
 
 

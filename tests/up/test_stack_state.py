@@ -1,7 +1,7 @@
 """`make up` (embedded) serves the model repository from a config that survives restarts, and the
 rollout and `serving.config` commands default to what it runs.
 
-Each test starts `python -m serving.up --backend embedded` on a copy of a repository (free ports, its
+Each test starts `python -m serving.stack --backend embedded` on a copy of a repository (free ports, its
 own work dir) and waits for "every model is loaded". The README's own rollout commands run as written
 in tests/readme/test_readme_commands.py.
 """
@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import httpx
 import pytest
@@ -29,7 +30,7 @@ LOADED = "every model is loaded"
 
 
 class MakeUp:
-    """`python -m serving.up --backend embedded` on free ports, until every model is loaded."""
+    """`python -m serving.stack --backend embedded` on free ports, until every model is loaded."""
 
     def __init__(self, repo: Path, work: Path, *extra: str) -> None:
         self.repo, self.work, self.extra = repo, work, extra
@@ -40,7 +41,7 @@ class MakeUp:
     def __enter__(self) -> "MakeUp":
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(self.repo),
+                [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(self.repo),
                  "--work-dir", str(self.work), "--grpc", self.grpc, "--rest", self.rest, "--timeout", "300",
                  *self.extra],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -71,6 +72,13 @@ class MakeUp:
             return []
         assert response.status_code == 200, response.text
         return sorted(int(v["version"]) for v in response.json()["model_version_status"] if v["state"] == "AVAILABLE")
+
+    def available_or_none(self, model: str) -> Optional[list[int]]:
+        """:meth:`available`, or None when nothing answers on the REST port."""
+        try:
+            return self.available(model)
+        except httpx.TransportError:
+            return None
 
     def label(self, model: str, label: str) -> int:
         """The version the server resolves ``label`` to (GetModelMetadata answers with it)."""
@@ -104,6 +112,12 @@ def test_the_first_start_serves_the_repository_and_records_the_stack(repo, tmp_p
         assert (state.backend, state.models_config, state.grpc, state.rest, state.model_repo) == (
             "embedded", work / "models.config", up.grpc, up.rest, repo.resolve())
         assert f"python -m serving.rollout status --model digits --work-dir {work}" in up.text()
+        # make down stops it (make up, then its server, exit), and says so; again, that nothing runs.
+        assert "make down: stopped" in run("serving.stack", "down", "--work-dir", str(work))
+        assert up.proc.wait(60) == 0
+        assert "stopped (server exit status 0)" in up.text()
+        assert "nothing runs" in run("serving.stack", "down", "--work-dir", str(work))
+        assert up.available_or_none("digits") is None
 
 
 def test_added_models_moved_labels_and_removals_survive_a_restart(repo, model_repo, tmp_path):

@@ -4,7 +4,7 @@
 
 "fresh" deletes the model repository and the work directory first (what a fresh clone has: no
 exports, no served config); "second" starts again with what the first left. Each run starts
-`python -m serving.up --backend embedded` on free ports, POSTs a REST predict of the model every
+`python -m serving.stack --backend embedded` on free ports, POSTs a REST predict of the model every
 0.5 s (the exporter's sample inputs, once its manifest exists) until one answers 200 and prints
 the seconds since the start; then it waits until make up reports every model loaded (all exports
 done), prints that time too, SIGTERMs make up and waits for it. Run it on a quiet machine; it
@@ -58,7 +58,7 @@ def time_first_predict(model_repo: Path, work_dir: Path, model: str, log: Path,
     make up says every model is loaded."""
     grpc_port, rest_port = free_port(), free_port()
     rest = f"http://127.0.0.1:{rest_port}"
-    command = [sys.executable, "-m", "serving.up", "--backend", "embedded", "--model-repo", str(model_repo),
+    command = [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(model_repo),
                "--work-dir", str(work_dir), "--grpc", f"127.0.0.1:{grpc_port}", "--rest", rest, *extra]
     print("+", " ".join(command), flush=True)
     started = time.monotonic()

@@ -1,6 +1,6 @@
 """Per-version bookkeeping of the manager (TF Serving's ``LoaderHarness``).
 
-A harness holds one version's state, its servable once loaded, how many
+A harness holds one version's state, its loader and servable once loaded, how many
 requests currently hold it, whether it is still aspired, and the event that
 cancels its load retries. It has no lock of its own: every field is read and
 written under the manager's lock.
@@ -8,16 +8,18 @@ written under the manager's lock.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Generic, Optional, TypeVar
 
 from serving import status
+from serving.server.core.loader import Loader
 from serving.server.core.policy import HarnessState, VersionSnapshot
-from serving.server.tensorflow.servable import Servable
 
 __all__ = ["VersionHarness"]
 
+ServableT = TypeVar("ServableT")
 
-class VersionHarness:
+
+class VersionHarness(Generic[ServableT]):
     """One managed version of one model. Guarded by the owning manager's lock."""
 
     def __init__(self, name: str, version: int, path: str) -> None:
@@ -26,7 +28,8 @@ class VersionHarness:
         self.path = path
         self.state = HarnessState.NEW
         self.is_aspired = True
-        self.servable: Optional[Servable] = None
+        self.loader: Optional[Loader[ServableT]] = None   # set once loaded, until unloaded
+        self.servable: Optional[ServableT] = None
         self.holders = 0
         self.error: Optional[status.ServingError] = None
         self.cancelled = threading.Event()

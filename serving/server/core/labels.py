@@ -10,9 +10,12 @@ REST routes cannot address any other name).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from serving import status
+
+if TYPE_CHECKING:  # annotations only
+    from tensorflow_serving.config.model_server_config_pb2 import ModelConfig
 
 __all__ = ["LABEL_PATTERN", "LabelMap", "build_label_map"]
 
@@ -22,7 +25,7 @@ LabelMap = dict[str, dict[str, int]]
 """model name -> label -> version."""
 
 
-def build_label_map(model_configs: Iterable[Any], is_available: Callable[[str, int], bool],
+def build_label_map(model_configs: Iterable[ModelConfig], is_available: Callable[[str, int], bool],
                     current: Mapping[str, Mapping[str, int]], *, allow_version_labels: bool,
                     allow_unavailable: bool) -> LabelMap:
     """The new label map for ``model_configs``; raises ``status.ServingError`` on a broken rule."""

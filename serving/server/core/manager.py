@@ -1,7 +1,10 @@
 """The servable manager: aspired versions in, loaded servables out.
 
 Mirrors TF Serving's ``AspiredVersionsManager`` + ``BasicManager`` +
-``ServableStateMonitor`` and the model-config part of ``ServerCore``:
+``ServableStateMonitor`` and the model-config part of ``ServerCore``. It knows
+nothing of TensorFlow: each version is loaded through a ``core.loader.Loader``
+that the injected ``LoaderFactory`` builds (the server injects the SavedModel
+one), and the servable it serves is the loader's opaque value.
 
 * ``reload_config(ModelServerConfig)`` replaces the whole model list: label
   rules are checked first (nothing changes if they fail), the file-system
@@ -39,25 +42,28 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional, Protocol
+from typing import Generic, Optional, Protocol, TypeVar
+
+from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
 from serving import status
+from serving.codec import VersionState, VersionStatus
 from serving.server.core.harness import VersionHarness
 from serving.server.core.labels import LabelMap, build_label_map
+from serving.server.core.loader import Loader, LoaderFactory
 from serving.server.core.model_config import validate_model_config_list
 from serving.server.core.policy import HarnessState, next_action
 from serving.server.core.retrier import retry
 from serving.server.core.source import AspiredVersion, FileSystemSource, ServableToMonitor
-from serving.server.core.state import ManagerState, VersionStatus
 from serving.server.core.state_monitor import ServableStateMonitor
-from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
-from serving.server.tensorflow.servable import Servable
 
-__all__ = ["LoaderOptions", "ServableManager", "ServableHandle", "VersionEvents", "VersionStatus", "ManagerState"]
+__all__ = ["ServableManager", "ServableHandle", "VersionEvents"]
 
 log = logging.getLogger(__name__)
 
 _MANAGE_STATE_INTERVAL_S = 0.1  # TF Serving's manage_state_interval_micros default
+
+ServableT = TypeVar("ServableT")
 
 
 class VersionEvents(Protocol):
@@ -70,45 +76,52 @@ class VersionEvents(Protocol):
         """A version was closed."""
 
 
-class ServableHandle:
+class ServableHandle(Generic[ServableT]):
     """Context manager holding one servable for one request (``acquire`` returns it)."""
 
     __slots__ = ("_manager", "_harness")
 
-    def __init__(self, manager: "ServableManager", harness: VersionHarness) -> None:
+    def __init__(self, manager: "ServableManager[ServableT]", harness: VersionHarness[ServableT]) -> None:
         self._manager = manager
         self._harness = harness
 
-    def __enter__(self) -> Servable:
+    def __enter__(self) -> ServableT:
         return self._harness.servable
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._manager._release(self._harness)
 
 
-class ServableManager:
+class ServableManager(Generic[ServableT]):
     """Loads, serves and unloads model versions. See the module docstring for the contract.
 
-    Lifecycle: ``start()`` once, then ``reload_config(...)`` any number of
-    times, then ``stop()`` (cancels pending retries, waits for running loads,
-    unloads everything).
+    ``loader_factory`` builds each version's ``Loader``; ``max_num_load_retries``
+    and ``load_retry_interval_micros`` are TF Serving's (``AspiredVersionsManager``
+    options, flag defaults). Lifecycle: ``start()`` once, then
+    ``reload_config(...)`` any number of times, then ``stop()`` (cancels pending
+    retries, waits for running loads, unloads everything).
     """
 
-    def __init__(self, *, loader_options: Optional[LoaderOptions] = None,
-                 file_system_poll_wait_seconds: float = 1.0, allow_version_labels: bool = True,
-                 allow_version_labels_for_unavailable_models: bool = False,
-                 metrics: Optional[Any] = None, heap: Optional[VersionEvents] = None) -> None:
-        self._options = loader_options or LoaderOptions()
-        self._loader = SavedModelLoader(self._options, metrics)
+    def __init__(self, loader_factory: LoaderFactory, *, max_num_load_retries: int = 5,
+                 load_retry_interval_micros: int = 60_000_000, file_system_poll_wait_seconds: float = 1.0,
+                 allow_version_labels: bool = True, allow_version_labels_for_unavailable_models: bool = False,
+                 heap: Optional[VersionEvents] = None) -> None:
+        if max_num_load_retries < 0:
+            raise ValueError("max_num_load_retries must be >= 0")
+        if load_retry_interval_micros < 0:
+            raise ValueError("load_retry_interval_micros must be >= 0")
+        self._loader_factory = loader_factory
+        self._max_num_load_retries = max_num_load_retries
+        self._load_retry_interval_micros = load_retry_interval_micros
         self._heap = heap
         self._allow_labels = allow_version_labels
         self._allow_unavailable_labels = allow_version_labels_for_unavailable_models
         self._cond = threading.Condition(threading.Lock())
-        self._harnesses: dict[str, dict[int, VersionHarness]] = {}
+        self._harnesses: dict[str, dict[int, VersionHarness[ServableT]]] = {}
         self._monitor = ServableStateMonitor(self._cond)
         self._pending: dict[str, list[AspiredVersion]] = {}
         self._labels: LabelMap = {}
-        self._config: Any = None
+        self._config: Optional[ModelServerConfig] = None
         self._model_names: list[str] = []
         self._served: frozenset[str] = frozenset()   # replaced whole: read without the lock
         self._config_lock = threading.Lock()
@@ -156,23 +169,23 @@ class ServableManager:
         with self._cond:
             ready = [h for h in self._all_harnesses() if h.state is HarnessState.READY]
             for harness in ready:
-                self._set_state(harness, HarnessState.UNLOADING, ManagerState.UNLOADING)
+                self._set_state(harness, HarnessState.UNLOADING, VersionState.UNLOADING)
             while any(h.holders for h in ready) and time.monotonic() < deadline:
                 self._cond.wait(max(deadline - time.monotonic(), 0.0))
         for harness in ready:
             if harness.holders:
                 log.warning("Unloading %s with %d request(s) still holding it", harness.id,
                             harness.holders)
-            harness.servable.close()
+            harness.loader.unload()
             with self._cond:
-                harness.servable = None
-                self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
+                harness.loader = harness.servable = None
+                self._set_state(harness, HarnessState.DISABLED, VersionState.END)
 
     # ------------------------------------------------------------ config
 
-    def reload_config(self, config: Any, timeout: Optional[float] = None,
+    def reload_config(self, config: ModelServerConfig, timeout: Optional[float] = None,
                       caller_gone: Optional[threading.Event] = None) -> None:
-        """Replace the served models with ``config`` (a ``ModelServerConfig``); see module doc.
+        """Replace the served models with ``config``; see the module docstring.
 
         ``timeout`` (seconds, None = wait as long as it takes, like TF Serving)
         bounds the wait for newly added models; past it ``status.DeadlineExceeded``.
@@ -203,7 +216,7 @@ class ServableManager:
                 f"{', '.join(models)}")
         return None
 
-    def _apply_config(self, config: Any) -> Optional[tuple[list[str], int, int]]:
+    def _apply_config(self, config: ModelServerConfig) -> Optional[tuple[list[str], int, int]]:
         """Validate and apply ``config`` under the config lock: the models to wait for, the monitor's
         checkpoint to wait from and the config's generation (None for an empty config)."""
         with self._config_lock:
@@ -228,7 +241,7 @@ class ServableManager:
                     self._cond.notify_all()   # a reload still waiting for the old config gives up
                 generation = self._config_generation
             new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
-            self._config = type(config)()
+            self._config = ModelServerConfig()
             self._config.CopyFrom(config)
             log.info("Adding/updating models.")
             self._source.set_servables(
@@ -237,7 +250,7 @@ class ServableManager:
                                    else None) for m in models])
             return new_models, start, generation
 
-    def _accepted_model_list(self, config: Any) -> Optional[list]:
+    def _accepted_model_list(self, config: ModelServerConfig) -> Optional[list[ModelConfig]]:
         kind = config.WhichOneof("config")
         old_kind = self._config.WhichOneof("config") if self._config is not None else None
         if old_kind is not None and config != self._config and not (
@@ -255,7 +268,7 @@ class ServableManager:
     # ------------------------------------------------------------ requests
 
     def acquire(self, name: str, version: Optional[int] = None,
-                label: Optional[str] = None) -> ServableHandle:
+                label: Optional[str] = None) -> ServableHandle[ServableT]:
         """Hold a servable for one request: ``with manager.acquire("m") as servable: ...``.
 
         ``version`` None and ``label`` None = the highest AVAILABLE version.
@@ -279,7 +292,7 @@ class ServableManager:
             harness.holders += 1
         return ServableHandle(self, harness)
 
-    def _release(self, harness: VersionHarness) -> None:
+    def _release(self, harness: VersionHarness[ServableT]) -> None:
         with self._cond:
             harness.holders -= 1
             if harness.holders == 0 and harness.state is HarnessState.UNLOADING:
@@ -322,15 +335,15 @@ class ServableManager:
 
     # ------------------------------------------------------------ state machine
 
-    def _all_harnesses(self) -> list[VersionHarness]:
+    def _all_harnesses(self) -> list[VersionHarness[ServableT]]:
         return [h for versions in self._harnesses.values() for h in versions.values()]
 
-    def _publish(self, harness: VersionHarness, state: ManagerState,
+    def _publish(self, harness: VersionHarness, state: VersionState,
                  error: Optional[status.ServingError] = None) -> None:
         self._monitor.publish(harness.name, harness.version, state, error)
 
     def _set_state(self, harness: VersionHarness, state: HarnessState,
-                   published: ManagerState, error: Optional[status.ServingError] = None) -> None:
+                   published: VersionState, error: Optional[status.ServingError] = None) -> None:
         harness.state = state
         self._publish(harness, published, error)
 
@@ -378,7 +391,7 @@ class ServableManager:
             if aspired.version not in current:
                 harness = VersionHarness(name, aspired.version, aspired.path)
                 managed[aspired.version] = harness
-                self._publish(harness, ManagerState.START)
+                self._publish(harness, VersionState.START)
 
     def _apply_policy_locked(self) -> None:
         for versions in self._harnesses.values():
@@ -387,50 +400,51 @@ class ServableManager:
                 continue
             harness = versions[action.version]
             if action.kind == "load":
-                self._set_state(harness, HarnessState.LOADING, ManagerState.LOADING)
+                self._set_state(harness, HarnessState.LOADING, VersionState.LOADING)
                 self._workers.submit(self._load, harness)
             else:
-                self._set_state(harness, HarnessState.UNLOADING, ManagerState.UNLOADING)
+                self._set_state(harness, HarnessState.UNLOADING, VersionState.UNLOADING)
                 self._workers.submit(self._unload, harness)
 
     # ------------------------------------------------------------ workers
 
-    def _load(self, harness: VersionHarness) -> None:
-        log.info("Loading servable version %s", harness.id)
-        options = self._options
+    def _load(self, harness: VersionHarness[ServableT]) -> None:
         try:
-            servable = retry(f"Loading servable: {harness.id}", options.max_num_load_retries,
-                             options.load_retry_interval_micros,
-                             lambda: self._loader.load(harness.name, harness.version, harness.path),
-                             harness.cancelled)
+            loader: Loader[ServableT] = self._loader_factory(harness.name, harness.version, harness.path)
+            log.info("Approving load for servable version %s (estimated %d bytes of RAM)", harness.id,
+                     loader.estimate_resources())
+            log.info("Loading servable version %s", harness.id)
+            retry(f"Loading servable: {harness.id}", self._max_num_load_retries, self._load_retry_interval_micros,
+                  loader.load, harness.cancelled)
+            servable = loader.servable()
         except status.ServingError as error:
             with self._cond:
                 harness.error = error
-                self._set_state(harness, HarnessState.ERROR, ManagerState.END, error)
+                self._set_state(harness, HarnessState.ERROR, VersionState.END, error)
             log.error("Servable %s cannot be loaded: %s", harness.id, error)
             return
         if harness.cancelled.is_set():  # un-aspired while loading: never serve it
-            servable.close()
+            loader.unload()
             with self._cond:
-                self._set_state(harness, HarnessState.DISABLED, ManagerState.END,
+                self._set_state(harness, HarnessState.DISABLED, VersionState.END,
                                 status.Cancelled("Loading of servable cancelled"))
             return
         if self._heap is not None:
             self._heap.version_loaded()
         with self._cond:
-            harness.servable = servable
-            self._set_state(harness, HarnessState.READY, ManagerState.AVAILABLE)
+            harness.loader, harness.servable = loader, servable
+            self._set_state(harness, HarnessState.READY, VersionState.AVAILABLE)
         log.info("Successfully loaded servable version %s", harness.id)
 
-    def _unload(self, harness: VersionHarness) -> None:
+    def _unload(self, harness: VersionHarness[ServableT]) -> None:
         with self._cond:
             while harness.holders:
                 self._cond.wait()
-            servable, harness.servable = harness.servable, None
+            loader, harness.loader, harness.servable = harness.loader, None, None
         log.info("Unloading servable version %s", harness.id)
-        servable.close()
+        loader.unload()
         if self._heap is not None:
             self._heap.version_unloaded()
         with self._cond:
-            self._set_state(harness, HarnessState.DISABLED, ManagerState.END)
+            self._set_state(harness, HarnessState.DISABLED, VersionState.END)
         log.info("Done unloading servable version %s", harness.id)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from serving import status
+
+if TYPE_CHECKING:  # annotations only
+    from tensorflow_serving.config.model_server_config_pb2 import ModelConfig
 
 __all__ = ["TENSORFLOW_PLATFORM", "model_platform", "validate_model_config_list"]
 
@@ -21,7 +24,7 @@ TENSORFLOW_PLATFORM = "tensorflow"
 _MODEL_TYPE_TENSORFLOW = 1
 
 
-def model_platform(config: Any) -> str:
+def model_platform(config: ModelConfig) -> str:
     """The platform a ``ModelConfig`` asks for (``server_core.cc`` ``GetPlatform``)."""
     if config.model_type:
         log.warning("Deprecated ModelServerConfig::model_type field used. "
@@ -41,7 +44,7 @@ def model_platform(config: Any) -> str:
     return config.model_platform
 
 
-def validate_model_config_list(configs: Sequence[Any], previous: Sequence[Any] = ()) -> None:
+def validate_model_config_list(configs: Sequence[ModelConfig], previous: Sequence[ModelConfig] = ()) -> None:
     """Raise ``status.InvalidArgument`` naming the first broken rule."""
     names: set[str] = set()
     for config in configs:

@@ -24,9 +24,12 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from serving.model_repo import parse_version
+
+if TYPE_CHECKING:  # annotations only
+    from tensorflow_serving.config.file_system_storage_path_source_pb2 import FileSystemStoragePathSourceConfig
 
 __all__ = ["ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
            "list_versions"]
@@ -49,7 +52,7 @@ class ServableToMonitor:
 
     name: str
     base_path: str
-    version_policy: Any = None
+    version_policy: Optional[FileSystemStoragePathSourceConfig.ServableVersionPolicy] = None
 
 
 AspiredVersionsCallback = Callable[[str, list[AspiredVersion]], None]

@@ -14,7 +14,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from serving import status
-from serving.server.core.state import ManagerState, VersionStatus
+from serving.codec import VersionState, VersionStatus
 
 __all__ = ["ServableStateMonitor"]
 
@@ -40,7 +40,7 @@ class ServableStateMonitor:
         """Allow waiting again (the manager restarted). Caller holds the lock."""
         self._closed = False
 
-    def publish(self, name: str, version: int, state: ManagerState,
+    def publish(self, name: str, version: int, state: VersionState,
                 error: Optional[status.ServingError] = None) -> None:
         """Record a state change and wake waiters. Caller holds the lock."""
         self._seq += 1
@@ -60,7 +60,7 @@ class ServableStateMonitor:
     def is_available(self, name: str, version: int) -> bool:
         """Caller holds the lock."""
         entry = self._states.get(name, {}).get(int(version))
-        return entry is not None and entry[0].state is ManagerState.AVAILABLE
+        return entry is not None and entry[0].state is VersionState.AVAILABLE
 
     def wait_until_models_available(self, names: Sequence[str], since: int,
                                      timeout: Optional[float] = None,
@@ -101,9 +101,9 @@ class ServableStateMonitor:
         for name in names:
             fresh = {v: st for v, (st, seq) in self._states.get(name, {}).items() if seq > since}
             latest = fresh[max(fresh)] if fresh else None
-            if latest is None or latest.state not in (ManagerState.AVAILABLE, ManagerState.END):
+            if latest is None or latest.state not in (VersionState.AVAILABLE, VersionState.END):
                 pending.append(name)
-            elif latest.state is ManagerState.END:
+            elif latest.state is VersionState.END:
                 failed.append((name, latest))
         return pending, failed
 

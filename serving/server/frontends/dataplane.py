@@ -6,7 +6,7 @@ the answer (kserve ``protocol/dataplane.py``). The data plane resolves a
 signature), runs the model through ``serving.server.tensorflow.inference`` and
 returns plain values: ``Prediction`` (numpy outputs), ``InferenceResult``
 holding an ``inference.ClassificationResult`` or ``inference.RegressionResult``,
-``ModelMetadata``, a list of ``VersionStatus``. It builds no wire message.
+``serving.codec``'s ``ModelMetadata`` and ``VersionStatus``es. It builds no wire message.
 Failures are ``serving.status.ServingError``; the front-ends map them once each.
 
 Seams (``typing.Protocol``, satisfied structurally): ``ModelManager`` is what
@@ -70,18 +70,23 @@ import numpy as np
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import status
-from serving.codec import CLASSIFY_METHOD_NAME, DEFAULT_SIGNATURE, REGRESS_METHOD_NAME
+from serving.codec import (
+    CLASSIFY_METHOD_NAME,
+    DEFAULT_SIGNATURE,
+    REGRESS_METHOD_NAME,
+    ModelMetadata,
+    Signature,
+    VersionStatus,
+)
 from serving.server.admission import MemoryAdmission, RequestCost, examples_cost, predict_cost
-from serving.server.core.state import VersionStatus
 from serving.server.deadline import request_deadline
 from serving.server.metrics import UNSERVED_MODEL_LABEL
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
-from serving.server.tensorflow.servable import Servable, Signature
+from serving.server.tensorflow.servable import Servable
 from serving.status import Code
 
 if TYPE_CHECKING:  # these messages load TensorFlow; they only annotate
-    from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
     from tensorflow_serving.apis.input_pb2 import Input
 
 __all__ = [
@@ -93,7 +98,8 @@ __all__ = [
     "Prediction",
     "InferenceResult",
     "InferenceTask",
-    "ModelMetadata",
+    "ClassificationResult",
+    "RegressionResult",
     "DataPlane",
 ]
 
@@ -181,19 +187,6 @@ class InferenceTask:
     model_name: str
     signature_name: str
     method_name: str
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    """A GetModelMetadata answer: the version that answered and its ``SignatureDef`` protos by key.
-
-    The protos are the servable's own (every MetaGraph signature, as loaded),
-    so a front-end packing them into a ``SignatureDefMap`` sends what TF Serving sends.
-    """
-
-    name: str
-    version: int
-    signature_defs: Mapping[str, SignatureDef]
 
 
 class DataPlane:
@@ -309,14 +302,18 @@ class DataPlane:
 
     # -- model management ------------------------------------------------
     def model_metadata(self, spec: ModelSpec, metadata_fields: Sequence[str]) -> ModelMetadata:
-        """The signatures of ``spec``'s version; ``signature_def`` is the only field TF Serving has."""
+        """The signatures of ``spec``'s version; ``signature_def`` is the only field TF Serving has.
+
+        ``signature_defs`` are the servable's own protos (every MetaGraph signature, as loaded), so a
+        front-end packing them into a ``SignatureDefMap`` sends what TF Serving sends.
+        """
         if not metadata_fields:
             raise status.InvalidArgument("GetModelMetadataRequest must specify at least one metadata_field")
         for field_name in metadata_fields:
             if field_name != SIGNATURE_DEF_METADATA_FIELD:
                 raise status.InvalidArgument(f"Metadata field {field_name} is not supported")
         with self._acquire(spec) as servable:
-            return ModelMetadata(servable.name, servable.version, dict(servable.signature_defs))
+            return ModelMetadata(servable.name, servable.version, servable.signatures, servable.signature_defs)
 
     def model_status(self, spec: ModelSpec) -> list[VersionStatus]:
         """Every version of ``spec.name`` newest first, or only ``spec.version``; labels are ignored."""

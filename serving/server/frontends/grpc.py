@@ -104,20 +104,21 @@ from tensorflow_serving.apis import (
 )
 
 from serving import codec, status
+from serving.codec import VersionStatus
 from serving.server.admission import DEFAULT_RELEASE_AFTER_BYTES
-from serving.server.core.state import VersionStatus
 from serving.server.deadline import deadline_after
 from serving.server.frontends.dataplane import (
     SIGNATURE_DEF_METADATA_FIELD,
+    ClassificationResult,
     DataPlane,
     InferenceResult,
     InferenceTask,
     ModelSpec,
+    RegressionResult,
 )
 from serving.server.frontends.grpc_admission import MessageFirstExecutor
 from serving.server.frontends.grpc_limits import GrpcConnectionLimits
 from serving.server.memory import release_free_memory
-from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
            "listen_address"]
@@ -257,7 +258,7 @@ def _multi_inference_response(results: Sequence[InferenceResult]) -> inference_p
 def _model_status_response(statuses: Sequence[VersionStatus]) -> get_model_status_pb2.GetModelStatusResponse:
     response = get_model_status_pb2.GetModelStatusResponse()
     for entry in statuses:
-        version_status = response.model_version_status.add(version=entry.version, state=int(entry.state))
+        version_status = response.model_version_status.add(version=entry.version, state=entry.state.number)
         version_status.status.error_code = int(entry.error_code)
         version_status.status.error_message = entry.error_message or ""
     return response
@@ -317,7 +318,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise status.InvalidArgument("Missing ModelSpec")
         metadata = self._dp.model_metadata(_spec(request.model_spec), list(request.metadata_field))
         response = get_model_metadata_pb2.GetModelMetadataResponse()
-        _fill_spec(response.model_spec, metadata.name, metadata.version)
+        _fill_spec(response.model_spec, metadata.model, metadata.version)
         signature_map = get_model_metadata_pb2.SignatureDefMap()
         for key, signature_def in metadata.signature_defs.items():
             signature_map.signature_def[key].CopyFrom(signature_def)

@@ -59,9 +59,9 @@ from aiohttp.web_protocol import RequestHandler
 from google.protobuf import json_format
 
 from serving import codec, status
-from serving.server.core.state import VersionStatus
+from serving.codec import ModelMetadata, VersionStatus
 from serving.server.descriptors import connection_cap
-from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelMetadata, ModelSpec
+from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelSpec
 from serving.server.frontends.rest_limits import (
     BodyBytes,
     BodyCharge,
@@ -105,6 +105,10 @@ _INT64_DIGITS = len(str(_INT64_MAX))
 _ECHOED_CHARS = 200
 _JSON = "application/json"
 _HTTP_STATUSES = frozenset(http.HTTPStatus)
+# How aiohttp's parser refuses HTTP/2's connection preface ("PRI * HTTP/2.0"): a gRPC client on this port.
+_HTTP2_PREFACE_ERROR = "PRI/Upgrade"
+_HTTP2_ON_REST_PORT = ("An HTTP/2 connection (a gRPC client?) reached the REST port and was answered 400: "
+                      "gRPC is served on --port, this port takes REST over HTTP/1.1")
 _CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
                  "Access-Control-Allow-Headers": "Content-Type"}
 
@@ -206,7 +210,7 @@ def _metadata_json(metadata: ModelMetadata) -> bytes:
                                                      preserving_proto_field_name=True)
                       for key in sorted(metadata.signature_defs)}
     return codec.json_dumps({
-        "model_spec": {"name": metadata.name, "version": str(metadata.version), "signature_name": ""},
+        "model_spec": {"name": metadata.model, "version": str(metadata.version), "signature_name": ""},
         "metadata": {SIGNATURE_DEF_METADATA_FIELD: {"signature_def": signature_defs}}})
 
 
@@ -517,13 +521,20 @@ class _JsonErrorHandler(RequestHandler):
         if http_status >= 500:
             details = status.internal_error("Internal error while handling a request",
                                             exc or RuntimeError(message), logger).details
+        elif _HTTP2_PREFACE_ERROR in str(message or exc or ""):
+            logger.warning(_HTTP2_ON_REST_PORT)  # one line, no traceback: a client's mistake, not the server's
+            details = "Malformed HTTP request: HTTP/2 on the REST port; gRPC is served on its own port"
         else:
             logger.debug("Malformed HTTP request: %s", message)
             phrase = http.HTTPStatus(http_status).phrase if http_status in _HTTP_STATUSES else "Bad Request"
             details = f"Malformed HTTP request: {phrase}"
-        response = web.Response(status=http_status, body=_error_json(details), headers={"Content-Type": _JSON})
-        response.force_close()
-        return response
+        return _answer_and_close(http_status, details)
+
+
+def _answer_and_close(http_status: int, details: str) -> web.Response:
+    response = web.Response(status=http_status, body=_error_json(details), headers={"Content-Type": _JSON})
+    response.force_close()
+    return response
 
 
 def _try_parse_route(http_method: str, path: str) -> tuple[RestRoute, Optional[status.ServingError]]:

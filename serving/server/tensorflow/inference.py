@@ -13,7 +13,7 @@ are thread-safe (they only read the servable and call ``Servable.run``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from google.protobuf import text_format
@@ -22,6 +22,11 @@ from numpy.typing import ArrayLike
 from serving import status
 from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec, enum_from_dtype, tensor_proto_to_ndarray
 from serving.server.tensorflow.servable import Servable
+
+if TYPE_CHECKING:  # these messages load TensorFlow; they only annotate
+    from tensorflow.core.framework.tensor_pb2 import TensorProto
+    from tensorflow.core.protobuf.meta_graph_pb2 import SignatureDef
+    from tensorflow_serving.apis.input_pb2 import Input
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -92,13 +97,13 @@ def predict(servable: Servable, signature_name: Optional[str], inputs: Mapping[s
     return servable.run(key, arrays, aliases)
 
 
-def _signature_defaults(servable: Servable, key: str) -> Mapping[str, Any]:
+def _signature_defaults(servable: Servable, key: str) -> Mapping[str, "TensorProto"]:
     proto = servable.signature_defs.get(key)
     return getattr(proto, "defaults", None) or {}
 
 
 def _verify_inputs_size(signature: Signature, inputs: Mapping[str, ArrayLike],
-                        defaults: Mapping[str, Any]) -> None:
+                        defaults: Mapping[str, TensorProto]) -> None:
     sent, wanted = len(inputs), len(signature.inputs)
     if sent > wanted or (sent < wanted and not defaults):
         request_keys, signature_keys = sorted(inputs), sorted(signature.inputs)
@@ -111,7 +116,7 @@ def _verify_inputs_size(signature: Signature, inputs: Mapping[str, ArrayLike],
 
 
 def _input_values(signature: Signature, inputs: Mapping[str, ArrayLike],
-                  defaults: Mapping[str, Any]) -> dict[str, np.ndarray]:
+                  defaults: Mapping[str, TensorProto]) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     for alias, spec in signature.inputs.items():
         if alias in inputs:
@@ -174,7 +179,7 @@ def _output_aliases(signature: Signature, output_filter: Sequence[str]) -> list[
 # ---------------------------------------------------------------- Classify / Regress
 
 
-def serialized_examples(input_proto: Any) -> np.ndarray:
+def serialized_examples(input_proto: Input) -> np.ndarray:
     """The DT_STRING [N] batch of serialized tf.Examples an ``Input`` carries (``util.cc``).
 
     With ``example_list_with_context`` each entry is the serialized context
@@ -197,7 +202,7 @@ def serialized_examples(input_proto: Any) -> np.ndarray:
     return batch
 
 
-def _method_signature(servable: Servable, signature_name: Optional[str]) -> tuple[str, Any]:
+def _method_signature(servable: Servable, signature_name: Optional[str]) -> tuple[str, SignatureDef]:
     key = _signature_key(signature_name)
     proto = servable.signature_defs.get(key)
     if proto is None:
@@ -205,7 +210,7 @@ def _method_signature(servable: Servable, signature_name: Optional[str]) -> tupl
     return key, proto
 
 
-def _debug_string(proto: Any) -> str:
+def _debug_string(proto: SignatureDef) -> str:
     return text_format.MessageToString(proto)
 
 
@@ -250,7 +255,7 @@ class RegressionResult:
     regressions: tuple[Regression, ...]
 
 
-def classify(servable: Servable, signature_name: Optional[str], input_proto: Any) -> ClassificationResult:
+def classify(servable: Servable, signature_name: Optional[str], input_proto: Input) -> ClassificationResult:
     """Run a Classify request (``classifier.cc``).
 
     The signature needs exactly one input ``inputs`` (serialized tf.Examples)
@@ -307,11 +312,11 @@ def _classifications(num_examples: int, classes: Optional[np.ndarray],
         for i in range(num_examples)))
 
 
-def _label(value: Any) -> str:
+def _label(value: Union[bytes, str, np.generic]) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def regress(servable: Servable, signature_name: Optional[str], input_proto: Any) -> RegressionResult:
+def regress(servable: Servable, signature_name: Optional[str], input_proto: Input) -> RegressionResult:
     """Run a Regress request (``regressor.cc``).
 
     The signature needs exactly one input ``inputs`` (serialized tf.Examples)

@@ -7,8 +7,14 @@ Then the run wrapper (batching) is applied and warmup replayed; a warmup
 failure fails the load. TF2 exports (tf.function signatures, also with
 ``jit_compile=True``) run unchanged in such a Session.
 
-``SavedModelLoader.load`` makes ONE attempt; retries belong to the manager
-(TF Serving's ``LoaderHarness``).
+``SavedModelLoader`` is the TensorFlow side of ``core.loader``: called with
+(name, version, path) it is the ``LoaderFactory`` the server injects into the
+manager (TF Serving's ``SavedModelBundleSourceAdapter``), building one
+``SavedModelVersionLoader`` (a ``core.loader.Loader`` of a ``Servable``) per
+version. ``SavedModelLoader.load`` makes ONE attempt; retries belong to the
+manager (TF Serving's ``LoaderHarness``). A version's RAM estimate is TF
+Serving's heuristic (``EstimateResourceFromPath``): the size of its files
+times 1.2.
 """
 from __future__ import annotations
 
@@ -16,25 +22,33 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from pathlib import Path
+from typing import Optional, Protocol, Sequence
 
 from serving import status
 from serving.server.tensorflow.servable import RunWrapper, Servable, tf_error_message
-from serving.server.tensorflow.warmup import run_saved_model_warmup
+from serving.server.tensorflow.warmup import WarmupMetrics, run_saved_model_warmup
 
-__all__ = ["LoaderOptions", "SavedModelLoader"]
+__all__ = ["LoaderOptions", "LoadMetrics", "SavedModelLoader", "SavedModelVersionLoader"]
 
 log = logging.getLogger(__name__)
+
+_RAM_ESTIMATE_MULTIPLIER = 1.2   # TF Serving's kResourceEstimateRAMMultiplier (pad bytes: 0)
+
+
+class LoadMetrics(WarmupMetrics, Protocol):
+    """What loading records (``serving.server.metrics.ServerMetrics`` provides it); thread-safe."""
+
+    def record_load(self, model_path: str, ok: bool, latency_us: float) -> None: ...
 
 
 @dataclass(frozen=True)
 class LoaderOptions:
     """How versions are loaded; TF Serving's flag defaults.
 
-    ``intra_op``/``inter_op`` 0 lets TensorFlow choose. ``max_num_load_retries``
-    and ``load_retry_interval_micros`` are used by the manager's retry loop.
-    ``run_wrapper`` is applied to every servable right after loading, before
-    warmup.
+    ``intra_op``/``inter_op`` 0 lets TensorFlow choose. ``run_wrapper`` is
+    applied to every servable right after loading, before warmup. (Retries
+    are the manager's: ``ServableManager(max_num_load_retries=...)``.)
     """
 
     enable_model_warmup: bool = True
@@ -42,15 +56,9 @@ class LoaderOptions:
     intra_op: int = 0
     inter_op: int = 0
     saved_model_tags: Sequence[str] = ("serve",)
-    max_num_load_retries: int = 5
-    load_retry_interval_micros: int = 60_000_000
     run_wrapper: Optional[RunWrapper] = None
 
     def __post_init__(self) -> None:
-        if self.max_num_load_retries < 0:
-            raise ValueError("max_num_load_retries must be >= 0")
-        if self.load_retry_interval_micros < 0:
-            raise ValueError("load_retry_interval_micros must be >= 0")
         if not self.saved_model_tags:
             raise ValueError("saved_model_tags must name at least one tag (TF Serving uses 'serve')")
 
@@ -58,9 +66,13 @@ class LoaderOptions:
 class SavedModelLoader:
     """Loads versions with fixed ``LoaderOptions``. Thread-safe: loads may run concurrently."""
 
-    def __init__(self, options: LoaderOptions, metrics: Optional[Any] = None) -> None:
+    def __init__(self, options: LoaderOptions, metrics: Optional[LoadMetrics] = None) -> None:
         self.options = options
         self.metrics = metrics
+
+    def __call__(self, name: str, version: int, path: str) -> "SavedModelVersionLoader":
+        """The ``core.loader.Loader`` of one version (this is the manager's ``LoaderFactory``)."""
+        return SavedModelVersionLoader(self, name, version, path)
 
     def load(self, name: str, version: int, path: str) -> Servable:
         """Load, wrap and warm up ``path``; raise ``status.ServingError`` on any failure."""
@@ -106,6 +118,39 @@ class SavedModelLoader:
                  "inter_op_parallelism_threads=%d; 0: TensorFlow picks)", name, version, path,
                  config.intra_op_parallelism_threads, config.inter_op_parallelism_threads)
         return Servable(name, version, path, session, meta_graph.signature_def)
+
+
+class SavedModelVersionLoader:
+    """One version's ``core.loader.Loader``: ``load`` is one ``SavedModelLoader.load`` attempt."""
+
+    def __init__(self, loader: SavedModelLoader, name: str, version: int, path: str) -> None:
+        self._loader = loader
+        self.name, self.version, self.path = name, version, path
+        self._servable: Optional[Servable] = None
+
+    def estimate_resources(self) -> int:
+        """The files' total size times 1.2 (``EstimateResourceFromPath``); 0 when none can be read
+        (the load then fails with TF Serving's message)."""
+        size = 0
+        for path in Path(self.path).rglob("*"):
+            try:
+                size += path.stat().st_size if path.is_file() else 0
+            except OSError:   # removed while walked: the load reports it
+                continue
+        return int(size * _RAM_ESTIMATE_MULTIPLIER)
+
+    def load(self) -> None:
+        self._servable = self._loader.load(self.name, self.version, self.path)
+
+    def unload(self) -> None:
+        servable, self._servable = self._servable, None
+        if servable is not None:
+            servable.close()
+
+    def servable(self) -> Servable:
+        if self._servable is None:
+            raise RuntimeError(f"servable version {self.name}/{self.version} is not loaded")
+        return self._servable
 
 
 def _load_error(exc: Exception, path: str, tags: Sequence[str]) -> status.ServingError:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Union
 
 from google.protobuf.message import DecodeError
 
@@ -32,15 +32,30 @@ from serving.server.memory import peak_rss_during
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.servable import Servable
 
-__all__ = ["WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"]
+if TYPE_CHECKING:  # these messages load TensorFlow; they only annotate
+    from tensorflow_serving.apis.classification_pb2 import ClassificationRequest
+    from tensorflow_serving.apis.inference_pb2 import MultiInferenceRequest
+    from tensorflow_serving.apis.predict_pb2 import PredictRequest
+    from tensorflow_serving.apis.prediction_log_pb2 import PredictionLog
+    from tensorflow_serving.apis.regression_pb2 import RegressionRequest
+
+__all__ = ["WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "WarmupMetrics", "warmup_path", "run_saved_model_warmup"]
 
 log = logging.getLogger(__name__)
 
 MAX_NUM_RECORDS = 1000
 
 
+class WarmupMetrics(Protocol):
+    """What warmup records (``serving.server.metrics.ServerMetrics`` provides it); thread-safe."""
+
+    def record_warmup(self, model_path: str, ok: bool, latency_us: float, records: int,
+                      error: Optional[Union[BaseException, str]] = None) -> None: ...
+
+
 def run_saved_model_warmup(servable: Servable, export_dir: str, *,
-                           num_request_iterations: int = 1, metrics: Optional[Any] = None) -> int:
+                           num_request_iterations: int = 1,
+                           metrics: Optional[WarmupMetrics] = None) -> int:
     """Replay the warmup file of ``export_dir`` on ``servable``; return the records read.
 
     Raises a ``status.ServingError`` when warmup fails (the load must fail).
@@ -100,7 +115,7 @@ def _read_records(path: str):
             raise status.error_for(exc.error_code, exc.message) from exc
 
 
-def _parse_record(record: bytes, path: str) -> Any:
+def _parse_record(record: bytes, path: str) -> PredictionLog:
     from tensorflow_serving.apis import prediction_log_pb2
 
     log_proto = prediction_log_pb2.PredictionLog()
@@ -112,7 +127,7 @@ def _parse_record(record: bytes, path: str) -> Any:
     return log_proto
 
 
-def _run_record(servable: Servable, log_proto: Any, iterations: int) -> None:
+def _run_record(servable: Servable, log_proto: PredictionLog, iterations: int) -> None:
     kind = log_proto.WhichOneof("log_type")
     if kind in ("predict_streamed_log", "session_run_log"):
         number = log_proto.DESCRIPTOR.fields_by_name[kind].number
@@ -123,7 +138,7 @@ def _run_record(servable: Servable, log_proto: Any, iterations: int) -> None:
         _RUNNERS[kind](servable, getattr(log_proto, kind).request)
 
 
-def _record_rows(log_proto: Any) -> Optional[tuple[str, int]]:
+def _record_rows(log_proto: PredictionLog) -> Optional[tuple[str, int]]:
     """The signature key and rows (batch dimension, or tf.Examples) of a predict/classify/regress record."""
     kind = log_proto.WhichOneof("log_type")
     if kind not in ("predict_log", "classify_log", "regress_log"):
@@ -136,7 +151,8 @@ def _record_rows(log_proto: Any) -> Optional[tuple[str, int]]:
     return key, max((int(d[0].size) if d else 1 for d in dims), default=0)
 
 
-def _keep_extremes(extremes: dict[str, dict[int, Callable[[], None]]], servable: Servable, log_proto: Any) -> None:
+def _keep_extremes(extremes: dict[str, dict[int, Callable[[], None]]], servable: Servable,
+                   log_proto: PredictionLog) -> None:
     """Keep, per signature, a replay of the record with the fewest and with the most rows."""
     found = _record_rows(log_proto)
     if found is None:
@@ -178,21 +194,21 @@ def _measure(extremes: dict[str, dict[int, Callable[[], None]]]) -> Optional[Mem
     return MemoryProfile(fits)
 
 
-def _predict(servable: Servable, request: Any) -> None:
+def _predict(servable: Servable, request: PredictRequest) -> None:
     inputs = {alias: tensor_proto_to_ndarray(proto) for alias, proto in request.inputs.items()}
     inference.predict(servable, request.model_spec.signature_name, inputs,
                       list(request.output_filter))
 
 
-def _classify(servable: Servable, request: Any) -> None:
+def _classify(servable: Servable, request: ClassificationRequest) -> None:
     inference.classify(servable, request.model_spec.signature_name, request.input)
 
 
-def _regress(servable: Servable, request: Any) -> None:
+def _regress(servable: Servable, request: RegressionRequest) -> None:
     inference.regress(servable, request.model_spec.signature_name, request.input)
 
 
-def _multi_inference(servable: Servable, request: Any) -> None:
+def _multi_inference(servable: Servable, request: MultiInferenceRequest) -> None:
     for task in request.tasks:
         run = inference.classify if task.method_name.endswith("classify") else inference.regress
         run(servable, task.model_spec.signature_name, request.input)

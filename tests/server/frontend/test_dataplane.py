@@ -8,8 +8,8 @@ import pytest
 from tensorflow_serving.config import model_server_config_pb2
 
 from serving import status
-from serving.server.core.state import ManagerState, VersionStatus
-from serving.server.frontends.dataplane import InferenceResult, InferenceTask, ModelMetadata, ModelSpec, Prediction
+from serving.codec import ModelMetadata, VersionState, VersionStatus
+from serving.server.frontends.dataplane import InferenceResult, InferenceTask, ModelSpec, Prediction
 from serving.server.tensorflow.inference import Class, ClassificationResult, RegressionResult
 from serving.status import Code
 from tests.support.serving import examples_input
@@ -114,7 +114,7 @@ def test_multi_inference_checks_its_tasks_as_tf_serving_does(dataplane, tasks, e
 
 def test_model_metadata_carries_the_servables_signature_defs(dataplane, tiny_manager):
     metadata = dataplane.model_metadata(ModelSpec("tiny"), ["signature_def"])
-    assert isinstance(metadata, ModelMetadata) and (metadata.name, metadata.version) == ("tiny", 1)
+    assert isinstance(metadata, ModelMetadata) and (metadata.model, metadata.version) == ("tiny", 1)
     with tiny_manager.acquire("tiny") as servable:
         assert dict(metadata.signature_defs) == dict(servable.signature_defs)
     assert {"serving_default", "classification", "regression", "strings"} <= set(metadata.signature_defs)
@@ -130,8 +130,8 @@ def test_model_metadata_needs_the_signature_def_field(dataplane):
 
 
 def test_model_status_is_a_list_of_version_statuses(dataplane):
-    assert dataplane.model_status(ModelSpec("tiny")) == [VersionStatus(1, ManagerState.AVAILABLE, Code.OK, "")]
-    assert dataplane.model_status(ModelSpec("tiny", version=1))[0].state is ManagerState.AVAILABLE
+    assert dataplane.model_status(ModelSpec("tiny")) == [VersionStatus(1, VersionState.AVAILABLE, Code.OK, "")]
+    assert dataplane.model_status(ModelSpec("tiny", version=1))[0].state is VersionState.AVAILABLE
     with pytest.raises(status.NotFound) as missing:
         dataplane.model_status(ModelSpec("nope"))
     assert missing.value.details == "Could not find any versions of model nope"

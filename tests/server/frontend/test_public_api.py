@@ -12,7 +12,7 @@ from tests.support.servers import REPO_ROOT
 PUBLIC = {
     "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelManager",
                                            "RequestMetrics", "ModelSpec", "Prediction", "InferenceResult",
-                                           "InferenceTask", "ModelMetadata", "DataPlane"},
+                                           "InferenceTask", "ClassificationResult", "RegressionResult", "DataPlane"},
     "serving.server.deadline": {"MAX_DEADLINE_SECONDS", "deadline_after", "remaining_seconds", "request_deadline"},
     "serving.server.batching.adapter": {"BatchingRunWrapper", "QueueFactory", "TaskQueue"},
     "serving.server.frontends.grpc": {"GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments",

@@ -1,6 +1,7 @@
 """The REST front-end in process over the data plane, driven with httpx: TF Serving's JSON in and out."""
 from __future__ import annotations
 
+import logging
 from typing import Iterator
 
 import grpc
@@ -131,3 +132,14 @@ def test_prometheus_page_counts_rest_requests_by_verb(http):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
     assert ':tensorflow:serving:request_count{model_name="tiny",status="OK"} 1' in page.text
     assert ('request_latency_count{model_name="tiny",API="predict",entrypoint="REST"} 1') in page.text
+
+
+def test_a_grpc_call_on_the_rest_port_is_one_warning_line_and_a_400(rest_url, caplog):
+    caplog.set_level(logging.DEBUG, logger="serving.server.frontends.rest")
+    with grpc.insecure_channel(rest_url.removeprefix("http://")) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            channel.unary_unary("/tensorflow.serving.PredictionService/GetModelMetadata")(b"", timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and "HTTP status 400" in refused.value.details()
+    records = [r for r in caplog.records if r.name == "serving.server.frontends.rest"]
+    assert [(r.levelname, r.exc_info) for r in records] == [("WARNING", None)] * len(records) and records
+    assert records[0].getMessage().startswith("An HTTP/2 connection (a gRPC client?) reached the REST port")

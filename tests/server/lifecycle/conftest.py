@@ -28,7 +28,8 @@ def metrics() -> Metrics:
 @pytest.fixture
 def make_manager(metrics) -> Iterator[Callable]:
     """Build started ``ServableManager``s (fast retries, 0.1 s polling); all stopped at teardown."""
-    from serving.server.core.manager import LoaderOptions, ServableManager
+    from serving.server.core.manager import ServableManager
+    from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
     managers = []
 
@@ -36,10 +37,9 @@ def make_manager(metrics) -> Iterator[Callable]:
              **kwargs) -> ServableManager:
         loader_fields = {k: kwargs.pop(k) for k in list(kwargs)
                          if k in LoaderOptions.__dataclass_fields__}
-        options = LoaderOptions(max_num_load_retries=retries,
-                                load_retry_interval_micros=retry_interval_micros, **loader_fields)
-        manager = ServableManager(loader_options=options, file_system_poll_wait_seconds=poll,
-                                  metrics=metrics, **kwargs)
+        manager = ServableManager(SavedModelLoader(LoaderOptions(**loader_fields), metrics),
+                                  max_num_load_retries=retries, load_retry_interval_micros=retry_interval_micros,
+                                  file_system_poll_wait_seconds=poll, **kwargs)
         manager.start()
         managers.append(manager)
         return manager

@@ -153,6 +153,24 @@ def test_broken_versions_fail_with_tf_serving_codes(affine_templates, tmp_path, 
     assert metrics_seen == [(str(path), False)]
 
 
-def test_loader_options_reject_negative_retries():
+def test_the_manager_rejects_negative_retries():
+    from serving.server.core.manager import ServableManager
+
     with pytest.raises(ValueError, match="max_num_load_retries"):
-        LoaderOptions(max_num_load_retries=-1)
+        ServableManager(SavedModelLoader(LoaderOptions()), max_num_load_retries=-1)
+
+
+def test_a_version_loader_estimates_ram_from_its_files_and_loads_once_per_call(affine_templates, tmp_path):
+    """TF Serving's estimate (file sizes x 1.2); ``load``/``servable``/``unload`` as ``core.loader`` says."""
+    path = publish(affine_templates[2.0], tmp_path / "affine", 1)
+    loader = SavedModelLoader(LoaderOptions())("affine", 1, str(path))
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    assert loader.estimate_resources() == int(size * 1.2) > 0
+    with pytest.raises(RuntimeError, match="not loaded"):
+        loader.servable()
+    loader.load()
+    servable = loader.servable()
+    assert (servable.name, servable.version) == ("affine", 1)
+    loader.unload()
+    with pytest.raises(RuntimeError, match="not loaded"):
+        loader.servable()

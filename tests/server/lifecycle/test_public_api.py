@@ -7,16 +7,16 @@ import pytest
 
 PUBLIC = {
     "tensorflow.servable": {"TensorSpec", "Signature", "Servable", "RunFn", "RunWrapper", "tf_error_message"},
-    "tensorflow.loader": {"LoaderOptions", "SavedModelLoader"},
+    "tensorflow.loader": {"LoaderOptions", "LoadMetrics", "SavedModelLoader", "SavedModelVersionLoader"},
+    "core.loader": {"Loader", "LoaderFactory"},
     "core.source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
                "list_versions"},
-    "core.manager": {"LoaderOptions", "ServableManager", "ServableHandle", "VersionStatus", "ManagerState", "VersionEvents"},
-    "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "warmup_path", "run_saved_model_warmup"},
+    "core.manager": {"ServableManager", "ServableHandle", "VersionEvents"},
+    "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "WarmupMetrics", "warmup_path", "run_saved_model_warmup"},
     "tensorflow.inference": {"DEFAULT_SIGNATURE", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
                   "CLASSIFY_OUTPUT_SCORES", "REGRESS_INPUTS", "REGRESS_OUTPUTS", "Class", "Classifications",
                   "ClassificationResult", "Regression", "RegressionResult", "rest_signature",
                   "predict", "classify", "regress", "serialized_examples"},
-    "core.state": {"ManagerState", "VersionStatus"},
     "core.policy": {"HarnessState", "VersionSnapshot", "Action", "next_action"},
     "core.harness": {"VersionHarness"},
     "core.labels": {"LABEL_PATTERN", "LabelMap", "build_label_map"},
@@ -33,13 +33,14 @@ def test_all_is_pinned_and_every_name_exists(module):
     assert all(hasattr(mod, name) for name in mod.__all__)
 
 
-def test_manager_states_equal_the_get_model_status_proto_numbers():
+def test_version_states_equal_the_get_model_status_proto_numbers():
     from tensorflow_serving.apis import get_model_status_pb2
 
-    from serving.server.core.state import ManagerState
+    from serving.codec import VersionState
 
     proto = get_model_status_pb2.ModelVersionStatus.State
-    assert {s.name: int(s) for s in ManagerState} == {n: proto.Value(n) for n in proto.keys()}
+    assert {s.name: s.number for s in VersionState} == {n: proto.Value(n) for n in proto.keys()}
+    assert all(VersionState.from_number(proto.Value(n)) is VersionState[n] for n in proto.keys())
 
 
 def test_importing_the_lifecycle_does_not_import_tensorflow():

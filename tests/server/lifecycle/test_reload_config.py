@@ -121,9 +121,10 @@ def test_empty_config_takes_no_action_first_and_is_refused_after_a_model_list(ma
 
 def test_reload_before_start_is_a_programming_error():
     from serving.server.core.manager import ServableManager
+    from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
     with pytest.raises(RuntimeError, match="before start"):
-        ServableManager().reload_config(model_server_config())
+        ServableManager(SavedModelLoader(LoaderOptions())).reload_config(model_server_config())
 
 
 def test_stop_releases_a_reload_still_waiting_for_models(make_manager, tmp_path):

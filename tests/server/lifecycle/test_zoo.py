@@ -22,12 +22,13 @@ UNSERVABLE_KERAS_EXPORT = (
 
 @pytest.fixture(scope="module")
 def zoo_manager(model_repo):
-    from serving.server.core.manager import LoaderOptions, ServableManager
+    from serving.server.core.manager import ServableManager
+    from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
     from tests.support.lifecycle import Metrics
 
     metrics = Metrics()
-    manager = ServableManager(loader_options=LoaderOptions(max_num_load_retries=0),
-                              file_system_poll_wait_seconds=-1, metrics=metrics)
+    manager = ServableManager(SavedModelLoader(LoaderOptions(), metrics), max_num_load_retries=0,
+                              file_system_poll_wait_seconds=-1)
     manager.start()
     try:
         try:

@@ -5,39 +5,26 @@
 (no project code on the wire path), so they check the server independently of
 the SDK. ``SdkGrpcClient`` / ``SdkRestClient`` adapt ``serving.client``.
 
-Every client returns the same plain shapes and raises ``serving.status``
-errors carrying the server's code and message, so one test body runs against
-all four.
+Every client returns the same values (numpy arrays, lists, and
+``serving.codec``'s ``ModelMetadata`` and ``VersionStatus``) and raises
+``serving.status`` errors carrying the server's code and message, so one test
+body runs against all four.
 """
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
 from serving import client as sdk
 from serving import status
+from serving.codec import ModelMetadata, VersionStatus
 
-__all__ = ["CLIENT_KINDS", "ModelMetadata", "VersionState", "make_client"]
+__all__ = ["CLIENT_KINDS", "make_client"]
 
 CLIENT_KINDS = ("stub-grpc", "json-rest", "sdk-grpc", "sdk-rest")
 GRPC_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class VersionState:
-    version: int
-    state: str
-    error_code: str
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    name: str
-    version: int
-    signatures: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]  # name -> (input keys, output keys)
 
 
 def make_client(kind: str, grpc_target: str, rest_url: str) -> Any:
@@ -152,18 +139,17 @@ class StubGrpcClient:
         response = self._call(self.predictions.GetModelMetadata, request, 60.0)
         signature_map = get_model_metadata_pb2.SignatureDefMap()
         response.metadata["signature_def"].Unpack(signature_map)
-        return ModelMetadata(response.model_spec.name, response.model_spec.version.value, {
-            key: (tuple(sorted(sig.inputs)), tuple(sorted(sig.outputs)))
-            for key, sig in signature_map.signature_def.items()})
+        return ModelMetadata.from_signature_defs(response.model_spec.name, response.model_spec.version.value,
+                                                 signature_map.signature_def)
 
-    def status(self, model: str, *, version: Optional[int] = None) -> list[VersionState]:
+    def status(self, model: str, *, version: Optional[int] = None) -> list[VersionStatus]:
         from tensorflow_serving.apis import get_model_status_pb2
 
         request = get_model_status_pb2.GetModelStatusRequest()
         self._spec(request.model_spec, model, version, None)
         response = self._call(self.models.GetModelStatus, request, 60.0)
-        return [VersionState(v.version, get_model_status_pb2.ModelVersionStatus.State.Name(v.state),
-                             status.Code(v.status.error_code).name) for v in response.model_version_status]
+        return [VersionStatus(v.version, v.state, status.Code(v.status.error_code), v.status.error_message)
+                for v in response.model_version_status]
 
 
 class JsonRestClient:
@@ -231,15 +217,19 @@ class JsonRestClient:
         return [float(v) for v in self.request("POST", self._path(model, version, label) + ":regress", body)["results"]]
 
     def metadata(self, model: str, *, version: Optional[int] = None, label: Optional[str] = None) -> ModelMetadata:
+        from google.protobuf import json_format
+        from tensorflow.core.protobuf import meta_graph_pb2
+
         document = self.request("GET", self._path(model, version, label) + "/metadata")
         signatures = document["metadata"]["signature_def"]["signature_def"]
-        return ModelMetadata(document["model_spec"]["name"], int(document["model_spec"]["version"]), {
-            key: (tuple(sorted(sig.get("inputs", {}))), tuple(sorted(sig.get("outputs", {}))))
-            for key, sig in signatures.items()})
+        return ModelMetadata.from_signature_defs(
+            document["model_spec"]["name"], int(document["model_spec"]["version"]),
+            {key: json_format.ParseDict(sig, meta_graph_pb2.SignatureDef()) for key, sig in signatures.items()})
 
-    def status(self, model: str, *, version: Optional[int] = None) -> list[VersionState]:
+    def status(self, model: str, *, version: Optional[int] = None) -> list[VersionStatus]:
         document = self.request("GET", self._path(model, version, None))
-        return [VersionState(int(v["version"]), v["state"], v["status"]["error_code"])
+        return [VersionStatus(int(v["version"]), v["state"], status.Code[v["status"]["error_code"]],
+                              v["status"].get("error_message", ""))
                 for v in document["model_version_status"]]
 
 
@@ -267,33 +257,14 @@ class SdkClient:
         return [float(v) for v in self._client.regress(model, list(examples), **kwargs)]
 
     def metadata(self, model: str, **kwargs: Any) -> ModelMetadata:
-        return _normalise_metadata(self._client.metadata(model, **kwargs))
+        return self._client.metadata(model, **kwargs)
 
-    def status(self, model: str, **kwargs: Any) -> list[VersionState]:
-        return [_normalise_version_state(v) for v in self._client.status(model, **kwargs)]
+    def status(self, model: str, **kwargs: Any) -> list[VersionStatus]:
+        return self._client.status(model, **kwargs)
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _field(obj: Any, name: str) -> Any:
-    return obj[name] if isinstance(obj, Mapping) else getattr(obj, name)
-
-
-def _normalise_metadata(result: Any) -> ModelMetadata:
-    """The SDK's ``ModelMetadata`` (model, version, signatures with inputs/outputs)."""
-    signatures = _field(result, "signatures")
-    return ModelMetadata(_field(result, "model"), int(_field(result, "version")), {
-        key: (tuple(sorted(_field(sig, "inputs"))), tuple(sorted(_field(sig, "outputs"))))
-        for key, sig in signatures.items()})
-
-
-def _normalise_version_state(entry: Any) -> VersionState:
-    state = _field(entry, "state")
-    code = _field(entry, "error_code")
-    return VersionState(int(_field(entry, "version")), getattr(state, "name", str(state)),
-                        getattr(code, "name", str(code)))
 
 
 def b64(data: bytes) -> dict:

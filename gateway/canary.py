@@ -1,0 +1,64 @@
+"""The gateway's canary routes: which label serves a REST request that names no version and no label.
+
+TF Serving answers a request without a version or a label with the *latest*
+version, so once a canary version is loaded every unlabeled client would be
+on it. For each model in canary, ``python -m serving.rollout canary`` writes
+two small files into ``canary.d/`` beside the gateway's rendered
+``nginx.conf`` (nginx.conf includes ``canary.d/*.conf`` at the ``http`` level
+and ``canary.d/*.map`` inside the map that names the label; a glob that
+matches nothing is no error, so a gateway with no canary has none):
+
+- ``<model>.conf``: a ``split_clients`` on ``$request_id`` that picks
+  ``canary`` for ``weight`` percent of requests, ``stable`` for the rest
+  (only for 0 < weight < 100; 0 and 100 need no split);
+- ``<model>.map``: the model's line of ``$gw_route_label``.
+
+routes.conf then rewrites ``/v1/models/M:predict|classify|regress`` and
+``/v1/models/M/metadata`` to ``/v1/models/M/labels/<label>...``. The status
+path ``/v1/models/M`` is left as it is (it lists every version), and so is
+every request that names a version or a label, and every model not in canary.
+The gateway applies new files at a graceful reload (``nginx -s reload``:
+new workers take the new config, old ones finish their requests).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = ["CANARY_DIR", "STABLE", "CANARY", "MODEL_NAME", "canary_route_files", "route_file_names"]
+
+CANARY_DIR = "canary.d"
+STABLE, CANARY = "stable", "canary"
+# What may appear in a model name the gateway routes (TF Serving's REST path segment is [^/:]+; this is
+# the subset that is safe inside an nginx config without quoting).
+MODEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _variable(model: str) -> str:
+    """An nginx variable name for ``model``'s split (names may hold `.` and `-`; a hash keeps them apart)."""
+    digest = hashlib.sha1(model.encode()).hexdigest()[:8]
+    return f"$gw_split_{re.sub(r'[^A-Za-z0-9_]', '_', model)}_{digest}"
+
+
+def route_file_names(model: str) -> tuple[str, str]:
+    """The two files (relative to the gateway's config directory) that route ``model``."""
+    return f"{CANARY_DIR}/{model}.conf", f"{CANARY_DIR}/{model}.map"
+
+
+def canary_route_files(model: str, weight: float) -> dict[str, str]:
+    """``{relative path: text}`` routing ``weight`` percent of ``model``'s unlabeled REST traffic to canary."""
+    if not MODEL_NAME.fullmatch(model):
+        raise ValueError(f"model name {model!r} cannot be routed by the gateway: it must match "
+                         f"{MODEL_NAME.pattern}")
+    if not 0 <= weight <= 100:
+        raise ValueError(f"a canary weight is a percentage in [0, 100], got {weight:g}")
+    conf, label_map = route_file_names(model)
+    header = f"# Written by `python -m serving.rollout`: {model} canary weight {weight:g}%.\n"
+    if weight in (0, 100):
+        split, label = "", CANARY if weight == 100 else STABLE
+    else:
+        variable = _variable(model)
+        split = (f'split_clients "${{request_id}}{model}" {variable} {{\n'
+                 f"    {weight:g}% {CANARY};\n    * {STABLE};\n}}\n")
+        label = variable
+    return {conf: header + split, label_map: header + f"{model} {label};\n"}

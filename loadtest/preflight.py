@@ -1,0 +1,107 @@
+"""What a load command checks before it runs, so that a mistake costs one line, not a whole run.
+
+- :func:`check_served`: one metadata call (``GetModelMetadata`` over gRPC,
+  ``GET /v1/models/NAME[/versions/N|/labels/L]/metadata`` over REST) to the
+  address the load will go to. It stops the command (``UsageError``, exit 2)
+  when nothing answers there, when the port speaks the other API (``--grpc``
+  at a REST port, ``--rest`` at a gRPC port), or when the model, version,
+  label or signature is not served.
+- :func:`check_level_time`: a sweep's ``--max-level-time`` must hold the
+  warmup and the stable windows a level needs, or no level can be stable.
+- :func:`stack_metrics_url`: the Prometheus page of the stack ``make up``
+  started (its ``stack.json``), the default ``--metrics-url`` of a sweep of
+  that stack's server.
+"""
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from loadtest.options import UsageError
+from loadtest.payloads import Target
+from serving.client import NO_RETRY, GrpcClient, RestClient, ServingError
+from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, read_state
+from serving.server.launcher import MONITORING_PATH
+from serving.status import Code
+
+__all__ = ["PREFLIGHT_TIMEOUT_S", "check_served", "check_level_time", "stack_metrics_url"]
+
+PREFLIGHT_TIMEOUT_S = 5.0
+
+
+def _servable(target: Target) -> str:
+    where = (f" version {target.version}" if target.version is not None
+             else f" label {target.version_label!r}" if target.version_label else "")
+    return f"model {target.name!r}{where}"
+
+
+def check_served(protocol: str, address: str, target: Target, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """One metadata call for ``target`` at ``address`` (``protocol`` grpc or rest); ``UsageError`` naming the fault."""
+    flag = f"--{protocol} {address}"
+    client = (GrpcClient(address, retry=NO_RETRY, timeout=timeout) if protocol == "grpc"
+              else RestClient(address, retry=NO_RETRY, timeout=timeout))
+    try:
+        with client:
+            metadata = client.metadata(target.name, version=target.version, label=target.version_label)
+    except ServingError as error:
+        if error.code in (Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION):
+            raise UsageError(f"{flag}: {_servable(target)} is not served there: {error.details}") from None
+        raise UsageError(_unreachable(protocol, address, error)) from None
+    if target.signature_name not in metadata.signatures:
+        known = ", ".join(k for k in metadata.signatures if not k.startswith("__"))
+        raise UsageError(f"{flag}: {_servable(target)} has no signature {target.signature_name!r}; "
+                         f"its signatures: {known}")
+
+
+def _unreachable(protocol: str, address: str, error: ServingError) -> str:
+    """Why a metadata call did not reach a server: the other API on that port, or nothing at all."""
+    flag = f"--{protocol} {address}"
+    if protocol == "grpc" and _answers_http(address):
+        return (f"{flag}: this port answers HTTP/1.1 (a REST port), not gRPC; load it with --rest "
+                f"http://{address}, or give --grpc the server's gRPC port")
+    hostport = address.split("://", 1)[-1].split("/", 1)[0]
+    if protocol == "rest" and _answers_grpc(hostport):
+        return (f"{flag}: this port answers gRPC, not REST; load it with --grpc {hostport}, or give --rest "
+                "the server's REST URL")
+    return f"{flag}: no server answers there ({error.code.name}: {error.details})"
+
+
+def _answers_http(hostport: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{hostport}/v1/models", timeout=2.0):
+            return True
+    except urllib.error.HTTPError:  # an HTTP status: an HTTP server
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _answers_grpc(hostport: str) -> bool:
+    try:
+        with GrpcClient(hostport, retry=NO_RETRY, timeout=2.0) as client:
+            client.status("_")
+    except ServingError as error:
+        return error.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNKNOWN, Code.INTERNAL)
+    except ValueError:
+        return False
+    return True
+
+
+def check_level_time(*, window_s: float, stable_windows: int, warmup_s: float, max_level_s: float) -> None:
+    """``UsageError`` when ``max_level_s`` cannot hold the warmup and ``stable_windows`` windows of ``window_s``."""
+    needed = warmup_s + stable_windows * window_s
+    if max_level_s < needed:
+        raise UsageError(f"--max-level-time {max_level_s:g} s cannot hold {stable_windows} stable windows of "
+                         f"{window_s:g} s after a warmup of {warmup_s:g} s: needs at least {needed:g} s "
+                         "(raise --max-level-time, or lower --window, --stable-windows or --warmup)")
+
+
+def stack_metrics_url(grpc: Optional[str], rest: Optional[str],
+                      work_dir: Path = DEFAULT_WORK_DIR) -> Optional[str]:
+    """The Prometheus page of ``make up``'s stack when ``grpc`` or ``rest`` is its address, else None."""
+    state = read_state(Path(work_dir) / STATE_FILE)
+    if state is None or not ((grpc and grpc == state.grpc) or (rest and rest == state.rest.rstrip("/"))):
+        return None
+    return state.rest.rstrip("/") + MONITORING_PATH

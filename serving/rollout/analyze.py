@@ -1,0 +1,386 @@
+"""Canary analysis: the same inputs to ``stable`` and ``canary``, interleaved, and a verdict.
+
+:func:`replay` sends each batch of inputs to both sides through the SDK, in
+``rounds``, alternating which side goes first, and records every answer, error
+and latency. :func:`analyze` turns that into checks, each PASS, FAIL or
+INCONCLUSIVE (the verdict is the worst of them: FAIL, then INCONCLUSIVE):
+
+- ``agreement:<output>``: the manifest's top-1 output (argmax per row) and
+  integer outputs (the class itself): the share of rows where both sides agree,
+  against ``min_agreement``. A retrain moves scores but should keep the class.
+- ``tolerance:<output>``: every other output: ``|canary - stable| <= atol +
+  rtol * |stable|`` (numpy's allclose rule) everywhere; the max absolute and
+  relative difference are reported for every output.
+- ``latency:p50`` / ``latency:p99``: the canary/stable ratio of each round's
+  percentile; FAIL when every round is over the limit, PASS when the median
+  round is within it, INCONCLUSIVE otherwise (rounds disagree: a noisy machine).
+- ``errors``: each side's error rate; FAIL when the canary's exceeds stable's
+  by more than ``max_error_rate``, INCONCLUSIVE when stable itself fails that
+  often (no baseline) or fewer than ``min_requests`` answers were compared.
+
+Inputs (:func:`load_inputs`): the version's manifest golden rows, its warmup
+records (``assets.extra/tf_serving_warmup_requests``), or a file of the user's
+(``.npz`` of arrays by input name, a REST ``{"inputs": ...}`` / ``{"instances":
+...}`` body as ``.json``, or TFRecord ``PredictionLog`` records).
+"""
+from __future__ import annotations
+
+import json
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from exporter.manifest import Manifest, load_manifest  # numpy only: the manifest reader imports no TensorFlow
+from serving import codec, status
+from serving.model_repo import warmup_path
+from serving.wire import serving_apis_pb2 as apis
+
+__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Side", "Check", "Report", "Replay",
+           "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
+
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
+_ORDER = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The limits a canary is held to (the CLI's flags; docs/rollout.md says why these defaults)."""
+
+    min_agreement: float = 0.99     # top-1: a retrain may flip a borderline row in a hundred
+    atol: Optional[float] = None    # None: the manifest's tolerance, else 1e-5
+    rtol: Optional[float] = None    # None: the manifest's tolerance, else 1e-4
+    max_p50_ratio: float = 1.5      # rounds on a shared machine spread by tens of percent
+    max_p99_ratio: float = 2.0      # a tail from a few dozen calls is noisier still
+    max_error_rate: float = 0.01    # canary's error rate over stable's
+    min_requests: int = 20          # answers per side below which nothing is concluded
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison (``stable`` or ``canary``): how to predict a batch on it (an SDK call)."""
+
+    name: str
+    predict: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+@dataclass
+class Replay:
+    """What :func:`replay` recorded: per side, per round, the latencies; the answers; the errors."""
+
+    latencies: dict[str, list[list[float]]] = field(default_factory=dict)
+    outputs: dict[str, list[Optional[Mapping[str, np.ndarray]]]] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: str
+    value: Any
+    threshold: Any
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    model: str
+    verdict: str
+    checks: tuple[Check, ...]
+    outputs: Mapping[str, Mapping[str, float]]
+    latency: Mapping[str, Any]
+    errors: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "verdict": self.verdict, "checks": [asdict(c) for c in self.checks],
+                "outputs": dict(self.outputs), "latency": dict(self.latency), "errors": dict(self.errors)}
+
+    def table(self) -> str:
+        rows = [("check", "verdict", "value", "threshold", "detail")]
+        rows += [(c.name, c.verdict, _fmt(c.value), _fmt(c.threshold), c.detail) for c in self.checks]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+        return "\n".join([*lines, f"{self.model}: {self.verdict}"])
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    return max(verdicts, key=_ORDER.__getitem__, default=PASS)
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+def _batches(arrays: Mapping[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
+    rows = int(next(iter(arrays.values())).shape[0])
+    return [{k: v[i:i + batch_size] for k, v in arrays.items()} for i in range(0, rows, batch_size)]
+
+
+def _tfrecords(data: bytes) -> Iterable[bytes]:
+    """The records of a TFRecord file (length, its CRC, data, its CRC; the CRCs are not checked here)."""
+    offset = 0
+    while offset < len(data):
+        if offset + 12 > len(data):
+            raise status.InvalidArgument("truncated TFRecord header")
+        (length,) = struct.unpack_from("<Q", data, offset)
+        start = offset + 12
+        if start + length + 4 > len(data):
+            raise status.InvalidArgument("truncated TFRecord record")
+        yield data[start:start + length]
+        offset = start + length + 4
+
+
+def _fields(message: bytes) -> Iterable[tuple[int, bytes]]:
+    """The length-delimited fields (number, bytes) of a protobuf message; other wire types are skipped."""
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        shift = result = 0
+        while True:
+            byte = message[i]
+            i += 1
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return result
+            shift += 7
+
+    while i < len(message):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            length = varint()
+            yield number, message[i:i + length]
+            i += length
+        elif wire == 0:
+            varint()
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise status.InvalidArgument(f"unsupported protobuf wire type {wire}")
+
+
+PREDICT_LOG, PREDICT_LOG_REQUEST = 6, 1  # PredictionLog.predict_log, PredictLog.request (prediction_log.proto)
+
+
+def _prediction_log_inputs(data: bytes) -> list[dict[str, np.ndarray]]:
+    batches = []
+    for record in _tfrecords(data):
+        for number, predict_log in _fields(record):
+            if number != PREDICT_LOG:
+                continue
+            for inner, request in _fields(predict_log):
+                if inner == PREDICT_LOG_REQUEST:
+                    parsed = apis.PredictRequest.FromString(request)
+                    batches.append({k: codec.tensor_proto_to_ndarray(v) for k, v in parsed.inputs.items()})
+    if not batches:
+        raise status.InvalidArgument("no PredictionLog record with a predict_log request (only Predict is replayed)")
+    return batches
+
+
+def _rest_body_inputs(body: Any, dtypes: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    if "inputs" in body:
+        inputs = body["inputs"]
+        if not isinstance(inputs, Mapping):
+            (name,) = dtypes or ("inputs",)
+            inputs = {name: inputs}
+        return {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in inputs.items()}
+    if "instances" in body:
+        rows = body["instances"]
+        if rows and isinstance(rows[0], Mapping):
+            return {k: np.asarray([r[k] for r in rows], dtype=dtypes.get(k)) for k in rows[0]}
+        (name,) = dtypes or ("inputs",)
+        return {name: np.asarray(rows, dtype=dtypes.get(name))}
+    raise status.InvalidArgument('a REST body has "inputs" or "instances"')
+
+
+def stable_manifest(version_dir: Optional[Path]) -> Optional[Manifest]:
+    """The exporter's manifest of ``version_dir``, if it has one (a SavedModel from elsewhere may not)."""
+    if version_dir is None or not (version_dir / "manifest.json").is_file():
+        return None
+    return load_manifest(version_dir)
+
+
+def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1,
+                signature: str = codec.DEFAULT_SIGNATURE) -> list[dict[str, np.ndarray]]:
+    """Batches of inputs to replay: ``manifest``, ``warmup``, or the path of a user's file."""
+    if source in ("manifest", "warmup"):
+        if version_dir is None or not version_dir.is_dir():
+            raise status.NotFound(f"no version directory to read {source} inputs from ({version_dir})")
+        if source == "warmup":
+            return _prediction_log_inputs(Path(warmup_path(version_dir)).read_bytes())
+        return _batches(load_manifest(version_dir).golden_inputs(signature), batch_size)
+    path = Path(source)
+    if path.suffix == ".npz":
+        with np.load(path) as npz:
+            return _batches({k: npz[k] for k in npz.files}, batch_size)
+    if path.suffix == ".json":
+        dtypes = {}
+        manifest = stable_manifest(version_dir)
+        if manifest is not None:
+            spec = manifest.signatures[signature]
+            dtypes = {name: tensor.dtype for name, tensor in spec.inputs.items()}
+        return _batches(_rest_body_inputs(json.loads(path.read_text()), dtypes), batch_size)
+    return _prediction_log_inputs(path.read_bytes())
+
+
+# --- replay and verdict ---------------------------------------------------------------------------
+
+def replay(sides: Sequence[Side], batches: Sequence[Mapping[str, np.ndarray]], rounds: int = 5,
+           clock: Callable[[], float] = time.perf_counter) -> Replay:
+    """Every batch to every side, ``rounds`` times; the side that goes first alternates per batch."""
+    out = Replay({s.name: [] for s in sides}, {s.name: [] for s in sides}, {s.name: [] for s in sides},
+                 {s.name: 0 for s in sides})
+    for round_index in range(rounds):
+        for s in sides:
+            out.latencies[s.name].append([])
+        for i, batch in enumerate(batches):
+            order = sides if (i + round_index) % 2 == 0 else list(reversed(sides))
+            for s in order:
+                out.requests[s.name] += 1
+                start = clock()
+                try:
+                    answer: Optional[Mapping[str, np.ndarray]] = s.predict(batch)
+                except status.ServingError as exc:
+                    out.errors[s.name].append(str(exc))
+                    answer = None
+                else:
+                    out.latencies[s.name][-1].append(clock() - start)
+                if round_index == 0:
+                    out.outputs[s.name].append(answer)
+    return out
+
+
+def _output_checks(stable: list, canary: list, thresholds: Thresholds, tolerance: Mapping[str, float],
+                   top1: Optional[str]) -> tuple[list[Check], dict[str, dict[str, float]]]:
+    pairs = [(s, c) for s, c in zip(stable, canary) if s is not None and c is not None]
+    if not pairs:
+        return [], {}
+    atol = thresholds.atol if thresholds.atol is not None else tolerance.get("atol", 1e-5)
+    rtol = thresholds.rtol if thresholds.rtol is not None else tolerance.get("rtol", 1e-4)
+    checks, numbers = [], {}
+    for name in sorted(pairs[0][0]):
+        s = np.concatenate([np.asarray(p[0][name]) for p in pairs])
+        if name not in pairs[0][1]:
+            checks.append(Check(f"output:{name}", FAIL, None, None, "the canary does not return this output"))
+            continue
+        c = np.concatenate([np.asarray(p[1][name]) for p in pairs])
+        if s.shape != c.shape:
+            checks.append(Check(f"output:{name}", FAIL, str(c.shape), str(s.shape), "shapes differ"))
+            continue
+        row = {}
+        if s.dtype.kind in "fiu" and c.dtype.kind in "fiu":
+            diff = np.abs(c.astype(np.float64) - s.astype(np.float64))
+            row = {"max_abs": float(diff.max(initial=0.0)),
+                   "max_rel": float((diff / (np.abs(s.astype(np.float64)) + atol)).max(initial=0.0))}
+        if name == top1 and s.ndim == 2 and s.shape[1] > 1:
+            row["top1_agreement"] = float(np.mean(np.argmax(s, 1) == np.argmax(c, 1)))
+        elif s.dtype.kind in "iuSUO" and s.ndim == 1:
+            row["top1_agreement"] = float(np.mean(s == c))
+        numbers[name] = row
+        if "top1_agreement" in row:
+            value = row["top1_agreement"]
+            checks.append(Check(f"agreement:{name}", PASS if value >= thresholds.min_agreement else FAIL, value,
+                                thresholds.min_agreement, f"{len(s)} rows; max abs diff {row.get('max_abs', 0):.3g}"))
+        elif row:
+            close = bool(np.all(np.abs(c.astype(np.float64) - s) <= atol + rtol * np.abs(s.astype(np.float64))))
+            checks.append(Check(f"tolerance:{name}", PASS if close else FAIL, row["max_abs"], f"{atol:g}+{rtol:g}*|x|",
+                                f"max rel {row['max_rel']:.3g}"))
+        else:
+            same = bool(np.array_equal(s, c))
+            checks.append(Check(f"equal:{name}", PASS if same else FAIL, same, True))
+    return checks, numbers
+
+
+def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Check], dict[str, Any]]:
+    stable, canary = replayed.latencies["stable"], replayed.latencies["canary"]
+    checks, numbers = [], {}
+    for pct, limit in ((50, thresholds.max_p50_ratio), (99, thresholds.max_p99_ratio)):
+        ratios = [float(np.percentile(c, pct) / np.percentile(s, pct)) for s, c in zip(stable, canary) if s and c]
+        if not ratios:
+            checks.append(Check(f"latency:p{pct}", INCONCLUSIVE, None, limit, "no round answered on both sides"))
+            continue
+        median = float(np.median(ratios))
+        verdict = FAIL if min(ratios) > limit else PASS if median <= limit else INCONCLUSIVE
+        s_ms = float(np.percentile(sum(stable, []), pct) * 1e3)
+        c_ms = float(np.percentile(sum(canary, []), pct) * 1e3)
+        numbers[f"p{pct}"] = {"ratio": median, "ratio_min": min(ratios), "ratio_max": max(ratios),
+                              "stable_ms": s_ms, "canary_ms": c_ms, "rounds": len(ratios)}
+        checks.append(Check(f"latency:p{pct}", verdict, median, limit,
+                            f"{c_ms:.2f} ms vs {s_ms:.2f} ms; rounds {min(ratios):.2f}..{max(ratios):.2f}"))
+    return checks, numbers
+
+
+def _error_check(replayed: Replay, thresholds: Thresholds,
+                 extra: Optional[Mapping[str, Mapping[str, float]]] = None) -> tuple[list[Check], dict[str, Any]]:
+    rates = {side: len(replayed.errors[side]) / max(replayed.requests[side], 1) for side in replayed.requests}
+    numbers = {side: {"requests": replayed.requests[side], "errors": len(replayed.errors[side]), "rate": rates[side],
+                      "first": replayed.errors[side][:1]} for side in replayed.requests}
+    checks = [_rate_check("errors", rates["stable"], rates["canary"], thresholds)]
+    for source, by_label in (extra or {}).items():
+        numbers[source] = dict(by_label)
+        if by_label.get("canary_requests", 0):
+            # Without stable traffic in the window (weight 100), the canary is held to a baseline of 0.
+            checks.append(_rate_check(source, by_label["stable_rate"], by_label["canary_rate"], thresholds,
+                                      f"{by_label['canary_requests']:g} canary / {by_label['stable_requests']:g} "
+                                      "stable requests"))
+        else:
+            checks.append(Check(source, PASS, None, thresholds.max_error_rate, "no canary traffic seen: not judged"))
+    return checks, numbers
+
+
+def _rate_check(name: str, stable: float, canary: float, thresholds: Thresholds, detail: str = "") -> Check:
+    if stable > thresholds.max_error_rate:
+        return Check(name, INCONCLUSIVE, canary, thresholds.max_error_rate,
+                     f"stable fails too ({stable:.1%}): no baseline")
+    verdict = FAIL if canary - stable > thresholds.max_error_rate else PASS
+    return Check(name, verdict, canary, thresholds.max_error_rate, detail or f"stable {stable:.1%}")
+
+
+def analyze(model: str, replayed: Replay, thresholds: Thresholds = Thresholds(), *,
+            tolerance: Mapping[str, float] = {}, top1: Optional[str] = None,
+            gateway_errors: Optional[Mapping[str, Mapping[str, float]]] = None) -> Report:
+    """The checks and verdict of a :func:`replay` between sides ``stable`` and ``canary``."""
+    output_checks, outputs = _output_checks(replayed.outputs["stable"], replayed.outputs["canary"], thresholds,
+                                            tolerance, top1)
+    latency_checks, latency = _latency_checks(replayed, thresholds)
+    error_checks, errors = _error_check(replayed, thresholds, gateway_errors)
+    checks = [*output_checks, *latency_checks, *error_checks]
+    answered = min(sum(len(r) for r in replayed.latencies[side]) for side in ("stable", "canary"))
+    if answered < thresholds.min_requests and not any(c.verdict == FAIL for c in checks):
+        checks.append(Check("requests", INCONCLUSIVE, answered, thresholds.min_requests, "too few answers compared"))
+    return Report(model, worst(c.verdict for c in checks), tuple(checks), outputs, latency, errors)
+
+
+def gateway_error_rates(lines: Iterable[str], model: str) -> dict[str, float]:
+    """Per label, requests and error rate of ``model``'s REST calls in the gateway's JSON access log.
+
+    The label is ``route_label`` (set by the canary routes) or the ``/labels/<name>`` of the path;
+    an error is a 5xx status (TF Serving's or the gateway's own).
+    """
+    counts = {"stable": [0, 0], "canary": [0, 0]}
+    prefix = f"/v1/models/{model}"
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        uri = str(entry.get("uri", ""))
+        if not uri.startswith(prefix):
+            continue
+        label = entry.get("route_label") or (uri[len(prefix):].split("/labels/", 1)[1].split(":")[0].split("/")[0]
+                                             if "/labels/" in uri else "")
+        if label in counts:
+            counts[label][0] += 1
+            counts[label][1] += int(int(entry.get("status", 0)) >= 500)
+    return {f"{label}_{key}": value for label, (n, bad) in counts.items()
+            for key, value in (("requests", n), ("rate", bad / n if n else 0.0))}

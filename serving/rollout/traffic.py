@@ -1,0 +1,243 @@
+"""Where a canary's share of traffic is set: the gateway's canary routes, or Kubernetes route weights.
+
+One seam, :class:`TrafficRoutes`: ``set_weight(model, percent)`` sends about
+``percent`` of the model's unlabeled REST traffic to the ``canary`` label and
+the rest to ``stable``; ``clear(model)`` removes the model's routes (no canary:
+requests pass unchanged). The weight is the canary's percentage everywhere:
+``canary --weight``, ``auto --steps`` and ``k8s canary --steps``.
+
+- :class:`HostNginx`: an nginx on this host (the tests' gateway): the files
+  of ``gateway.canary`` beside its ``nginx.conf``, ``nginx -t``, then SIGHUP to
+  the master (graceful: old workers finish what they hold), and a wait until
+  new workers run the new config.
+- :class:`ComposeGateway`: the compose ``gateway`` container (found by its
+  compose labels): the files written into its rendered config directory
+  (``/tmp``, a tmpfs: a restarted gateway comes back without canary routes,
+  so run the ``canary`` command again), ``nginx -t`` and ``nginx -s reload``
+  with ``docker exec``.
+- :class:`NoGateway`: the embedded stack, which has no gateway: weight 0 only
+  (gRPC clients of the SDK default to ``stable`` by themselves).
+- :class:`KubernetesRoutes`: the canary overlay's HTTPRoute/GRPCRoute (or
+  Istio) weights between the stable and canary Services, printed or applied
+  with ``kubectl`` (``serving.rollout.kubernetes``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
+
+from gateway.canary import CANARY_DIR, canary_route_files, route_file_names
+from serving.rollout import kubernetes
+from serving.rollout.plan import RolloutError
+
+__all__ = ["TrafficRoutes", "HostNginx", "ComposeGateway", "NoGateway", "KubernetesRoutes", "nginx_workers",
+           "routes_for"]
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+class TrafficRoutes(Protocol):
+    """Sets the share of a model's unlabeled traffic the canary gets; each call takes effect before it returns."""
+
+    def set_weight(self, model: str, weight: float) -> None: ...
+
+    def clear(self, model: str) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+def nginx_workers(master_pid: int) -> set[int]:
+    """The child processes of an nginx master (its workers, and old ones still finishing requests)."""
+    try:
+        text = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(pid) for pid in text.split()}
+
+
+def _accepting(worker: int) -> bool:
+    """Whether the nginx worker ``worker`` still runs and is not shutting down."""
+    try:
+        title = Path(f"/proc/{worker}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return bool(title) and b"shutting down" not in title
+
+
+class HostNginx:
+    """An nginx on this host, given its ``nginx.conf`` (the canary files go beside it)."""
+
+    def __init__(self, conf: Path, *, nginx: str = "nginx", reload_timeout: float = 30.0,
+                 run: Run = subprocess.run) -> None:
+        self.conf = Path(conf)
+        self.nginx = nginx
+        self.reload_timeout = reload_timeout
+        self._run = run
+
+    def describe(self) -> str:
+        return f"nginx {self.conf}"
+
+    def _pid(self) -> int:
+        match = re.search(r"^\s*pid\s+([^;\s]+)\s*;", self.conf.read_text(), re.M)
+        pid_file = Path(match.group(1)) if match else self.conf.parent / "nginx.pid"
+        try:
+            return int(pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            raise RolloutError(f"no running nginx for {self.conf}: {pid_file} names no process") from None
+
+    def _write(self, files: Mapping[str, Optional[str]]) -> None:
+        for relative, text in files.items():
+            path = self.conf.parent / relative
+            if text is None:
+                path.unlink(missing_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+
+    def _apply(self, files: Mapping[str, Optional[str]]) -> None:
+        pid = self._pid()
+        self._write(files)
+        check = self._run([self.nginx, "-t", "-q", "-e", "stderr", "-p", f"{self.conf.parent}/", "-c",
+                           str(self.conf)], capture_output=True, text=True, timeout=60)
+        if check.returncode != 0:
+            raise RolloutError(f"nginx refused the canary routes (nothing reloaded): {check.stderr.strip()}")
+        before = nginx_workers(pid)
+        os.kill(pid, signal.SIGHUP)  # graceful reload
+        deadline = time.monotonic() + self.reload_timeout
+        # Done when new workers run (the master starts them once it read the new config) and no old one
+        # accepts any more (each sets its title to "... is shutting down" and closes its listeners).
+        while not nginx_workers(pid) - before or any(_accepting(worker) for worker in before):
+            if time.monotonic() > deadline:
+                raise RolloutError(f"nginx {pid} did not switch to the new config within {self.reload_timeout:g} s")
+            time.sleep(0.02)
+
+    def set_weight(self, model: str, weight: float) -> None:
+        self._apply(canary_route_files(model, weight))
+
+    def clear(self, model: str) -> None:
+        self._apply(dict.fromkeys(route_file_names(model)))
+
+
+class ComposeGateway:
+    """The compose stack's ``gateway`` container, reached with ``docker exec``."""
+
+    def __init__(self, *, project: str = "tfs-stack", service: str = "gateway", conf: str = "/tmp/nginx.conf",
+                 docker: str = "docker", run: Run = subprocess.run) -> None:
+        self.project, self.service, self.conf, self.docker = project, service, conf, docker
+        self._run = run
+
+    def describe(self) -> str:
+        return f"compose {self.project} service {self.service}"
+
+    def _docker(self, *args: str, stdin: Optional[str] = None) -> str:
+        try:
+            out = self._run([self.docker, *args], input=stdin, capture_output=True, text=True, timeout=120)
+        except FileNotFoundError:
+            raise RolloutError(f"{self.docker} not found: the compose gateway cannot be reached") from None
+        if out.returncode != 0:
+            raise RolloutError(f"{self.docker} {' '.join(args[:2])} failed: {out.stderr.strip()}")
+        return out.stdout
+
+    def container(self) -> str:
+        ids = self._docker("ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
+                           "--filter", f"label=com.docker.compose.service={self.service}").split()
+        if not ids:
+            raise RolloutError(f"no running {self.service} container of compose project {self.project} "
+                               "(`make up` starts it)")
+        return ids[0]
+
+    def commands(self, container: str, files: Mapping[str, Optional[str]]) -> list[tuple[list[str], Optional[str]]]:
+        """The ``docker`` argument lists (and their stdin) that apply ``files`` and reload."""
+        conf_dir = str(Path(self.conf).parent)
+        steps: list[tuple[list[str], Optional[str]]] = [
+            (["exec", container, "mkdir", "-p", f"{conf_dir}/{CANARY_DIR}"], None)]
+        for relative, text in files.items():
+            target = f"{conf_dir}/{relative}"
+            if text is None:
+                steps.append((["exec", container, "rm", "-f", target], None))
+            else:
+                steps.append((["exec", "-i", container, "sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh",
+                               target], text))
+        steps.append((["exec", container, "nginx", "-t", "-q", "-c", self.conf], None))
+        steps.append((["exec", container, "nginx", "-s", "reload", "-c", self.conf], None))
+        return steps
+
+    def _apply(self, files: Mapping[str, Optional[str]]) -> None:
+        for args, stdin in self.commands(self.container(), files):
+            self._docker(*args, stdin=stdin)
+
+    def set_weight(self, model: str, weight: float) -> None:
+        self._apply(canary_route_files(model, weight))
+
+    def clear(self, model: str) -> None:
+        self._apply(dict.fromkeys(route_file_names(model)))
+
+
+class NoGateway:
+    """A stack without a gateway (the embedded one): nothing splits traffic, so only weight 0 is possible."""
+
+    def describe(self) -> str:
+        return "no gateway"
+
+    def set_weight(self, model: str, weight: float) -> None:
+        if weight:
+            raise RolloutError(f"--weight {weight:g} needs a gateway that splits traffic (the compose stack's, "
+                               "--nginx-conf for an nginx of this host, or --k8s); this stack has none")
+
+    def clear(self, model: str) -> None:
+        return None
+
+
+class KubernetesRoutes:
+    """The canary overlay's route weights (one Deployment per side, so ``model`` does not narrow them)."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]], *, mesh: str = "gateway",
+                 stable: str = kubernetes.DEFAULT_STABLE, canary: str = kubernetes.DEFAULT_CANARY,
+                 namespace: Optional[str] = None, kubectl: str = "kubectl", apply: bool = False,
+                 echo: Callable[[str], None] = print) -> None:
+        self.objects = list(objects)
+        self.mesh, self.stable, self.canary, self.namespace = mesh, stable, canary, namespace
+        self.kubectl, self.apply, self.echo = kubectl, apply, echo
+
+    def describe(self) -> str:
+        return f"kubernetes {self.mesh} routes {self.stable}/{self.canary}"
+
+    def patches(self, weight: float) -> list[kubernetes.RoutePatch]:
+        if weight != int(weight):
+            raise RolloutError(f"Kubernetes route weights are whole percentages, got {weight:g}")
+        return kubernetes.weight_patches(self.objects, int(weight), mesh=self.mesh, stable=self.stable,
+                                         canary=self.canary, namespace=self.namespace)
+
+    def set_weight(self, model: str, weight: float) -> None:
+        step = self.patches(weight)
+        if self.apply:
+            kubernetes.apply_patches([step], kubectl=self.kubectl, echo=self.echo)
+            return
+        for patch in step:
+            self.echo(patch.command(self.kubectl))
+
+    def clear(self, model: str) -> None:
+        self.set_weight(model, 0)
+
+
+def routes_for(kind: str, *, nginx_conf: Optional[Path] = None, nginx: str = "nginx",
+               k8s_objects: Sequence[Mapping[str, Any]] = (), **k8s: Any) -> TrafficRoutes:
+    """The :class:`TrafficRoutes` named by the CLI's ``--gateway`` (``nginx``, ``compose``, ``none``, ``k8s``)."""
+    if kind == "nginx":
+        if nginx_conf is None:
+            raise RolloutError("--gateway nginx needs --nginx-conf (the gateway's rendered nginx.conf)")
+        return HostNginx(nginx_conf, nginx=nginx)
+    if kind == "compose":
+        return ComposeGateway()
+    if kind == "k8s":
+        return KubernetesRoutes(k8s_objects, **k8s)
+    if kind == "none":
+        return NoGateway()
+    raise RolloutError(f"--gateway is one of nginx, compose, k8s, none; got {kind!r}")

@@ -1,0 +1,100 @@
+"""``python -m serving.stack [up] [flags]`` (``make up``) and ``python -m serving.stack down`` (``make down``).
+
+``up`` chooses the backend (``serving.stack.choice``), runs it
+(``serving.stack.compose`` or ``serving.stack.embedded``) and records it in
+``<work dir>/stack.json``, which ``serving.config add|remove``,
+``serving.rollout`` and ``down`` read. Flags use the project's CLI
+vocabulary: ``--grpc HOST:PORT`` / ``--rest URL`` (where the embedded server
+listens; their ports are used), ``--model-repo DIR``. Default paths are
+anchored on the checkout, not the current directory.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from serving.addresses import grpc_address, rest_address
+from serving.config.compose import ComposeError
+from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE
+from serving.server.launcher import REPO_ROOT
+from serving.stack.choice import BACKENDS, Choice, choose_backend, docker_runtimes
+from serving.stack.compose import IMAGES, run_compose
+from serving.stack.down import stop_stack
+from serving.stack.embedded import DEFAULT_EXPORTS, EmbeddedOptions, run_embedded
+
+__all__ = ["build_parser", "main"]
+
+COMMANDS = ("up", "down")
+
+
+def _work_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
+                        help="where the stack's state (stack.json) and the embedded server's persistent "
+                             f"models config and log live (default: {DEFAULT_WORK_DIR})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m serving.stack",
+                                     description="make up / make down: run the stack with what this host has "
+                                                 "(`up`, the default command), or stop it (`down`).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="run the stack (the default command)",
+                             description="compose GPU / compose CPU where a Docker engine answers, else the "
+                                         "embedded server")
+    up.add_argument("--backend", choices=("auto", *BACKENDS), default="auto",
+                    help="force a backend (default: auto, from `docker info`)")
+    up.add_argument("--docker", default="docker", help="docker CLI to ask (default: docker)")
+    up.add_argument("--images", choices=IMAGES, default="upstream",
+                    help="compose: `local` runs the stand-in images of `make images` "
+                         "(docker-compose.local.yml; the CPU stack without Grafana and dcgm-exporter); "
+                         "default: upstream")
+    up.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models", metavar="DIR",
+                    help="model repository (default: <checkout>/models)")
+    up.add_argument("--models", metavar="NAMES",
+                    help="embedded server: zoo models to export when missing, comma-separated published "
+                         "names (digits,resnet50,digits_xla,...) or `all` (default: "
+                         f"{','.join(DEFAULT_EXPORTS)} when there is no model yet, else none)")
+    _work_dir(up)
+    up.add_argument("--grpc", metavar="HOST:PORT", default="127.0.0.1:8500", type=grpc_address,
+                    help="embedded server: its gRPC address; it listens on this port (default: 127.0.0.1:8500)")
+    up.add_argument("--rest", metavar="URL", default="http://127.0.0.1:8501", type=rest_address,
+                    help="embedded server: its REST URL; it listens on this port (default: http://127.0.0.1:8501)")
+    up.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the models to load")
+    up.add_argument("--verbose", action="store_true",
+                    help="embedded server: stream its log here (default: <work dir>/server.log)")
+    up.add_argument("--dry-run", action="store_true",
+                    help="say what would run (compose: the command and HOST_UID/HOST_GID), run nothing")
+    down = commands.add_parser("down", help=f"stop what make up started (from <work dir>/{STATE_FILE})")
+    _work_dir(down)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+        argv = ["up", *argv]
+    args = build_parser().parse_args(argv)
+    if args.command == "down":
+        return stop_stack(args.work_dir.resolve())
+    if args.backend == "auto":
+        choice = choose_backend(*docker_runtimes(args.docker))
+    else:
+        choice = Choice(args.backend, f"--backend {args.backend}")
+    print(f"make up: {choice.backend}: {choice.reason}", flush=True)
+    if choice.backend == "embedded" and args.images == "local":
+        print("make up: --images local runs the compose stack on the images of `make images`, "
+              "which needs a Docker engine", file=sys.stderr)
+        return 2
+    if args.dry_run and choice.backend == "embedded":
+        return 0
+    try:
+        if choice.backend == "embedded":
+            return run_embedded(EmbeddedOptions(args.model_repo, args.work_dir, args.grpc, args.rest, args.models,
+                                                args.timeout, args.verbose), root)
+        return run_compose(choice, images=args.images, docker=args.docker,
+                           state_file=args.work_dir.resolve() / STATE_FILE, root=root, dry_run=args.dry_run)
+    except ComposeError as exc:
+        print(f"make up: {exc}", file=sys.stderr)
+        return 1

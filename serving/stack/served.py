@@ -1,0 +1,76 @@
+"""The embedded stack's persistent served config, reconciled with the model repository at each start.
+
+``<work dir>/models.config`` (TF Serving's ``ModelServerConfig`` text format):
+
+- The first start creates it from the repository: every model directory
+  with a numeric version serves its newest version, ``stable`` and
+  ``canary`` on it.
+- Later starts keep it as it is (models added with ``python -m
+  serving.config add`` and the rollout's versions and labels survive),
+  except that a model new in the repository is added, unless ``serving.config
+  remove`` took it out (``stack.json`` remembers), and a model whose directory
+  has no version left is dropped.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from serving.config import load_model_server_config
+from serving.config.edit import without_model
+from serving.config.models import new_model_server_config, repository_models, served_entry, write_model_server_config
+from serving.config.stack import ServedConfig
+from serving.model_repo import model_versions
+
+if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
+    from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
+
+__all__ = ["MODELS_CONFIG", "EMBEDDED_HEADER", "prepare_served_config"]
+
+# The persistent models config of the embedded stack, in the work directory.
+MODELS_CONFIG = "models.config"
+EMBEDDED_HEADER = """\
+# The models the embedded stack serves (make up; TF Serving's ModelServerConfig text format).
+# Created from the model repository on the first start and kept across restarts: change it with
+# `python -m serving.config add|remove` and `python -m serving.rollout`, which also push it to the
+# running server. make up adds models new in the repository (not those `remove` took out).
+"""
+
+
+def prepare_served_config(path: Path, model_repo: Path, *, removed: Sequence[str] = (),
+                          log: Callable[[str], None] = print) -> Optional[ModelServerConfig]:
+    """The persistent served config at ``path``, brought up to date with ``model_repo`` (module doc).
+
+    Written only when it changes. None, after logging why, when a model
+    names a version that is not on disk (the server would wait for it).
+    """
+    served = ServedConfig(path, "", {})
+    if path.is_file():
+        config = load_model_server_config(path)
+        config.model_config_list.SetInParent()
+        changed = False
+    else:
+        config, changed = new_model_server_config(), True
+        config.model_config_list.SetInParent()
+        log(f"make up: creating {path} from the model repository {model_repo}")
+    for entry in list(config.model_config_list.config):
+        if not served.versions_on_disk(entry):
+            log(f"make up: {entry.name}: no version under {entry.base_path} any more; no longer served")
+            config, changed = without_model(config, entry.name), True
+    configured = {e.name for e in config.model_config_list.config}
+    for name in repository_models(model_repo):
+        if name not in configured and name not in removed:
+            newest = model_versions(model_repo / name)[-1]
+            log(f"make up: {name}: found in the model repository; serving version {newest} (stable, canary)")
+            served_entry(config, name, str(model_repo / name), newest)
+            changed = True
+    problems = served.problems(config)
+    if problems:
+        for problem in problems:
+            log(f"make up: {path}: {problem}")
+        log("make up: fix it with `python -m serving.config remove NAME` or by publishing the version")
+        return None
+    if changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_model_server_config(config, path, header=EMBEDDED_HEADER)
+    return config

@@ -1,0 +1,174 @@
+"""``analyze`` and ``auto`` on real version 2s of digits, on the embedded server behind the real nginx gateway.
+
+Version 1 is the session's export (``stable``). Three version 2s
+(``tests.rollout.v2_models``): a retrain with another seed (``auto``
+promotes it), classes shuffled (``analyze`` FAILs before any traffic moves,
+``auto`` rolls back) and 50 ms slower per call (FAIL on latency). Each is
+published under its own version number, so the tests need no order. The
+analysis calls go through the gateway over REST with explicit labels; the
+canary routes are the gateway's (``--gateway nginx``); the CLI runs in this
+process (``serving.rollout.cli.main``).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import threading
+
+import httpx
+import pytest
+
+from exporter.manifest import load_manifest
+from serving.config import load_model_server_config
+from serving.rollout.cli import main
+from serving.rollout.plan import find_model, served_versions
+from serving.rollout.publish import publish_saved_model
+from tests.support.canary_stack import MODEL, canary_gateway, canary_server
+from tests.rollout.v2_models import build_retrain, build_wrapped
+
+pytestmark = pytest.mark.slow
+VERSIONS = {"shuffled": 2, "slow": 3, "retrain": 4}
+
+
+class V2Models(dict):
+    """kind -> SavedModel directory, each built on first use (a test run with -k builds only its own)."""
+
+    def __init__(self, v1, root):
+        super().__init__()
+        self.v1, self.root = v1, root
+
+    def __missing__(self, kind):
+        out = self.root / kind
+        self[kind] = build_retrain(out) if kind == "retrain" else build_wrapped(self.v1, out, kind)
+        return self[kind]
+
+
+@pytest.fixture(scope="module")
+def v2_models(model_repo, tmp_path_factory):
+    return V2Models(model_repo / MODEL / "1", tmp_path_factory.mktemp("digits-v2"))
+
+
+class Stack:
+    def __init__(self, repo, work, server, gateway, nginx):
+        self.repo, self.work, self.server, self.gateway, self.nginx = repo, work, server, gateway, nginx
+        self.config = work / "models.config"
+
+    def rollout(self, command: str, *args: str, analysis: bool = False) -> tuple[int, str]:
+        where = ["--grpc", self.server.grpc_target, "--config-file", str(self.config), "--model-repo", str(self.repo)]
+        if command in ("canary", "promote", "rollback", "auto"):
+            where += ["--gateway", "nginx", "--nginx-conf", str(self.gateway.conf_dir / "nginx.conf"),
+                      "--nginx", self.nginx]
+        if command in ("analyze", "auto"):
+            where += ["--rest", self.gateway.rest_url, "--root-certificates", str(self.gateway.secrets.ca_cert),
+                      "--api-key", self.gateway.key()]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main([command, *args, *where])
+        return code, out.getvalue()
+
+    def labels(self) -> tuple[list[int], dict[str, int]]:
+        entry = find_model(load_model_server_config(self.config), MODEL)
+        return served_versions(entry), dict(entry.version_labels)
+
+
+@pytest.fixture(scope="module")
+def stack(model_repo, nginx, nginx_version, gateway_secrets, compose_gateway_env, tmp_path_factory):
+    root = tmp_path_factory.mktemp("canary-analysis")
+    repo, work = root / "models", root / "server"
+    shutil.copytree(model_repo / MODEL / "1", repo / MODEL / "1")
+    work.mkdir()
+    with canary_server(repo, work, {"stable": 1, "canary": 1}) as server, \
+            canary_gateway(nginx, nginx_version, compose_gateway_env, root / "gateway", gateway_secrets,
+                           server) as gateway:
+        yield Stack(repo, work, server, gateway, nginx)
+
+
+def checks(report: dict) -> dict[str, dict]:
+    return {check["name"]: check for check in report["checks"]}
+
+
+def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args, during_auto=contextlib.nullcontext,
+                      analyze_args=()):
+    """canary VERSION (weight 0), analyze (table and JSON), rollback; then auto VERSION (inside
+    ``during_auto()``). Prints what they printed."""
+    version = VERSIONS[kind]
+    publish_saved_model(v2_models[kind], stack.repo, MODEL, version)
+    stable_before = stack.labels()[1]["stable"]
+    assert stack.rollout("canary", MODEL, str(version))[0] == 0
+    code, table = stack.rollout("analyze", MODEL, *analyze_args)
+    json_code, text = stack.rollout("analyze", MODEL, "--json", *analyze_args)
+    assert stack.rollout("rollback", "--model", MODEL)[0] == 0
+    assert stack.labels()[1] == {"stable": stable_before, "canary": stable_before}
+    report_path = stack.work / f"auto-{kind}.json"
+    with during_auto():
+        auto_code, auto_out = stack.rollout("auto", MODEL, str(version), "--steps", "10,50,100", "--report",
+                                            str(report_path), "--access-log", str(stack.gateway.access_log),
+                                            *analyze_args, *auto_args)
+    with capsys.disabled():
+        print(f"\n--- {kind}: python -m serving.rollout analyze {MODEL} (exit {code})\n{table}"
+              f"\n--- {kind}: python -m serving.rollout auto {MODEL} {version} --steps 10,50,100 (exit {auto_code})"
+              f"\n{auto_out}")
+    return code, json_code, json.loads(text), auto_code, auto_out, json.loads(report_path.read_text())
+
+
+def test_shuffled_classes_fail_before_any_traffic_moves_and_auto_rolls_back(stack, v2_models, capsys):
+    code, json_code, report, auto_code, auto_out, auto_report = analyze_then_auto(stack, v2_models, "shuffled", capsys,
+                                                                                 "--interval", "0")
+    assert code == json_code == 1 and report["verdict"] == "FAIL"
+    agreement = checks(report)["agreement:probabilities"]
+    assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
+    assert auto_code == 1 and "[before traffic] weight 0%: FAIL -> roll back" in auto_out
+    assert [d["weight"] for d in auto_report["decisions"]] == [0] and auto_report["outcome"] == "rolled back"
+    assert stack.labels()[1]["canary"] == stack.labels()[1]["stable"] != VERSIONS["shuffled"]
+    assert not list((stack.gateway.conf_dir / "canary.d").glob(f"{MODEL}.*"))  # no route left behind
+
+
+def test_a_model_50_ms_slower_per_call_fails_on_latency(stack, v2_models, capsys):
+    code, _, report, auto_code, auto_out, auto_report = analyze_then_auto(stack, v2_models, "slow", capsys,
+                                                                          "--interval", "0")
+    assert code == 1 and checks(report)["latency:p50"]["verdict"] == "FAIL"
+    assert checks(report)["agreement:probabilities"]["verdict"] == "PASS"  # right answers, too slow
+    assert auto_code == 1 and auto_report["outcome"] == "rolled back"
+    assert checks(auto_report["decisions"][0]["analysis"])["latency:p50"]["verdict"] == "FAIL"
+
+
+def test_a_retrain_that_agrees_is_promoted_step_by_step(stack, v2_models, model_repo, capsys):
+    inputs = load_manifest(model_repo / MODEL / "1").sample_inputs()
+    body = {"inputs": {name: array.tolist() for name, array in inputs.items()}}
+    stop, answered = threading.Event(), []
+
+    def traffic() -> None:  # unlabeled clients through the gateway while the weights move
+        with stack.gateway.http() as http:
+            while not stop.is_set():
+                try:
+                    answered.append(http.post(f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
+                                              headers={"x-api-key": stack.gateway.key()}).status_code)
+                except httpx.HTTPError as exc:
+                    answered.append(f"{type(exc).__name__}: {exc}")
+
+    @contextlib.contextmanager
+    def during_auto():
+        thread = threading.Thread(target=traffic)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(60)
+
+    # The p99 of 32 calls is their slowest but one: on a machine shared with other test runs one round's tail
+    # has been 14x the other side's while p50 stayed within 5 %. This test is about agreement; the latency
+    # verdict is the slow model's test.
+    code, _, report, auto_code, auto_out, auto_report = analyze_then_auto(
+        stack, v2_models, "retrain", capsys, "--interval", "1", during_auto=during_auto,
+        analyze_args=("--max-p99-ratio", "50"))
+    assert code == 0 and report["verdict"] == "PASS", report
+    assert checks(report)["agreement:probabilities"]["value"] >= 0.99
+    assert auto_code == 0 and auto_report["outcome"] == "promoted", auto_out
+    assert [d["weight"] for d in auto_report["decisions"]] == [0, 10, 50, 100]
+    gateway = auto_report["decisions"][-1]["analysis"]["errors"]["gateway_errors"]
+    assert gateway["canary_requests"] > 0 and gateway["canary_rate"] == 0.0
+    assert stack.labels() == ([VERSIONS["retrain"]], {"stable": VERSIONS["retrain"], "canary": VERSIONS["retrain"]})
+    assert answered and set(answered) == {200}, set(answered)
