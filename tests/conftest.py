@@ -1,8 +1,8 @@
 """Shared fixtures: a model repository exported by the real exporter, and the Debian tools.
 
-Exports are cached under ``.cache/test-models/<hash of the exporter's code>``,
-so editing the exporter re-exports and a clean clone exports once. A file lock
-lets concurrent test runs share the cache. Tests that change a repository
+Exports are cached under ``.cache/test-models/<hash of the exporter's code>``
+(``tests.support.models.cached_export``), so editing the exporter re-exports and a
+clean clone exports once. Tests that change a repository
 take ``model_repo_copy`` instead of writing into the cache.
 
 ``promtool`` and ``prometheus`` are the paths of the tools that ``make test``
@@ -11,59 +11,36 @@ missing.
 """
 from __future__ import annotations
 
-import fcntl
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from exporter.export import export_model, source_hash
-from serving.model_repo import published_name
-from tests.support.servers import REPO_ROOT
-
-SMALL_MODELS = ("digits", "text", "ranker")
-
-
-def _prune_stale(cache: Path, max_age_s: float = 3600.0) -> None:
-    """Remove exports of older exporter code (about 140 MB each with resnet50)."""
-    if not cache.is_dir():
-        return
-    for old in cache.iterdir():
-        if old.is_dir() and time.time() - old.stat().st_mtime > max_age_s:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _cached_export(names: tuple[str, ...], variant: str = "fp32") -> Path:
-    root = REPO_ROOT / ".cache" / "test-models" / source_hash()[:16]
-    if not root.exists():
-        _prune_stale(root.parent)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for name in names:
-            if not (root / published_name(name, variant) / "1").is_dir():
-                export_model(name, variant=variant, version=1, out=root, progress=False)
-    return root
+from gateway import NginxVersion, installed_nginx_version
+from gateway.certs import Credentials, init_secrets, issue_client
+from serving.config.compose import load_compose_model
+from tests.support.compose import CPU, PASSWORD, compose_env
+from tests.support.gateway import BURST_CLIENTS
+from tests.support.models import SMALL_MODELS, cached_export
 
 
 @pytest.fixture(scope="session")
 def model_repo() -> Path:
     """A read-only repository with digits, text and ranker at version 1 (fp32)."""
-    return _cached_export(SMALL_MODELS)
+    return cached_export(SMALL_MODELS)
 
 
 @pytest.fixture(scope="session")
 def resnet50_repo() -> Path:
     """The same cache with resnet50 version 1 exported too (slow the first time)."""
-    return _cached_export(("resnet50",))
+    return cached_export(("resnet50",))
 
 
 @pytest.fixture(scope="session")
 def cpu_stack_repo(model_repo: Path, resnet50_repo: Path) -> Path:
     """digits, text, ranker, resnet50 (fp32) and digits_xla, resnet50_xla, version 1 each: every model
     the CPU compose stack serves (serving/models.cpu.config)."""
-    root = _cached_export(("digits", "resnet50"), variant="xla")
+    root = cached_export(("digits", "resnet50"), variant="xla")
     assert root == model_repo == resnet50_repo
     return root
 
@@ -92,6 +69,36 @@ def promtool() -> str:
 def prometheus() -> str:
     """The path of the ``prometheus`` server binary."""
     return _debian_tool("prometheus")
+
+
+# The gateway's parts (the gateway and rollout tests): Debian's nginx, the session's certificates, compose's values.
+@pytest.fixture(scope="session")
+def nginx() -> str:
+    """The path of Debian's ``nginx`` (in /usr/sbin, which a non-root PATH may lack)."""
+    path = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert path, "nginx is not installed: `make debs` installs it (Debian's nginx package; make test runs it)"
+    return path
+
+
+@pytest.fixture(scope="session")
+def nginx_version(nginx) -> NginxVersion:
+    """The host nginx's version: the gateway fixture renders the templates for it."""
+    return installed_nginx_version(nginx)
+
+
+@pytest.fixture(scope="session")
+def gateway_secrets(tmp_path_factory) -> Credentials:
+    creds = init_secrets(tmp_path_factory.mktemp("gateway-secrets"))
+    for name in BURST_CLIENTS:
+        issue_client(creds.directory, name)
+    return creds
+
+
+@pytest.fixture(scope="session")
+def compose_gateway_env() -> dict[str, str]:
+    """The compose ``gateway`` service's environment, as Compose renders it from the files and .env."""
+    model = load_compose_model(CPU, services=["gateway"], env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))
+    return dict(model["services"]["gateway"]["environment"])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from serving import codec, status
 from serving.codec._json_dense import DENSE_MIN_BYTES, DenseArray
-from tests.codec.conftest import NUMERIC_DTYPES
+from tests.support.arrays import NUMERIC_DTYPES
 
 TARGETS = NUMERIC_DTYPES + [object]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from serving import codec, status
-from tests.codec.conftest import NUMERIC_DTYPES, sample
+from tests.support.arrays import NUMERIC_DTYPES, sample
 
 JSON_DTYPES = NUMERIC_DTYPES  # TF Serving itself has no DT_HALF in REST; we accept it as a number
 

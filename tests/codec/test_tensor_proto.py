@@ -7,7 +7,7 @@ from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from serving import codec
 from serving.wire import apis
-from tests.codec.conftest import NUMERIC_DTYPES, sample
+from tests.support.arrays import NUMERIC_DTYPES, sample
 
 SHAPES = [(2, 3), (), (0,), (4, 0, 2)]
 

@@ -8,7 +8,7 @@ from tensorflow_serving.apis import predict_pb2
 
 from serving import codec
 from serving.codec._wire import ZERO_COPY_BYTES
-from tests.codec.conftest import NUMERIC_DTYPES, sample
+from tests.support.arrays import NUMERIC_DTYPES, sample
 
 
 def _official_request(tf, name, inputs, **spec):

@@ -6,22 +6,10 @@ so dcgm-exporter (profile ``gpu-metrics``) is held to the same rules.
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from serving.config.compose import load_compose_model
-from tests.support.servers import REPO_ROOT
-
-GPU = [REPO_ROOT / "docker-compose.yml"]
-CPU = [REPO_ROOT / "docker-compose.yml", REPO_ROOT / "docker-compose.cpu.yml"]
-PASSWORD = "test-only-password"
-
-
-def compose_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("GRAFANA_ADMIN_PASSWORD", "COMPOSE_PROFILES")}
-    return {**env, **extra}
-
+from tests.support.compose import CPU, GPU, PASSWORD, compose_env
 
 @pytest.fixture(scope="session")
 def gpu_model() -> dict:

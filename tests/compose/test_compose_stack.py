@@ -15,24 +15,14 @@ from deploy.k8s.generate import duration_seconds
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, compose_command, load_compose_model, volume_map
 from serving.model_repo import published_name
-from tests.compose.conftest import CPU, GPU, PASSWORD, compose_env
+from tests.support.compose import CPU, GPU, PASSWORD, compose_env, dotenv, flags
 from tests.support.servers import REPO_ROOT
 
 GPU_DEVICE = {"driver": "nvidia", "count": -1, "capabilities": ["gpu"]}
 
 
-def dotenv() -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in (REPO_ROOT / ".env").read_text().splitlines()
-             if line.strip() and not line.startswith("#"))
-    return {k.strip(): v.strip() for k, v in pairs}
-
-
 def devices(service: dict) -> list:
     return (service.get("deploy") or {}).get("resources", {}).get("reservations", {}).get("devices", [])
-
-
-def flags(command: list[str]) -> dict[str, str]:
-    return dict(item.lstrip("-").split("=", 1) for item in command)
 
 
 @pytest.mark.parametrize("files", [GPU, CPU], ids=["gpu", "cpu"])
@@ -84,7 +74,7 @@ def test_cpu_command_differs_only_in_the_models_file_and_serving_without_batchin
 @pytest.mark.parametrize("variant", ["gpu", "cpu"])
 def test_every_tfserving_flag_is_a_flag_of_the_pinned_tf_serving(variant, gpu_model, cpu_model):
     # TF Serving prints its usage text for an unknown flag and starts without it (main.cc at 2.17.1).
-    from tests.server.frontend.test_flags import TF_SERVING_2_17_1_FLAGS
+    from tests.support.tf_serving_flags import TF_SERVING_2_17_1_FLAGS
     assert dotenv()["TF_SERVING_VERSION"] == "2.17.1"  # the flag list below is 2.17.1's
     command = (gpu_model if variant == "gpu" else cpu_model)["services"]["tfserving"]["command"]
     assert set(flags(command)) - set(TF_SERVING_2_17_1_FLAGS) == set()

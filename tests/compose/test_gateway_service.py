@@ -12,8 +12,7 @@ from gateway.certs import init_secrets
 from serving.config.compose import load_compose_model, volume_map
 from serving.stack.cli import main as make_up
 from serving.stack.compose import missing_gateway_files
-from tests.compose.conftest import CPU, PASSWORD, compose_env
-from tests.compose.test_compose_stack import dotenv, flags
+from tests.support.compose import CPU, PASSWORD, compose_env, dotenv, flags
 from tests.support.servers import REPO_ROOT
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from serving.config.compose import load_compose_model
 from serving.stack.choice import compose_profiles
-from tests.compose.conftest import CPU, GPU, PASSWORD, compose_env
+from tests.support.compose import CPU, GPU, PASSWORD, compose_env
 
 # Services that run as root, and why.
 ROOT_SERVICES = {

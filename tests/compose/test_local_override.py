@@ -13,7 +13,7 @@ import copy
 import pytest
 
 from serving.config.compose import load_compose_model
-from tests.compose.conftest import CPU, PASSWORD, compose_env
+from tests.support.compose import CPU, PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT
 
 LOCAL = [*CPU, REPO_ROOT / "docker-compose.local.yml"]

@@ -15,7 +15,7 @@ from serving.config.models import (
     render_model_server_config,
     write_model_server_config,
 )
-from tests.config.helpers import run_cli, user_model
+from tests.support.config import run_cli, user_model
 from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"

@@ -22,7 +22,7 @@ from serving.config.stack import (
     served_config,
     write_state,
 )
-from tests.config.helpers import Listener, embedded_stack, run_cli, user_model
+from tests.support.config import Listener, embedded_stack, run_cli, user_model
 from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"

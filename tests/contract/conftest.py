@@ -28,8 +28,8 @@ import pytest
 
 from serving.server.launcher import wait_until_available
 from serving.stack.docker import Mount, run_tf_serving, tfserving_image, tfserving_unavailable
-from tests.contract import layout
-from tests.contract.clients import CLIENT_KINDS, make_client
+from tests.support.contract import layout
+from tests.support.contract.clients import CLIENT_KINDS, make_client
 from tests.support.servers import EmbeddedServer
 
 

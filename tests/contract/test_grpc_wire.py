@@ -7,9 +7,9 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.contract import layout
-from tests.contract.clients import StubGrpcClient
-from tests.contract.helpers import manifest
+from tests.support.contract import layout
+from tests.support.contract.clients import StubGrpcClient
+from tests.support.contract.helpers import manifest
 
 
 @pytest.fixture
@@ -132,8 +132,8 @@ def test_reload_config_moving_a_label_to_an_unloaded_version_fails_precondition(
 def test_multi_inference_answers_like_classify(stub, endpoint):
     from tensorflow_serving.apis import inference_pb2
 
-    from tests.contract.clients import _examples_to_protos
-    from tests.contract.helpers import examples_from_serialized
+    from tests.support.contract.clients import _examples_to_protos
+    from tests.support.contract.helpers import examples_from_serialized
 
     examples = examples_from_serialized(manifest(endpoint.repo, "text").golden_inputs("classification")["inputs"][:3])
     request = inference_pb2.MultiInferenceRequest()

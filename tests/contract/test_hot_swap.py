@@ -5,9 +5,9 @@ import threading
 import time
 
 from serving.codec import VersionStatus
-from tests.contract import layout
-from tests.contract.clients import JsonRestClient, StubGrpcClient
-from tests.contract.helpers import manifest
+from tests.support.contract import layout
+from tests.support.contract.clients import JsonRestClient, StubGrpcClient
+from tests.support.contract.helpers import manifest
 
 WORKERS = 4
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from serving import status
-from tests.contract.helpers import assert_outputs_match, examples_from_serialized, manifest, text
+from tests.support.contract.helpers import assert_outputs_match, examples_from_serialized, manifest, text
 
 
 @pytest.mark.parametrize("model", ["digits", "text", "ranker"])

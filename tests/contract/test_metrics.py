@@ -7,9 +7,10 @@ import threading
 import httpx
 import pytest
 
-from tests.contract import layout
-from tests.contract.clients import JsonRestClient, StubGrpcClient
-from tests.contract.helpers import manifest
+from serving import status
+from tests.support.contract import layout
+from tests.support.contract.clients import JsonRestClient, StubGrpcClient
+from tests.support.contract.helpers import manifest
 
 _SAMPLE = re.compile(r"^([^\s{]+)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -40,7 +41,7 @@ def test_request_count_and_latency_by_entrypoint_api_and_status(endpoint):
         grpc_client.predict("digits", images)
         grpc_client.predict("digits", images)
         rest_client.predict("digits", images)
-        with pytest.raises(Exception):
+        with pytest.raises(status.NotFound):  # no version 77: TF Serving's NOT_FOUND
             grpc_client.predict("digits", images, version=77)
     finally:
         grpc_client.close()

@@ -6,8 +6,8 @@ import base64
 import numpy as np
 import pytest
 
-from tests.contract import layout
-from tests.contract.helpers import manifest, text
+from tests.support.contract import layout
+from tests.support.contract.helpers import manifest, text
 
 
 def _error(response, http_status: int) -> str:
@@ -145,7 +145,7 @@ def test_both_inputs_and_instances_gets_tf_servings_message(rest):
 
 
 def test_classify_and_regress_answer_results(rest, endpoint):
-    from tests.contract.helpers import examples_from_serialized
+    from tests.support.contract.helpers import examples_from_serialized
 
     man = manifest(endpoint.repo, "text")
     examples = examples_from_serialized(man.golden_inputs("classification")["inputs"][:2])

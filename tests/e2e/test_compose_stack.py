@@ -20,7 +20,8 @@ import yaml
 from exporter.manifest import load_manifest
 from serving.client import NO_RETRY, GrpcClient, RestClient
 from serving.client.errors import PermissionDenied, TlsError, Unauthenticated
-from tests.e2e.conftest import EXPORTED_IN_CONTAINER, SERVICES, Stack, docker, wait_until
+from tests.support.compose_stack import EXPORTED_IN_CONTAINER, SERVICES, Stack, docker
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -121,7 +122,7 @@ def test_prometheus_scrapes_tfserving_and_loads_every_rule_group(stack):
         result = prometheus(stack, "query", query='up{job="tfserving"}')["result"]
         return bool(result) and result[0]["value"][1] == "1"
 
-    wait_until(tfserving_up, 90, "Prometheus scraping tfserving:8501 (target up)")
+    wait_until(tfserving_up, "Prometheus scraping tfserving:8501 (target up)", timeout=90, every=0.5)
     loaded = {g["name"] for g in prometheus(stack, "rules")["groups"]}
     assert loaded == {g["name"] for g in rule_groups(stack)}
 
@@ -138,7 +139,7 @@ def test_a_recording_rule_has_a_value_after_traffic(stack):
             sdk.predict(MODEL, manifest.sample_inputs())
         return any(prometheus(stack, "query", query=name)["result"] for name in recording)
 
-    wait_until(some_rule_has_a_value, 120, f"a value for one of the recording rules {recording}", every=5)
+    wait_until(some_rule_has_a_value, f"a value for one of the recording rules {recording}", timeout=120, every=5)
 
 
 def test_every_service_runs_hardened(stack):
@@ -202,9 +203,11 @@ def test_a_crashed_tfserving_comes_back_and_the_gateway_answers_without_a_restar
     gateway_started = stack.inspect("gateway")["State"]["StartedAt"]
     count = stack.inspect("tfserving")["RestartCount"]
     crash(stack, "tfserving")
-    back = wait_until(lambda: restarted(stack, "tfserving", count), 60, "tfserving restarted by its restart policy")
-    loaded = wait_until(lambda: healthy(stack, "tfserving"), 600, "the restarted tfserving healthy")
-    answered = wait_until(lambda: answers(stack), 30, "the gateway answering again after tfserving came back")
+    back = wait_until(lambda: restarted(stack, "tfserving", count), "tfserving restarted by its restart policy",
+                      timeout=60, every=0.5)
+    loaded = wait_until(lambda: healthy(stack, "tfserving"), "the restarted tfserving healthy", timeout=600, every=0.5)
+    answered = wait_until(lambda: answers(stack), "the gateway answering again after tfserving came back",
+                          timeout=30, every=0.5)
     print(f"tfserving: restarted {back:.1f} s after the kill, healthy {loaded:.1f} s later, "
           f"answered through the gateway {answered:.1f} s after that")
     assert stack.inspect("gateway")["State"]["StartedAt"] == gateway_started
@@ -226,7 +229,8 @@ def test_a_tfserving_on_a_new_address_is_found_without_a_gateway_restart(stack):
         docker("network", "connect", *[a for alias in aliases for a in ("--alias", alias)], network, info["Id"])
         new_ip = stack.inspect("tfserving")["NetworkSettings"]["Networks"][network]["IPAddress"]
         assert new_ip and new_ip != old_ip
-        took = wait_until(lambda: answers(stack), 30, "the gateway answering tfserving on its new address")
+        took = wait_until(lambda: answers(stack), "the gateway answering tfserving on its new address",
+                          timeout=30, every=0.5)
         print(f"tfserving {old_ip} -> {new_ip}: the gateway answered {took:.1f} s after the move")
         assert stack.inspect("gateway")["State"]["StartedAt"] == gateway_started
     finally:
@@ -237,8 +241,9 @@ def test_a_crashed_gateway_comes_back_within_30_s(stack):
     count = stack.inspect("gateway")["RestartCount"]
     started = time.monotonic()
     crash(stack, "gateway")
-    wait_until(lambda: restarted(stack, "gateway", count), 30, "the gateway restarted by its restart policy")
-    wait_until(lambda: answers(stack), 30 - (time.monotonic() - started), "the restarted gateway answering")
+    wait_until(lambda: restarted(stack, "gateway", count), "the gateway restarted by its restart policy",
+               timeout=30, every=0.5)
+    wait_until(lambda: answers(stack), "the restarted gateway answering", timeout=30 - (time.monotonic() - started))
     print(f"gateway: answering {time.monotonic() - started:.1f} s after the kill")
 
 
@@ -247,7 +252,7 @@ def test_prometheus_keeps_its_data_across_a_restart(stack):
     assert before and before[0]["values"], before
     first = before[0]["values"][0][0]
     docker("restart", stack.container("prometheus"))
-    wait_until(lambda: _ready(stack), 120, "prometheus ready after its restart")
+    wait_until(lambda: _ready(stack), "prometheus ready after its restart", timeout=120, every=0.5)
     after = prometheus(stack, "query", query='up{job="tfserving"}[1h]')["result"]
     assert after and after[0]["values"][0][0] <= first
 

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -81,19 +82,43 @@ def _held_out_accuracy(stdout: str) -> float:
     return float(match.group(1))
 
 
-@pytest.mark.slow
-def test_a_killed_run_resumes_after_its_last_checkpointed_epoch_and_finishes(tmp_path):
-    work_dir = tmp_path / "work"
-    args = ["--no-export", "--work-dir", str(work_dir), "--epochs", str(EPOCHS)]
+@dataclass(frozen=True)
+class ResumedRun:
+    """The script killed after epoch ``KILL_AFTER`` (``--no-export``), then run again to the end and exported."""
 
-    returncode, first = _kill_after_epoch(args, KILL_AFTER, tmp_path / "first.stderr")
-    assert returncode == -signal.SIGKILL, (first, (tmp_path / "first.stderr").read_text()[-3000:])
+    tmp: Path
+    work_dir: Path
+    repo: Path
+    first_returncode: int
+    first: str
+    checkpointed: int
+    second: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> ResumedRun:
+    """One killed and resumed training run that both tests read: the resume, and the export at its end
+    (a run of the script costs a TensorFlow start and its epochs)."""
+    tmp = tmp_path_factory.mktemp("train")
+    work_dir, repo = tmp / "work", tmp / "models"
+    args = ["--work-dir", str(work_dir), "--epochs", str(EPOCHS)]
+    returncode, first = _kill_after_epoch([*args, "--no-export"], KILL_AFTER, tmp / "first.stderr")
+    # read before the second run moves it on; -1 when the script was not killed (the test says so)
+    checkpointed = _checkpointed_epoch(work_dir / "checkpoints") if returncode == -signal.SIGKILL else -1
+    second = _run([*args, "--model-repo", str(repo), "--name", "digits_mlp"])
+    return ResumedRun(tmp, work_dir, repo, returncode, first, checkpointed, second)
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_after_its_last_checkpointed_epoch_and_finishes(resumed):
+    first, work_dir = resumed.first, resumed.work_dir
+    assert resumed.first_returncode == -signal.SIGKILL, (first, (resumed.tmp / "first.stderr").read_text()[-3000:])
     assert f"starting at epoch 1/{EPOCHS}" in first
     # The kill may land a little after the watched line: the checkpoint index says where it stopped.
-    checkpointed = _checkpointed_epoch(work_dir / "checkpoints")
+    checkpointed = resumed.checkpointed
     assert KILL_AFTER <= checkpointed < EPOCHS, first
 
-    second = _run(args)
+    second = resumed.second
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"resumed from epoch {checkpointed}/{EPOCHS}" in second.stdout, second.stdout
     assert _reported_epochs(second.stdout) == list(range(checkpointed + 1, EPOCHS + 1)), second.stdout
@@ -103,10 +128,8 @@ def test_a_killed_run_resumes_after_its_last_checkpointed_epoch_and_finishes(tmp
 
 
 @pytest.mark.slow
-def test_the_trained_model_is_published_with_a_manifest_and_held_out_goldens(tmp_path):
-    repo = tmp_path / "models"
-    result = _run(["--work-dir", str(tmp_path / "work"), "--model-repo", str(repo), "--name", "digits_mlp",
-                   "--epochs", "3"])
+def test_the_trained_model_is_published_with_a_manifest_and_held_out_goldens(resumed):
+    repo, result = resumed.repo, resumed.second
     assert result.returncode == 0, result.stderr[-3000:]
 
     published = re.findall(r"^published fp32: (.+)$", result.stdout, re.M)

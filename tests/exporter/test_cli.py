@@ -6,7 +6,7 @@ import pkgutil
 
 import exporter
 from exporter.manifest import load_manifest
-from tests.exporter.helpers import run_cli
+from tests.support.exporter import run_cli
 
 
 def test_ensure_skips_models_that_already_have_a_version(model_repo_copy):
@@ -34,7 +34,7 @@ def test_every_exporter_module_declares_an_explicit_all_of_existing_names():
 
 def test_export_from_module_factory_with_variants_then_inspect(tmp_path):
     out = tmp_path / "models"
-    result = run_cli(["export", "--from", "tests.exporter.user_models:two_inputs", "--name", "duo",
+    result = run_cli(["export", "--from", "tests.support.user_models:two_inputs", "--name", "duo",
                       "--variant", "xla", "--variant", "fp32", "--atol", "1e-4", "--model-repo", str(out),
                       "--quiet"])
     assert result.returncode == 0, result.stderr
@@ -53,5 +53,5 @@ def test_zoo_only_flags_are_refused_with_a_zoo_model(capsys):
 def test_from_needs_a_name(capsys):
     from exporter.__main__ import main
 
-    assert main(["export", "--from", "tests.exporter.user_models:sequential"]) == 1
+    assert main(["export", "--from", "tests.support.user_models:sequential"]) == 1
     assert "--from needs --name NAME" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import pytest
 import exporter
 from exporter.__main__ import main
 from exporter.inspection import inspect_saved_model
-from tests.exporter import user_models
+from tests.support import user_models
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from serving import model_repo
-from tests.exporter.helpers import cli_env
+from tests.support.exporter import cli_env
 from tests.support.servers import REPO_ROOT
 
 

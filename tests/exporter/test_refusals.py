@@ -6,8 +6,8 @@ import pytest
 import exporter
 from exporter.__main__ import main
 from exporter.validate import ValidationError, validate
-from tests.exporter import user_models
-from tests.exporter.helpers import nothing_published
+from tests.support import user_models
+from tests.support.exporter import nothing_published
 
 
 def test_an_unknown_dimension_after_the_batch_is_refused_naming_the_input_and_the_flag(tmp_path):
@@ -74,8 +74,8 @@ def test_a_model_with_no_signatures_is_refused(tmp_path):
 def test_the_cli_refuses_with_exit_1_and_the_message_without_a_traceback(tmp_path, capsys, case):
     out = tmp_path / "models"
     source = {"not_a_model": str(tmp_path),
-              "no_signatures": "tests.exporter.user_models:no_signatures",
-              "unknown_dimension": "tests.exporter.user_models:unknown_dimension"}[case]
+              "no_signatures": "tests.support.user_models:no_signatures",
+              "unknown_dimension": "tests.support.user_models:unknown_dimension"}[case]
     assert main(["export", "--from", source, "--name", "m", "--model-repo", str(out), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err

@@ -6,7 +6,7 @@ import numpy as np
 import exporter
 from serving.client import GrpcClient, RestClient
 from serving.server.launcher import ServerProcess
-from tests.exporter import user_models
+from tests.support import user_models
 
 
 def test_user_models_are_served_over_grpc_and_rest_at_any_batch_size(tmp_path):

@@ -45,13 +45,13 @@ def test_an_input_tensor_spec_must_start_with_the_batch_dimension(spec):
 
 def test_from_takes_an_existing_path_as_is_and_calls_a_module_factory(tmp_path):
     assert load_from(str(tmp_path)) == Path(tmp_path)
-    assert load_from("tests.exporter.user_models:no_signatures").weight.numpy() == 1.0
+    assert load_from("tests.support.user_models:no_signatures").weight.numpy() == 1.0
 
 
 @pytest.mark.parametrize("text, message", [
     ("no/such/dir", "no such file or directory, and not a module:factory name"),
     ("no_such_module_xyz:build", "cannot import module 'no_such_module_xyz'"),
-    ("tests.exporter.user_models:missing", "has no callable 'missing'"),
+    ("tests.support.user_models:missing", "has no callable 'missing'"),
 ])
 def test_from_refuses_what_is_neither_a_path_nor_a_factory(text, message):
     with pytest.raises(ExportError, match=message):

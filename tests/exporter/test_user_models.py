@@ -11,8 +11,8 @@ from exporter.export import source_hash
 from exporter.manifest import load_manifest
 from exporter.validate import validate
 from exporter.warmup import allowed_batch_sizes
-from tests.exporter import user_models
-from tests.exporter.helpers import session_predict
+from tests.support import user_models
+from tests.support.exporter import session_predict
 
 RNG = np.random.default_rng(7)
 

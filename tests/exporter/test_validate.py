@@ -9,7 +9,7 @@ import pytest
 
 from exporter import warmup
 from exporter.validate import ValidationError, validate
-from tests.exporter.helpers import run_cli
+from tests.support.exporter import run_cli
 
 
 def test_validate_passes_a_fresh_export_and_reports_measures(model_repo):

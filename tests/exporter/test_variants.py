@@ -9,8 +9,8 @@ from exporter.manifest import load_manifest
 from exporter.validate import validate
 from exporter.variants import get_variant
 from serving.model_repo import published_name
-from tests.exporter.helpers import run_cli
-from tests.exporter.test_zoo_export import _run_in_tf1_session
+from tests.support.exporter import run_cli
+from tests.support.models import run_in_tf1_session
 
 
 def test_published_names_keep_variants_side_by_side():
@@ -66,7 +66,7 @@ def test_xla_variant_exports_validates_and_agrees_with_fp32(model_repo, tmp_path
     assert path == tmp_path / "models" / "digits_xla" / "1"
     assert _xla_must_compile_functions(path), "no jit_compile function in the saved graph"
 
-    _run_in_tf1_session(path)  # TF Serving's loader (XLA JIT is on in this TensorFlow)
+    run_in_tf1_session(path)  # TF Serving's loader (XLA JIT is on in this TensorFlow)
     report = validate(path)
     assert report.variant == "xla" and report.warmup_batch_sizes == [1, 3]
     manifest = load_manifest(path)

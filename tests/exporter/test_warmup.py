@@ -7,7 +7,7 @@ import pytest
 from exporter import warmup
 from exporter.manifest import load_manifest
 from serving.codec import tensor_proto_to_ndarray
-from tests.exporter.helpers import SMALL_MODELS
+from tests.support.exporter import SMALL_MODELS
 
 
 def _records(version_dir):

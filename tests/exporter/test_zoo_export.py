@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from exporter.manifest import load_manifest
-from tests.exporter.helpers import SMALL_MODELS, cli_env
-from tests.support.servers import REPO_ROOT
+from tests.support.exporter import SMALL_MODELS, cli_env
+from tests.support.models import run_in_tf1_session
 
 EXPECTED_SIGNATURES = {
     "digits": {"serving_default", "logits"},
@@ -20,7 +22,7 @@ EXPECTED_SIGNATURES = {
 
 
 def _saved_model_cli(version_dir) -> str:
-    return subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "saved_model_cli"), "show", "--all",
+    return subprocess.run([str(Path(sys.executable).parent / "saved_model_cli"), "show", "--all",
                            "--dir", str(version_dir)], capture_output=True, text=True, check=True,
                           env=cli_env(), timeout=180).stdout
 
@@ -73,7 +75,7 @@ def test_resnet50_exports_reloads_and_keeps_warmup_file_sane(resnet50_repo):
     signatures = _cli_signatures(_saved_model_cli(version_dir))
     assert signatures == {"serving_default": ["(-1, 224, 224, 3)"]}
     _reload_and_run(version_dir)
-    _run_in_tf1_session(version_dir)
+    run_in_tf1_session(version_dir)
     manifest = load_manifest(version_dir)
     assert manifest.signatures["serving_default"].inputs["images"].dtype_name == "DT_FLOAT"
     warmup_bytes = (version_dir / "assets.extra" / "tf_serving_warmup_requests").stat().st_size
@@ -149,28 +151,9 @@ def test_manifest_records_tensorflow_version_variant_and_source_hash(model_repo,
     assert manifest.source_hash == source_hash()
 
 
-def _run_in_tf1_session(version_dir) -> None:
-    """Load like TF Serving does (a Session restoring the `serve` meta graph) and replay golden data."""
-    import tensorflow as tf
-
-    manifest = load_manifest(version_dir)
-    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
-        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(version_dir))
-        for sig, golden in manifest.golden.items():
-            signature = meta_graph.signature_def[sig]
-            got = session.run({k: signature.outputs[k].name for k in golden.outputs},
-                              {signature.inputs[k].name: v for k, v in golden.inputs.items()})
-            for key, expected in golden.outputs.items():
-                if expected.dtype.kind == "f":
-                    np.testing.assert_allclose(got[key], expected, rtol=manifest.tolerance["rtol"],
-                                               atol=manifest.tolerance["atol"], err_msg=f"{sig}/{key}")
-                else:
-                    np.testing.assert_array_equal(got[key], expected, err_msg=f"{sig}/{key}")
-
-
 @pytest.mark.parametrize("name", SMALL_MODELS)
 def test_small_model_restores_and_answers_in_a_tf1_session_like_tf_serving(model_repo, name):
-    _run_in_tf1_session(model_repo / name / "1")
+    run_in_tf1_session(model_repo / name / "1")
 
 
 @pytest.mark.parametrize("name", SMALL_MODELS)

@@ -23,7 +23,7 @@ from serving import codec
 from serving.client import GrpcClient, RestClient
 from serving.rollout.traffic import HostNginx
 from serving.wire import PREDICT, apis
-from tests.gateway.canary_stack import MODEL, canary_gateway, canary_repo, canary_server
+from tests.support.canary_stack import MODEL, canary_gateway, canary_repo, canary_server
 
 pytestmark = pytest.mark.slow
 UNLABELED = 200  # requests per protocol for the before/after counts

@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 from gateway import TEMPLATE_DIR, TEMPLATES, UnsetVariable, for_nginx_version, render_template
-from tests.compose.test_compose_stack import dotenv
-from tests.gateway.conftest import LOCAL_VALUES
+from tests.support.compose import dotenv
+from tests.support.gateway import LOCAL_VALUES
 from tests.support.servers import REPO_ROOT
 
 _VARIABLE = re.compile(r"\$\{(GATEWAY_[A-Z0-9_]+)\}")

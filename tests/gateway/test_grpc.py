@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 from tensorflow_serving.apis import (
-    get_model_status_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
@@ -21,26 +20,13 @@ from tensorflow_serving.apis import (
 from exporter.manifest import load_manifest
 from serving.client import NO_RETRY, GrpcClient
 from serving.client.errors import PermissionDenied, ResourceExhausted, Unauthenticated
-from tests.gateway.conftest import MODEL
-from tests.gateway.test_rest import nginx_size
+from tests.support.gateway import MODEL, model_status, nginx_size, served_config
 
 
 def sdk_client(gateway, key: str | None, **kwargs) -> GrpcClient:
     metadata = [("x-api-key", key)] if key is not None else []
     return GrpcClient(gateway.grpc_target, credentials=gateway.channel_credentials(), metadata=metadata,
                       retry=NO_RETRY, timeout=30.0, **kwargs)
-
-
-def model_status(channel: grpc.Channel, metadata) -> get_model_status_pb2.GetModelStatusResponse:
-    stub = model_service_pb2_grpc.ModelServiceStub(channel)
-    request = get_model_status_pb2.GetModelStatusRequest()
-    request.model_spec.name = MODEL
-    return stub.GetModelStatus(request, metadata=metadata, timeout=30)
-
-
-def served_config(gateway) -> str:
-    """The embedded server's own models config: a reload that changes nothing."""
-    return (gateway.upstream.log_path.parent / "models.config").read_text()
 
 
 def reload_request(config_text: str) -> model_management_pb2.ReloadConfigRequest:

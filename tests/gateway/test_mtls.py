@@ -9,8 +9,7 @@ import pytest
 
 from serving.client import NO_RETRY, GrpcClient
 from serving.client.errors import PermissionDenied
-from tests.gateway.conftest import MODEL
-from tests.gateway.test_grpc import model_status, served_config
+from tests.support.gateway import MODEL, model_status, served_config
 
 STATUS = f"/v1/models/{MODEL}"
 METRICS = "/monitoring/prometheus/metrics"

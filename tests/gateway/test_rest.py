@@ -1,21 +1,13 @@
 """REST through the gateway (httpx, TLS with the test's CA): keys, roles, rate, body size."""
 from __future__ import annotations
 
-import re
-
 import httpx
 import pytest
 
 from exporter.manifest import load_manifest
-from tests.gateway.conftest import MODEL
+from tests.support.gateway import MODEL, nginx_size
 
 STATUS = f"/v1/models/{MODEL}"
-
-
-def nginx_size(value: str) -> int:
-    """nginx's size syntax: 64m, 512k, 1g or bytes."""
-    number, unit = re.fullmatch(r"(\d+)([kKmMgG]?)", value).groups()
-    return int(number) << {"": 0, "k": 10, "m": 20, "g": 30}[unit.lower()]
 
 
 @pytest.fixture(scope="module")

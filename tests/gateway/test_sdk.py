@@ -11,8 +11,7 @@ import pytest
 from exporter.manifest import load_manifest
 from serving.client import NO_RETRY, GrpcClient, RestClient
 from serving.client.errors import PermissionDenied, ResourceExhausted, TlsError, Unauthenticated
-from tests.gateway.conftest import MODEL
-from tests.gateway.test_rest import nginx_size
+from tests.support.gateway import MODEL, nginx_size
 
 CLIENTS = {"grpc": lambda gw, **kw: GrpcClient(gw.grpc_target, **kw),
            "rest": lambda gw, **kw: RestClient(gw.rest_url, **kw)}

@@ -22,7 +22,7 @@ from gateway import (
     render_templates,
 )
 from deploy.images.build import NGINX_IMAGE as STAND_IN_IMAGE
-from tests.gateway.conftest import compose_values, nginx_command
+from tests.support.gateway import compose_values, nginx_command
 
 DEPRECATED = 'the "listen ... http2" directive is deprecated'
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.gateway.conftest import MODEL
+from tests.support.gateway import MODEL
 
 
 def configured_seconds(gateway, directive: str) -> float:

@@ -25,7 +25,7 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 from deploy.images.build import NGINX_IMAGE
 from gateway import parse_nginx_version
 from serving.stack.docker import image_present, probe_engine
-from tests.gateway.conftest import MODEL, Gateway, compose_values, running_gateway
+from tests.support.gateway import MODEL, Gateway, compose_values, running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]  # waits out the resolver's 5 s cache and 3 s timeout
 

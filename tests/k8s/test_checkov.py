@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.k8s.conftest import K8S_DIR, OVERLAYS
+from tests.support.k8s import K8S_DIR, OVERLAYS
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # one checkov run over every overlay: ~15-40 s

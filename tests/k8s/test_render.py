@@ -14,7 +14,7 @@ import yaml
 
 from deploy.k8s.generate import duration_seconds
 from serving.config import load_monitoring_config
-from tests.k8s.conftest import K8S_DIR, OVERLAYS, VARIANT, objects, pod_specs
+from tests.support.k8s import K8S_DIR, OVERLAYS, VARIANT, objects, pod_specs
 from tests.support.servers import REPO_ROOT
 
 SERVING_CONFIGS = sorted((REPO_ROOT / "serving").glob("*.config"))

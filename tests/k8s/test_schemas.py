@@ -11,7 +11,7 @@ import pytest
 import yaml
 from jsonschema import Draft4Validator
 
-from tests.k8s.conftest import K8S_DIR, OVERLAYS
+from tests.support.k8s import K8S_DIR, OVERLAYS
 
 KUBERNETES_VERSION = "1.32.0"  # the kubectl of the build image; bump with the cluster
 SCHEMAS = K8S_DIR / "schemas"

@@ -1,11 +1,13 @@
 """Servers for the load-test tests: digits (batching on, Prometheus page on), and a user's model without a manifest."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.loadtest.user_model import MODEL_NAME, export_user_model
+from tests.support.user_model import MODEL_NAME, export_user_model
+from tests.support.cli import run_loadtest
 from tests.support.servers import EmbeddedServer
 
 
@@ -32,3 +34,17 @@ def user_model_server(user_model_repo: Path, tmp_path_factory) -> EmbeddedServer
     with EmbeddedServer.for_models({MODEL_NAME: user_model_repo / MODEL_NAME},
                                    workdir=tmp_path_factory.mktemp("user-model-server")) as server:
         yield server
+
+
+@pytest.fixture(scope="package")
+def user_model_tune(user_model_repo: Path, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One bounded tuner run over ``user_mlp`` (no manifest): two candidates (intra-op threads, batching), each on
+    a server of its own, with the default server kept up. Its output and directory; tests assert on different
+    parts of it (a tuner run restarts servers and takes most of a minute)."""
+    out_dir = tmp_path_factory.mktemp("tune")
+    out = run_loadtest("tune", "--model-repo", str(user_model_repo), "--model", MODEL_NAME, "--p99-budget-ms", "2000",
+                       "--max-trials", "2", "--dimensions", "intra_op,batching", "--grid", '{"intra_op": [0, 1]}',
+                       "--concurrency", "1,2", "--window", "0.5", "--max-level-time", "2", "--rounds", "1",
+                       "--final-rounds", "1", "--out", str(out_dir), timeout=400)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out, out_dir

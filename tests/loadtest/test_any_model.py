@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.loadtest.user_model import MODEL_NAME
+from tests.support.user_model import MODEL_NAME
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -116,15 +116,11 @@ def test_locust_run_by_hand_builds_the_payload_from_its_hosts_metadata(user_mode
     assert final["requests"] > 0 and final["failures"] == 0, final["errors"]
 
 
-def test_tune_needs_no_manifest(user_model_repo, tmp_path):
-    out = loadtest("tune", "--model-repo", str(user_model_repo), "--model", MODEL_NAME, "--p99-budget-ms", "2000",
-                   "--max-trials", "1", "--dimensions", "batching", "--concurrency", "1,2", "--window", "0.5",
-                   "--max-level-time", "2", "--rounds", "1", "--final-rounds", "1", "--out", str(tmp_path),
-                   timeout=400)
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_tune_needs_no_manifest(user_model_tune):
+    out, tmp_path = user_model_tune  # intra-op threads, then batching
     summary = json.loads((tmp_path / "tune.json").read_text())
     assert summary["payload"]["source"].startswith(METADATA_SOURCE)
-    search = summary["trials"][0]
+    search = summary["trials"][1]
     assert search["dimension"] == "batching" and search["score_rps"] > 0 and search["baseline_rps"] > 0, out.stdout
     assert "| TF Serving batching (--enable_batching) | off | on |" in (tmp_path / "tune.md").read_text()
     # no xla export of a user's model here: the variant dimension says so instead of failing

@@ -57,12 +57,8 @@ def test_rate_sweep_holds_the_requested_rate(digits_server, model_repo, tmp_path
         assert lvl["throughput_rps"] == pytest.approx(lvl["level"], rel=0.2)
 
 
-def test_tuner_restarts_the_server_per_candidate_and_reports_every_setting(model_repo, tmp_path):
-    out = run_cli("tune", "--model-repo", str(model_repo), "--p99-budget-ms", "2000", "--max-trials", "2",
-                  "--dimensions", "intra_op,batching", "--grid", '{"intra_op": [0, 1]}',
-                  "--concurrency", "1,2", "--window", "0.5", "--max-level-time", "2", "--rounds", "1",
-                  "--final-rounds", "1", "--out", str(tmp_path), timeout=400)
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_tuner_restarts_the_server_per_candidate_and_reports_every_setting(user_model_tune):
+    out, tmp_path = user_model_tune
     summary = json.loads((tmp_path / "tune.json").read_text())
     threads, batching = summary["trials"][0], summary["trials"][1]
     # each candidate was swept in turn with the default server, which stayed up (TF Serving's defaults)

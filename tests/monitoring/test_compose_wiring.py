@@ -6,7 +6,7 @@ import posixpath
 
 import yaml
 
-from tests.monitoring import promql
+from tests.support import promql
 from tests.support.servers import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"

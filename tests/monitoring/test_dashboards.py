@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.monitoring import promql
+from tests.support import promql
 
 PROVISIONING = promql.MONITORING / "grafana" / "provisioning"
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__interval_ms", "__range_s"}

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.monitoring import promql
+from tests.support import promql
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
 

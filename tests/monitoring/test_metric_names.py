@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.monitoring import promql
+from tests.support import promql
 
 # Prometheus name -> (type, labels), from tf-serving.md §1.3/§1.4.
 TF_SERVING_METRICS = {

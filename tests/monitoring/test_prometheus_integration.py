@@ -38,8 +38,8 @@ import httpx
 import pytest
 
 from monitoring.local import render_config
-from tests.monitoring import promql
-from tests.monitoring.prometheus_process import PrometheusProcess, shorten_alert_for
+from tests.support import promql
+from tests.support.prometheus import PrometheusProcess, shorten_alert_for
 from tests.support.ports import free_port
 from tests.support.servers import EmbeddedServer
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from monitoring.local import render_config, write_config
-from tests.monitoring import promql
+from tests.support import promql
 
 PROMETHEUS_YML = promql.MONITORING / "prometheus" / "prometheus.yml"
 PROMTOOL = shutil.which("promtool")

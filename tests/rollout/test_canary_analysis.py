@@ -25,7 +25,7 @@ from serving.config import load_model_server_config
 from serving.rollout.cli import main
 from serving.rollout.plan import find_model, served_versions
 from serving.rollout.publish import publish_saved_model
-from tests.gateway.canary_stack import MODEL, canary_gateway, canary_server
+from tests.support.canary_stack import MODEL, canary_gateway, canary_server
 from tests.rollout.v2_models import build_retrain, build_wrapped
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from serving.config.models import render_repository_config, write_model_server_config
 from serving.config.stack import STATE_FILE, StackState, write_state
-from tests.config.helpers import Listener, run_cli, user_model
+from tests.support.config import Listener, run_cli, user_model
 from tests.support.servers import REPO_ROOT
 
 

@@ -24,7 +24,7 @@ from serving.config.compose import load_compose_model, plan_embedded_server
 from serving.rollout.plan import find_model, served_versions
 from serving.rollout.publish import publish_saved_model
 from serving.stack.choice import compose_files
-from tests.compose.conftest import PASSWORD, compose_env
+from tests.support.compose import PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT, EmbeddedServer
 
 pytestmark = pytest.mark.slow

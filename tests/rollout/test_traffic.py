@@ -25,7 +25,7 @@ from serving.rollout.analyze import (
 from serving.rollout.kubernetes import load_objects, weight_patches
 from serving.rollout.plan import RolloutError
 from serving.rollout.traffic import ComposeGateway, KubernetesRoutes, NoGateway
-from tests.rollout.test_kubernetes import FIXTURE
+from tests.support.rollout import FIXTURE
 
 
 def test_kubernetes_routes_take_the_same_weight_as_the_gateway():

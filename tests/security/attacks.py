@@ -31,7 +31,8 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from serving import codec, status
 from serving.server.launcher import ServerProcess
-from tests.security.models import MODEL, export_napping
+from tests.security.models import MODEL
+from tests.support.models import export_tiny
 
 __all__ = [
     "BATCHING",
@@ -62,7 +63,7 @@ def napping_repo(root: Path) -> Path:
     """``root`` holding the napping model at version 1 (exported unless already there)."""
     version = root / MODEL / "1"
     if not (version / "saved_model.pb").exists():
-        export_napping(version)
+        export_tiny(version)
     return root
 
 

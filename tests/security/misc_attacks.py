@@ -56,7 +56,7 @@ from tensorflow_serving.config import model_server_config_pb2
 from serving import codec
 from serving.server.launcher import ServerProcess, write_config_files
 from tests.security.rest_attacks import Probe, rss_kib
-from tests.server.frontend.tiny import export_tiny
+from tests.support.models import export_tiny
 
 __all__ = ["Row", "CASES", "MODEL", "OUT_OF_RANGE_VERSION", "tiny_repo", "start", "case_labels", "case_reloads",
            "case_versions", "case_text", "python_text", "main"]

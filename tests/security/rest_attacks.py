@@ -487,7 +487,7 @@ def run_all(repo: Path, workdir: Path) -> list[Outcome]:
 
 
 def _main() -> None:
-    from tests.server.frontend.tiny import export_tiny  # TensorFlow: only to export the model
+    from tests.support.models import export_tiny  # TensorFlow: only to export the model
 
     with tempfile.TemporaryDirectory(prefix="rest-attacks-") as tmp:
         repo = Path(tmp)

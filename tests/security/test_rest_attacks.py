@@ -14,7 +14,7 @@ import pytest
 
 from tests.security import rest_attacks as attacks
 from tests.security.rest_attacks import MAX_CONCURRENT, MAX_CONNECTIONS, NOFILE_LIMIT, READ_TIMEOUT_S, Outcome
-from tests.server.frontend.tiny import export_tiny
+from tests.support.models import export_tiny
 
 pytestmark = pytest.mark.slow
 

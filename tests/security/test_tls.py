@@ -42,7 +42,7 @@ def pki(tmp_path_factory) -> Pki:
 
 @pytest.fixture(scope="module")
 def tiny_repo(tmp_path_factory) -> Path:
-    from tests.server.frontend.tiny import export_tiny  # TensorFlow: exports the model
+    from tests.support.models import export_tiny  # TensorFlow: exports the model
 
     root = tmp_path_factory.mktemp("repo")
     export_tiny(root / "tiny" / "1")

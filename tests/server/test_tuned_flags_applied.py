@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _cached_export
+from tests.support.models import cached_export
 from tests.support.servers import EmbeddedServer
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def test_intra_and_inter_op_flags_size_tensorflows_thread_pools(model_repo, tmp_
 
 
 def test_an_xla_variant_is_compiled_by_xla_with_the_flag(tmp_path):
-    repo = _cached_export(("digits",), "xla")
+    repo = cached_export(("digits",), "xla")
     server = EmbeddedServer.for_models({"digits_xla": repo / "digits_xla"}, workdir=tmp_path,
                                        extra_flags=["--xla_cpu_compilation_enabled=true"])
     server.env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # TensorFlow's INFO line that XLA compiled a cluster

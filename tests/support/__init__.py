@@ -1,2 +1,9 @@
-"""Shared test support: free ports and the embedded server, both from ``serving.server.launcher``."""
+"""The suite's support package: what tests share that is not a fixture (fixtures stay in conftest.py files).
+
+``models`` (the zoo export cache, the one tiny SavedModel), ``user_model`` / ``user_models`` (a user's models),
+``servers`` / ``ports`` (the embedded server and free ports, from the launcher), ``wait`` (polling for what a
+system shows), ``lifecycle`` and ``serving`` (manager and server helpers), ``cli`` and ``exporter`` (the CLIs
+as subprocesses), ``config``, ``compose``, ``compose_stack``, ``docker_cli``, ``gateway``, ``k8s``,
+``prometheus``, ``promql``, ``pki``, ``arrays``, ``tf_serving_flags`` and ``contract``.
+"""
 __all__: list[str] = []

@@ -18,7 +18,7 @@ from serving.stack.choice import choose_backend, docker_runtimes
 from serving.stack.cli import main
 from serving.stack.embedded import ensure_commands
 from tests.support.servers import REPO_ROOT
-from tests.up.conftest import CPU_ENGINE, fake_docker_cli, set_environ
+from tests.support.docker_cli import CPU_ENGINE, fake_docker_cli, set_environ
 
 NO_ENGINE = "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 1"
 GPU_ENGINE = """echo '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'"""

@@ -30,7 +30,7 @@ from serving.stack.compose import (
     with_dependencies,
 )
 from tests.support.servers import REPO_ROOT
-from tests.up.conftest import SECRETS, environ, fake_docker_cli, set_environ
+from tests.support.docker_cli import SECRETS, environ, fake_docker_cli, set_environ
 
 LOCAL_SERVICES = ["exporter", "gateway", "prometheus", "tfserving"]
 AS_ROOT = os.getuid() == 0

@@ -7,7 +7,7 @@ from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, load_compose_model, plan_embedded_server, remap_server_args
 from serving.model_repo import model_versions
 from serving.stack.choice import compose_files
-from tests.compose.conftest import PASSWORD, compose_env
+from tests.support.compose import PASSWORD, compose_env
 from tests.support.servers import REPO_ROOT
 
 

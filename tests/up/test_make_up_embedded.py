@@ -24,7 +24,7 @@ import pytest
 from serving import codec
 from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model
-from tests.compose.conftest import GPU, PASSWORD, compose_env
+from tests.support.compose import GPU, PASSWORD, compose_env
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
 

@@ -10,7 +10,7 @@ from serving.config.models import write_model_server_config
 from serving.model_repo import ZOO
 from serving.stack.embedded import DEFAULT_EXPORTS, export_order, zoo_selection
 from serving.stack.served import prepare_served_config
-from tests.config.helpers import user_model
+from tests.support.config import user_model
 
 
 def served(path):

@@ -14,7 +14,7 @@ import pytest
 from serving.server.frontends.dataplane import DataPlane, ModelSpec
 from serving.server.frontends.rest import RestFrontend
 from serving.server.launcher import free_port
-from tests.server.frontend.conftest import MONITORING_PATH, tiny_flags
+from tests.support.serving import MONITORING_PATH, tiny_flags
 from tests.support.servers import EmbeddedServer
 
 BODY_LIMIT = 1024 * 1024

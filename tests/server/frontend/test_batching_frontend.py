@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from serving import status
-from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import MONITORING_PATH, metric_total, tiny_flags, wait_until
+from tests.support.contract.clients import StubGrpcClient
+from tests.support.serving import MONITORING_PATH, metric_total, tiny_flags
+from tests.support.wait import wait_until
 from tests.support.servers import EmbeddedServer
 
 RUNNING_SECONDS = 6.0   # how long the request holding the only batch thread runs

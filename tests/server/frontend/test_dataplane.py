@@ -12,7 +12,7 @@ from serving.codec import ModelMetadata, VersionState, VersionStatus
 from serving.server.frontends.dataplane import InferenceResult, InferenceTask, ModelSpec, Prediction
 from serving.server.tensorflow.inference import Class, ClassificationResult, RegressionResult
 from serving.status import Code
-from tests.server.frontend.conftest import examples_input
+from tests.support.serving import examples_input
 
 X = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], np.float32)
 ROWS = [{"x": [1.0, 2.0, 3.0]}, {"x": [0.0, 0.0, 1.0]}]

@@ -10,8 +10,9 @@ import grpc
 import httpx
 import numpy as np
 
-from tests.contract.clients import StubGrpcClient
-from tests.server.frontend.conftest import metric_total, tiny_flags, wait_until
+from tests.support.contract.clients import StubGrpcClient
+from tests.support.serving import metric_total, tiny_flags
+from tests.support.wait import wait_until
 from tests.support.servers import EmbeddedServer
 
 SLEEP_SECONDS = 6.0

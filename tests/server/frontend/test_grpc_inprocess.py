@@ -20,7 +20,7 @@ from tensorflow_serving.apis import (
 from tensorflow_serving.config import model_server_config_pb2
 
 from serving import codec
-from tests.server.frontend.conftest import examples_input
+from tests.support.serving import examples_input
 
 X = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], np.float32)
 ROWS = [{"x": [1.0, 2.0, 3.0]}, {"x": [0.0, 0.0, 1.0]}]

@@ -17,7 +17,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving import codec
-from tests.server.frontend.conftest import MONITORING_PATH
+from tests.support.serving import MONITORING_PATH
 
 EXAMPLES = [{"x": [1.0, 2.0, 3.0]}, {"x": [0.0, 0.0, 1.0]}]
 
@@ -40,7 +40,9 @@ def test_predict_row_and_columnar_formats(http):
     columns = http.post("/v1/models/tiny/versions/1:predict", json={"inputs": {"x": [[1.0, 2.0, 3.0]]}})
     assert columns.json() == {"outputs": {"y": [[2.0, 4.0, 6.0]], "total": [12.0]}}
     strings = http.post("/v1/models/tiny:predict", json={"signature_name": "strings", "instances": ["ab", "xyz"]})
-    assert strings.json() == {"predictions": [2, 3]}
+    assert strings.json() == {"predictions": [{"length": 2, "upper": "AB"}, {"length": 3, "upper": "XYZ"}]}
+    one_output = http.post("/v1/models/tiny:predict", json={"signature_name": "sleep", "instances": [0.0, 0.0]})
+    assert one_output.json() == {"predictions": [0.0, 0.0]}  # a signature's only output: its bare values
 
 
 def test_large_tensors_answer_alike_in_row_and_columnar_bodies(http):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.frontend.conftest import tiny_flags
+from tests.support.serving import tiny_flags
 from tests.support.servers import EmbeddedServer
 
 

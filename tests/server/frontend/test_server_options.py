@@ -10,7 +10,7 @@ import time
 import pytest
 
 from serving import status
-from tests.contract.clients import StubGrpcClient
+from tests.support.contract.clients import StubGrpcClient
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT, EmbeddedServer
 

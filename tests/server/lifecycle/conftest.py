@@ -9,15 +9,15 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tests.server.lifecycle.helpers import Metrics  # noqa: E402
-from tests.server.lifecycle.tiny_models import export_affine  # noqa: E402
+from tests.support.lifecycle import Metrics  # noqa: E402
+from tests.support.models import export_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def affine_templates(tmp_path_factory) -> dict[float, Path]:
-    """Built once: affine SavedModels with scale 1, 2 and 3 (the scale identifies a version)."""
+    """Built once: the tiny model with scale 1, 2 and 3 (the scale identifies a version)."""
     root = tmp_path_factory.mktemp("affine-templates")
-    return {scale: export_affine(root / f"scale{int(scale)}", scale) for scale in (1.0, 2.0, 3.0)}
+    return {scale: export_tiny(root / f"scale{int(scale)}", scale) for scale in (1.0, 2.0, 3.0)}
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import weakref
 
 from serving.server.collector import YOUNG_THRESHOLD, HeapFreezer
 from serving.server.memory import release_free_memory
-from tests.server.lifecycle.helpers import model_server_config, states, wait_for
-from tests.server.lifecycle.tiny_models import publish
+from tests.support.lifecycle import model_server_config, states, wait_for
+from tests.support.models import publish
 
 
 class Node:

@@ -8,7 +8,7 @@ from tensorflow_serving.apis import input_pb2
 from serving import status
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
-from tests.server.lifecycle.tiny_models import example, publish
+from tests.support.models import example, publish
 
 X = np.ones((2, 3), np.float32)
 

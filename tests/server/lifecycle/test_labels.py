@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from serving import status
-from tests.server.lifecycle.helpers import model_server_config, states, wait_for
-from tests.server.lifecycle.tiny_models import publish
+from tests.support.lifecycle import model_server_config, states, wait_for
+from tests.support.models import publish
 
 X = np.ones((1, 3), np.float32)
 LATEST_2 = "latest { num_versions: 2 }"

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from serving import status
-from tests.server.lifecycle.helpers import model_server_config, states, wait_for
-from tests.server.lifecycle.tiny_models import corrupt_version, publish
+from tests.support.lifecycle import PollCounter, model_server_config, states, wait_for
+from tests.support.models import corrupt_version, publish
 
 X = np.ones((1, 3), np.float32)
 
@@ -46,9 +46,8 @@ def test_a_failed_version_is_not_retried_again_by_later_polls(make_manager, metr
     manager = make_manager(poll=0.05, retries=0)
     with pytest.raises(status.Unknown):
         manager.reload_config(model_server_config(("broken", base)))
-    import time
-
-    time.sleep(0.5)  # ~10 polls re-announce the same aspired version
+    polls = PollCounter(manager)
+    polls.wait(10)  # 10 polls re-announced the same aspired version; none loaded it again
     assert len(metrics.loads) == 1
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from serving import status
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
-from tests.server.lifecycle.tiny_models import corrupt_version, publish
+from tests.support.models import corrupt_version, publish
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_run_is_thread_safe_under_concurrent_calls(loaded):
 
 
 def test_run_wrapper_is_applied_before_warmup(affine_templates, tmp_path):
-    from tests.server.lifecycle.tiny_models import write_warmup
+    from tests.support.models import write_warmup
 
     path = publish(affine_templates[1.0], tmp_path / "affine", 1)
     write_warmup(path, 4)

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import shutil
+import threading
 
 import numpy as np
 import pytest
 
 from serving import status
-from tests.server.lifecycle.helpers import model_server_config, states, wait_for
-from tests.server.lifecycle.tiny_models import publish
+from tests.support.lifecycle import Unloads, model_server_config, states, wait_for
+from tests.support.models import publish
 
 X = np.ones((1, 3), np.float32)
+POLL_THREAD = "FileSystemSource-poll"  # the file-system source's thread
 
 
 def served_scale(manager, name: str = "affine", **request) -> float:
@@ -82,12 +84,11 @@ def test_polling_unloads_a_version_removed_from_disk(make_manager, repo):
 
 def test_negative_poll_wait_never_polls_after_the_config_is_applied(make_manager, repo,
                                                                    affine_templates):
+    pollers = sum(t.name == POLL_THREAD for t in threading.enumerate())  # other managers' pollers
     manager = make_manager(poll=-1)
     manager.reload_config(model_server_config(("affine", repo)))
     publish(affine_templates[3.0], repo, 3)
-    import time
-
-    time.sleep(0.5)
+    assert sum(t.name == POLL_THREAD for t in threading.enumerate()) == pollers  # no poller was started
     assert states(manager, "affine") == {2: "AVAILABLE"}
 
 
@@ -106,18 +107,18 @@ def test_model_status_messages_for_unknown_models_and_versions(make_manager, rep
 
 
 def test_unload_waits_for_the_request_holding_the_servable(make_manager, repo, affine_templates):
-    manager = make_manager(poll=0.1)
+    events: list[str] = []
+    manager = make_manager(poll=0.1, heap=Unloads(events))
     manager.reload_config(model_server_config(("affine", repo)))
     with manager.acquire("affine") as held:
         publish(affine_templates[3.0], repo, 3)
         wait_for(lambda: states(manager, "affine").get(2) == "UNLOADING", what="v2 unloading")
-        import time
-
-        time.sleep(0.3)
-        assert states(manager, "affine")[2] == "UNLOADING"
         out = held.run("serving_default", {"x": X}, ["y"])  # still usable while held
         assert out["y"][0, 0] == 2.0
+        assert states(manager, "affine")[2] == "UNLOADING"
+        events.append("released")
     wait_for(lambda: states(manager, "affine").get(2) == "END", what="v2 END after release")
+    assert events == ["released", "unloaded"]  # v2 was closed only once the request let it go
 
 
 def test_stop_unloads_every_version(make_manager, repo):

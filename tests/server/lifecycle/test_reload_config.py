@@ -6,8 +6,8 @@ import threading
 import pytest
 
 from serving import status
-from tests.server.lifecycle.helpers import model_server_config, states, wait_for
-from tests.server.lifecycle.tiny_models import corrupt_version, publish
+from tests.support.lifecycle import model_server_config, states, wait_for
+from tests.support.models import corrupt_version, publish
 
 
 @pytest.fixture

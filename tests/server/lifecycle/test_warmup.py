@@ -8,8 +8,8 @@ import pytest
 from serving import status
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 from serving.server.tensorflow.warmup import run_saved_model_warmup, warmup_path
-from tests.server.lifecycle.helpers import model_server_config, states
-from tests.server.lifecycle.tiny_models import publish, write_warmup
+from tests.support.lifecycle import model_server_config, states
+from tests.support.models import publish, write_warmup
 
 
 def counting_wrapper(calls: list):

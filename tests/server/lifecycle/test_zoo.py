@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.server.lifecycle.helpers import model_server_config, states
+from tests.support.lifecycle import model_server_config, states
 
 ZOO = ("digits", "text", "ranker")
 
@@ -24,7 +24,7 @@ UNSERVABLE_KERAS_EXPORT = (
 def zoo_manager(model_repo):
     from serving.server.core.manager import ServableManager
     from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
-    from tests.server.lifecycle.helpers import Metrics
+    from tests.support.lifecycle import Metrics
 
     metrics = Metrics()
     manager = ServableManager(SavedModelLoader(LoaderOptions(), metrics), max_num_load_retries=0,

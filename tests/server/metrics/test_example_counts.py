@@ -20,7 +20,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving import codec
-from tests.server.frontend.conftest import examples_input
+from tests.support.serving import examples_input
 
 ROWS = [{"x": [1.0, 2.0, 3.0]}, {"x": [0.0, 0.0, 1.0]}, {"x": [1.0, 1.0, 1.0]}]
 

@@ -1,10 +1,12 @@
-"""Helpers for the lifecycle tests: configs, waiting, a metrics recorder."""
+"""Helpers of the lifecycle tests: configs, waiting, recorders of what a manager reports (loads, unloads, polls)."""
 from __future__ import annotations
 
-import time
+import threading
 from typing import Callable
 
-__all__ = ["Metrics", "model_server_config", "wait_for", "states"]
+from tests.support.wait import wait_until
+
+__all__ = ["Metrics", "Unloads", "PollCounter", "model_server_config", "wait_for", "states"]
 
 
 class Metrics:
@@ -44,12 +46,44 @@ def model_server_config(*models: tuple) -> object:
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
     """Poll ``predicate`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    wait_until(predicate, what, timeout=timeout)
+
+
+class Unloads:
+    """A ``VersionEvents`` for ``ServableManager(heap=...)``: appends ``"unloaded"`` to ``log`` as each version is
+    closed, so a test orders the unload against its own steps in the same list."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def version_loaded(self) -> None:
+        pass
+
+    def version_unloaded(self) -> None:
+        self.log.append("unloaded")
+
+
+class PollCounter:
+    """Counts the manager's file-system polls: each poll announces every model's aspired versions to the manager.
+
+    It wraps the callback the manager gave its ``FileSystemSource`` (a private attribute: the manager has no
+    public poll event). ``wait(n)`` returns once ``n`` polls have been made since the counter was attached.
+    """
+
+    def __init__(self, manager) -> None:
+        source = manager._source  # noqa: SLF001 - observed, not replaced: every call still reaches the manager
+        self._announce, self._count, self._cond = source._callback, 0, threading.Condition()  # noqa: SLF001
+        source._callback = self._counted  # noqa: SLF001
+
+    def _counted(self, name, versions) -> None:
+        self._announce(name, versions)
+        with self._cond:
+            self._count += 1
+            self._cond.notify_all()
+
+    def wait(self, polls: int, timeout: float = 60.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self._count >= polls, timeout), f"{polls} polls: not within {timeout} s"
 
 
 def states(manager, name: str) -> dict[int, str]:

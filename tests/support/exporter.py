@@ -1,4 +1,4 @@
-"""Shared helpers of the exporter tests: run the CLI as a real subprocess."""
+"""The exporter tests' helpers: the CLI run as a real subprocess, a SavedModel run as TF Serving runs it."""
 from __future__ import annotations
 
 import os
@@ -6,12 +6,10 @@ import subprocess
 import sys
 from typing import Sequence
 
+from tests.support.models import SMALL_MODELS
 from tests.support.servers import REPO_ROOT
 
 __all__ = ["SMALL_MODELS", "run_cli", "cli_env", "session_predict", "nothing_published"]
-
-SMALL_MODELS = ("digits", "text", "ranker")
-
 
 def cli_env() -> dict[str, str]:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}

@@ -16,7 +16,7 @@ from typing import Iterator, Mapping, Optional, Sequence
 from gateway import NginxVersion
 from gateway.certs import Credentials
 from serving.server.launcher import ServerProcess, write_config_files
-from tests.gateway.conftest import Gateway, compose_values, running_gateway, upstream_values
+from tests.support.gateway import Gateway, compose_values, running_gateway, upstream_values
 
 MODEL = "digits"
 # The gateway's own rate limit is not what these tests measure: thousands of requests from one client.

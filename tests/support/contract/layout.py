@@ -96,5 +96,5 @@ if __name__ == "__main__":  # lay out a repository for an external TF Serving (s
 
     args = [Path(a) for a in sys.argv[1:]]
     if len(args) not in (2, 3):
-        raise SystemExit("usage: python -m tests.contract.layout EXPORTED_REPO DEST [DEST_AS_SERVER_SEES_IT]")
+        raise SystemExit("usage: python -m tests.support.contract.layout EXPORTED_REPO DEST [DEST_AS_SERVER_SEES_IT]")
     write_contract_repo(*args)

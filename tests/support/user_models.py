@@ -1,4 +1,4 @@
-"""Tiny user models, built in seconds, for the exporter tests (and ``--from tests.exporter.user_models:NAME``).
+"""Tiny user models, built in seconds, for the exporter tests (and ``--from tests.support.user_models:NAME``).
 
 Each factory takes no arguments and returns a fresh, seeded model, the way
 a training script's ``module:factory`` would. TensorFlow and Keras are
