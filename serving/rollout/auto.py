@@ -111,7 +111,7 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
 
     echo(f"{model}: loading version {version} as canary ({routes.describe()}: weight 0)")
     canary()
-    verdict = decide("before traffic", 0)
+    verdict = decide("before traffic", 0, last=not steps)  # no steps (no gateway): this analysis decides
     if verdict == PASS:
         for index, weight in enumerate(steps):
             routes.set_weight(model, weight)

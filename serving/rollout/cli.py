@@ -208,6 +208,8 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
 def _analyze(args: argparse.Namespace) -> int:
     report = _analysis(args, _served(args))(None)
     print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
+    if args.report:  # the JSON beside the table, from the same run
+        args.report.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return analyze.EXIT_CODES[report.verdict]
 
 
@@ -215,6 +217,10 @@ def _auto(args: argparse.Namespace) -> int:
     served = _served(args)
     routes = _routes(args)
     steps = kubernetes.parse_steps(args.steps)
+    if isinstance(routes, traffic.NoGateway) and any(steps):
+        print(f"{args.model}: no gateway splits traffic on this stack: weight steps {args.steps} skipped; the "
+              "analysis before traffic decides (--gateway nginx|compose|k8s moves weights)")
+        steps = []
 
     def move(command: str) -> Callable[[], None]:
         def run() -> None:
@@ -406,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model-repo", type=Path, metavar="DIR", default=None, help="host model repository")
         _add_analysis_options(p)
     analysis.add_argument("--json", action="store_true", help="print the report as JSON")
+    analysis.add_argument("--report", type=Path, default=None, help="also write the report as JSON to FILE")
     progressive.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
     progressive.add_argument("--version", type=int, metavar="N", default=None)
     progressive.add_argument("--steps", default="10,50,100", help="canary weights in order (default 10,50,100)")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
+
+import httpx
 
 from gateway import NginxVersion
 from gateway.certs import Credentials
@@ -60,3 +62,18 @@ def canary_gateway(nginx: str, nginx_version: NginxVersion, compose_gateway_env:
     values = {**compose_values(compose_gateway_env, **upstream_values(server)), "GATEWAY_RATE": UNLIMITED_RATE}
     with running_gateway(nginx, nginx_version, values, root, secrets, server) as gateway:
         yield gateway
+
+
+def send_resending_once(send: Callable[[], httpx.Response], resent: list) -> httpx.Response:
+    """``send()``, and once more if the keep-alive connection it went out on was closed without an answer.
+
+    A reload retires nginx's old workers, which close their idle keep-alive connections at once; a request
+    sent on one in that instant gets no answer (httpx: ``RemoteProtocolError``), and a client may send it
+    again on a new connection (RFC 9112 9.3.1; the SDK resends idempotent calls). Each resend is appended to
+    ``resent``; a second failure raises.
+    """
+    try:
+        return send()
+    except httpx.RemoteProtocolError as exc:
+        resent.append(str(exc))
+        return send()
