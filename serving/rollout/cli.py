@@ -115,12 +115,14 @@ def _routes(args: argparse.Namespace) -> traffic.TrafficRoutes:
     """The gateway (or Kubernetes routes) ``--gateway`` names; ``auto``: compose's when make up started
     a compose stack, else none."""
     kind = args.gateway
+    state = read_state(Path(args.work_dir) / STATE_FILE) if kind in ("auto", "compose") else None
     if kind == "auto":
-        state = read_state(Path(args.work_dir) / STATE_FILE)
         kind = "compose" if state is not None and state.backend.startswith("compose") else "none"
     objects = _k8s_objects(args) if kind == "k8s" else ()
+    # The compose project make up started (its name is in stack.json), else compose's default for the checkout.
+    project = state.compose_project if state is not None and state.compose_project else None
     return traffic.routes_for(kind, nginx_conf=args.nginx_conf, nginx=args.nginx, k8s_objects=objects,
-                              **(_k8s_backends(args) if kind == "k8s" else {}))
+                              compose_project=project, **(_k8s_backends(args) if kind == "k8s" else {}))
 
 
 def _move(args: argparse.Namespace) -> int:

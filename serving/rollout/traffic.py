@@ -228,14 +228,15 @@ class KubernetesRoutes:
 
 
 def routes_for(kind: str, *, nginx_conf: Optional[Path] = None, nginx: str = "nginx",
-               k8s_objects: Sequence[Mapping[str, Any]] = (), **k8s: Any) -> TrafficRoutes:
+               k8s_objects: Sequence[Mapping[str, Any]] = (), compose_project: Optional[str] = None,
+               **k8s: Any) -> TrafficRoutes:
     """The :class:`TrafficRoutes` named by the CLI's ``--gateway`` (``nginx``, ``compose``, ``none``, ``k8s``)."""
     if kind == "nginx":
         if nginx_conf is None:
             raise RolloutError("--gateway nginx needs --nginx-conf (the gateway's rendered nginx.conf)")
         return HostNginx(nginx_conf, nginx=nginx)
     if kind == "compose":
-        return ComposeGateway()
+        return ComposeGateway(project=compose_project) if compose_project else ComposeGateway()
     if kind == "k8s":
         return KubernetesRoutes(k8s_objects, **k8s)
     if kind == "none":

@@ -105,3 +105,18 @@ def test_the_exporters_warmup_records_are_inputs(model_repo):
     batches = load_inputs("warmup", model_repo / "digits" / "1")
     spec = load_manifest(model_repo / "digits" / "1").signatures["serving_default"].inputs["images"]
     assert batches and all(b["images"].dtype == spec.dtype and b["images"].shape[1:] == (8, 8, 1) for b in batches)
+
+
+def test_the_rollout_reaches_the_gateway_of_the_compose_project_make_up_recorded(tmp_path):
+    from serving.config.stack import STATE_FILE, StackState, write_state
+    from serving.rollout.cli import _routes, build_parser
+
+    write_state(StackState("compose-cpu", tmp_path / "models.config", "127.0.0.1:8500", "https://127.0.0.1:8443",
+                           tmp_path / "models", compose_files=(tmp_path / "docker-compose.yml",),
+                           compose_project="tfs-stack-e2e-1"), tmp_path / STATE_FILE)
+    args = build_parser().parse_args(["canary", "digits", "2", "--work-dir", str(tmp_path)])
+    routes = _routes(args)
+    assert isinstance(routes, ComposeGateway) and routes.project == "tfs-stack-e2e-1"
+    write_state(StackState("embedded", tmp_path / "models.config", "127.0.0.1:8500", "http://127.0.0.1:8501",
+                           tmp_path / "models"), tmp_path / STATE_FILE)
+    assert isinstance(_routes(args), NoGateway)
