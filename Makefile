@@ -61,8 +61,11 @@ debs:
 # A Docker engine for the compose tests: the one that answers, else Debian's docker.io installed and
 # started here (and stopped again when the run ends); then the local images (cached by content).
 # Without an engine the tests still run, and the compose tests skip with the reason.
+# The suite runs on TEST_WORKERS pytest-xdist workers (default 2, one per core here; 1 runs it in one process);
+# tests/conftest.py keeps the tests that share a session fixture, and all that drive the engine, on one worker.
+TEST_WORKERS ?= 2
 test: $(STAMP) debs
-	$(PY) -m deploy.images run -- $(PY) -m pytest
+	$(PY) -m deploy.images run -- $(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 # The stand-in images docker-compose.local.yml names, built from Debian's packages (no registry needed;
 # python -m deploy.images --help). Starts dockerd where none answers, and leaves it running.

@@ -267,6 +267,9 @@ def case_reloads(server: ServerProcess, scratch: Path, poll_server: Optional[Ser
             valid_reload(f"a reload of {kind} that timed out")
         held = [reload.future(_reload_request({**good, f"held_{i}": str(Path(scratch) / f"missing{i}")}))
                 for i in range(8)]
+        # Each held reload is replaced by the next to arrive, so once seven are answered all eight have
+        # arrived; the valid reload below must not overtake the last of them on a loaded machine.
+        _wait_for(lambda: sum(f.done() for f in held) >= len(held) - 1, GOOD_WITHIN_S)
         row.good_sent += 1   # a good Predict beside the eight held reloads
         beside = _code(lambda: prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
             _good_predict(), timeout=GOOD_WITHIN_S))
