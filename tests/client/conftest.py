@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.client.fake_serving import Backend, FakeGrpcServer, FakeRestServer
+from tests.support.fake_serving import Backend, FakeGrpcServer, FakeRestServer
 
 
 @pytest.fixture(scope="session")

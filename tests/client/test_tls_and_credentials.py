@@ -23,7 +23,7 @@ import pytest
 from serving import status
 from serving.client import AsyncGrpcClient, AsyncRestClient, GrpcClient, RestClient, RetryPolicy, errors
 from serving.client._rest import answer_of
-from tests.client.fake_serving import Backend, FakeGrpcServer, HttpsRestServer
+from tests.support.fake_serving import Backend, FakeGrpcServer, HttpsRestServer
 from tests.support.pki import Pki, make_pki
 from tests.support.servers import REPO_ROOT
 

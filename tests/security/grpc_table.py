@@ -53,7 +53,7 @@ import grpc
 from serving import wire
 from tests.security.attacks import GoodProbe, ServerMemory, Stub, good_request, napping_repo, python_internals
 from tests.security.grpc_stall import idle_connections
-from tests.security.load import open_loop, saturation, until_exit
+from tests.support.load import open_loop, saturation, until_exit
 from tests.security.models import MODEL, nap_request
 
 __all__ = ["main", "processes_load"]

@@ -22,7 +22,7 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serving.server.launcher import ServerProcess, port_open
 from tests.security.attacks import start_server
-from tests.security.load import until_exit
+from tests.support.load import until_exit
 from tests.security.models import nap_request
 
 pytestmark = pytest.mark.slow   # each test starts a server

@@ -1,6 +1,6 @@
 """Time `make up` (the embedded backend) until its first predict answers: a fresh start, then a second one.
 
-    python -m tests.up.time_make_up --model-repo /tmp/up-repo --work-dir /tmp/up-work [--model digits]
+    python -m tests.support.time_make_up --model-repo /tmp/up-repo --work-dir /tmp/up-work [--model digits]
 
 "fresh" deletes the model repository and the work directory first (what a fresh clone has: no
 exports, no served config); "second" starts again with what the first left. Each run starts
@@ -89,7 +89,7 @@ def time_first_predict(model_repo: Path, work_dir: Path, model: str, log: Path,
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.up.time_make_up", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.support.time_make_up", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-repo", type=Path, required=True, metavar="DIR",
                         help="a scratch model repository (deleted for the fresh run)")
     parser.add_argument("--work-dir", type=Path, required=True, help="a scratch work directory (deleted too)")
