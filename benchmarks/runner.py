@@ -255,9 +255,11 @@ def _number(value: float, spec: str) -> str:
     return "-" if math.isnan(value) else format(value, spec)
 
 
-def print_table(cells: Cells, baseline: Optional[str] = None, columns: Mapping[str, Column] = {}) -> None:
+def print_table(cells: Cells, baseline: Optional[str] = None,
+                columns: Optional[Mapping[str, Column]] = None) -> None:
     """One row per cell: rates, spread over rounds, latency, CPU per request; with ``baseline``, each other
     server's requests/s over the baseline's and the p50 it adds (medians of the rounds); then ``columns``."""
+    columns = columns or {}
     rows_column = any(load.batch != 1 for _, load in cells)
     heads = ["model", "proto", "load", "server", "req/s", *(["rows/s"] if rows_column else []), "spread",
              "p50 ms", "p99 ms", "server CPU-ms/req", "client CPU-ms/req",
@@ -286,7 +288,7 @@ def _against(cells: Cells, baseline: str, server: str, load: Load) -> list[str]:
 
 
 def print_report(cells: Cells, compares: Sequence[Compare], remarks: Sequence[str] = (),
-                 baseline: Optional[str] = None, columns: Mapping[str, Column] = {}) -> list[Target]:
+                 baseline: Optional[str] = None, columns: Optional[Mapping[str, Column]] = None) -> list[Target]:
     """The table, the information lines, one PASS/FAIL line per target, the remarks; returns the targets."""
     print_table(cells, baseline, columns)
     for line in information(compares, cells):

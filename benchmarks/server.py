@@ -7,8 +7,8 @@ Measured, in this order, in one invocation:
    sizes from 1 thread and from one thread per core — the ceiling for the
    server's throughput, and the floor for its latency;
 2. two embedded servers (``python -m serving.server``), up at the same time:
-   one without batching, one with ``--enable_batching
-   --batching_parameters_file=...``; closed-loop clients over gRPC and REST at
+   one without batching, one with ``--enable_batching`` (``--batching-config``,
+   or ``default_batching``); closed-loop clients over gRPC and REST at
    each concurrency (one row per request), each point measured on one server
    then the other (``--repeats`` rounds, the first side rotating), so the shared
    machine's changing load hits both sides alike;
@@ -16,8 +16,7 @@ Measured, in this order, in one invocation:
    (``benchmarks.loadgen``) that answers without any work, same client and
    payload: the most requests/s any Python gRPC front-end reaches here. With the
    model's best in-process cost per row added, it bounds what any batching server
-   could reach here (``batching_bound``), and so the batching ratio.
-
+   could reach here (``batching_bound``), and so the batching ratio;
 4. what the targets compare, measured again in turn (``--side-by-side-rounds``), so
    the machine's drift hits both: resnet50 in-process at its best batch size and
    gRPC with batching at its best concurrency; digits in-process at batch 1 from
@@ -109,7 +108,8 @@ def measure_in_process(model: str, version_dir: Path, duration: float, batch_siz
     thread count, one window each."""
     cells = runner.run(Scenario([in_process(IN_PROCESS, version_dir.parent.parent)],
                                 in_process_loads(model, thread_counts, batch_sizes), rounds=1, duration=duration))
-    return [InProcessPoint(load.batch, f"t{load.concurrency}", cell.figure("rows")) for (_, load), cell in cells.items()]
+    return [InProcessPoint(load.batch, f"t{load.concurrency}", cell.figure("rows"))
+            for (_, load), cell in cells.items()]
 
 
 def _best(cells: Cells, server: str, model: str, protocol: str = "in-process") -> Optional[Cell]:
