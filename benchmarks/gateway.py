@@ -5,11 +5,12 @@ registry answers), in interleaved rounds, each load is measured straight to
 the ``tfserving`` container (plain gRPC and HTTP on its compose-network
 address, which publishes no host port) and through the ``gateway`` (TLS and
 an API key, on its published ports), in alternating order each round, so the
-machine's drift hits both sides alike. It prints req/s and p50 per side, the
-throughput ratio and the p50 the gateway adds, then PASS/FAIL:
+machine's drift hits both sides alike (``benchmarks.runner``). It prints req/s and
+p50 per side, the throughput ratio and the p50 the gateway adds (medians of the
+rounds'), then PASS/FAIL:
 
-- digits, gRPC and REST at concurrency 32: gateway ≥ 0.9 × direct throughput;
-- digits, gRPC and REST at concurrency 1: gateway p50 − direct p50 ≤ 1 ms.
+- digits, gRPC and REST at concurrency 32: gateway ≥ ``GATEWAY_THROUGHPUT`` (0.9) × direct throughput;
+- digits, gRPC and REST at concurrency 1: gateway p50 − direct p50 ≤ ``GATEWAY_ADDED_P50_MS`` (1 ms).
 
 resnet50 (gRPC and REST at concurrency 1 and 8) is printed beside them: its
 model cost dwarfs the gateway's. Clients and servers share this machine's
@@ -30,6 +31,7 @@ the CA (``make certs``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import ssl
@@ -37,40 +39,25 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import grpc
-import numpy as np
 
+from benchmarks import runner
+from benchmarks.runner import Compare, Load, Scenario, Served
 from benchmarks.scenario import Payloads, predict_transport
-from benchmarks.targets import Target, print_verdicts
-from loadtest.driver import measure as drive
+from benchmarks.servers import has_outputs, payloads_of, running
+from benchmarks.targets import GATEWAY_ADDED_P50_MS, GATEWAY_THROUGHPUT
+from loadtest.driver import Transport
 from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
 from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, StackState, read_state
 from serving.server.launcher import REPO_ROOT
 
-__all__ = ["Load", "LOADS", "Result", "evaluate", "build_parser", "main"]
-
-
-@dataclass(frozen=True)
-class Load:
-    model: str
-    protocol: str  # grpc | rest
-    concurrency: int
-
+__all__ = ["LOADS", "Endpoints", "build_parser", "endpoints", "main", "scenario", "targets"]
 
 LOADS = (Load("digits", "grpc", 1), Load("digits", "grpc", 32), Load("digits", "rest", 1),
          Load("digits", "rest", 32), Load("resnet50", "grpc", 1), Load("resnet50", "grpc", 8),
          Load("resnet50", "rest", 1), Load("resnet50", "rest", 8))
-
-
-@dataclass
-class Result:
-    load: Load
-    side: str  # direct | gateway
-    requests_per_s: float
-    p50_ms: float
-    errors: int
 
 
 @dataclass(frozen=True)
@@ -112,52 +99,40 @@ def endpoints(state: StackState, project: str) -> Endpoints:
                      state.rest, ca, (ca.parent / "client.api-key").read_text().strip())
 
 
-def measure(load: Load, side: str, ends: Endpoints, payloads: Payloads, duration: float,
-            warmup: float) -> Result:
-    gateway = side == "gateway"
-    if load.protocol == "grpc":
-        credentials = grpc.ssl_channel_credentials(ends.ca.read_bytes()) if gateway else None
-        transport = predict_transport("grpc", ends.gateway_grpc if gateway else ends.direct_grpc, payloads,
-                                      credentials=credentials,
-                                      metadata=[("x-api-key", ends.api_key)] if gateway else ())
-    else:
+def _side(ends: Endpoints, payloads: Callable[[Load], Payloads], gateway: bool) -> Served:
+    """Straight to tfserving (plain), or through the gateway (TLS and the API key)."""
+    def transport(load: Load) -> Transport:
+        if load.protocol == "grpc":
+            credentials = grpc.ssl_channel_credentials(ends.ca.read_bytes()) if gateway else None
+            return predict_transport("grpc", ends.gateway_grpc if gateway else ends.direct_grpc, payloads(load),
+                                     credentials=credentials,
+                                     metadata=[("x-api-key", ends.api_key)] if gateway else ())
         context = ssl.create_default_context(cafile=str(ends.ca)) if gateway else None
-        transport = predict_transport("rest", ends.gateway_rest if gateway else ends.direct_rest, payloads,
-                                      ssl_context=context, headers={"x-api-key": ends.api_key} if gateway else None)
-    window = drive(transport, load.concurrency, warmup, duration)
-    return Result(load, side, window.rate, window.percentile(50) * 1e3, window.errors)
+        return predict_transport("rest", ends.gateway_rest if gateway else ends.direct_rest, payloads(load),
+                                 ssl_context=context, headers={"x-api-key": ends.api_key} if gateway else None)
+
+    return Served(transport, check=has_outputs)
 
 
-def evaluate(results: Sequence[Result]) -> list[Target]:
-    """The gateway's targets, from the medians over rounds of each side."""
-    def median(load: Load, side: str, field: str) -> float:
-        values = [getattr(r, field) for r in results if r.load == load and r.side == side]
-        return float(np.median(values)) if values else float("nan")
-
-    targets = []
+def targets() -> list[Compare]:
+    """The gateway's targets, from the medians of the rounds' ratios and differences."""
+    found = []
     for protocol in ("grpc", "rest"):
         wide, one = Load("digits", protocol, 32), Load("digits", protocol, 1)
-        targets.append(Target(f"digits {protocol} c=32 throughput, gateway / direct",
-                              median(wide, "gateway", "requests_per_s") / median(wide, "direct", "requests_per_s"),
-                              0.9))
-        targets.append(Target(f"digits {protocol} c=1 p50 added by the gateway",
-                              median(one, "gateway", "p50_ms") - median(one, "direct", "p50_ms"), 1.0,
-                              higher_is_better=False, unit=" ms"))
-    return targets
+        found.append(Compare(f"digits {protocol} c=32 throughput, gateway / direct", ("gateway", wide),
+                             ("direct", wide), GATEWAY_THROUGHPUT))
+        found.append(Compare(f"digits {protocol} c=1 p50 added by the gateway", ("gateway", one), ("direct", one),
+                             GATEWAY_ADDED_P50_MS, metric="p50"))
+    return found
 
 
-def print_table(results: Sequence[Result]) -> None:
-    print(f"{'model':<9} {'proto':<5} {'c':>3} {'direct req/s (p50 ms)':>24} {'gateway req/s (p50 ms)':>24} "
-          f"{'ratio':>6} {'p50 added':>10} {'errors':>7}")
-    for load in dict.fromkeys(r.load for r in results):
-        rows = {side: [r for r in results if r.load == load and r.side == side] for side in ("direct", "gateway")}
-        rps = {s: float(np.median([r.requests_per_s for r in rs])) for s, rs in rows.items()}
-        p50 = {s: float(np.median([r.p50_ms for r in rs])) for s, rs in rows.items()}
-        errors = sum(r.errors for rs in rows.values() for r in rs)
-        print(f"{load.model:<9} {load.protocol:<5} {load.concurrency:>3} "
-              f"{rps['direct']:>12.1f} ({p50['direct']:>7.2f}) {rps['gateway']:>12.1f} ({p50['gateway']:>7.2f}) "
-              f"{rps['gateway'] / max(rps['direct'], 1e-9):>5.2f}x {p50['gateway'] - p50['direct']:>7.2f} ms "
-              f"{errors:>7}")
+def scenario(ends: Endpoints, repo: Path, models: Sequence[str], rounds: int = 3, warmup: float = 1.0,
+             duration: float = 4.0, resnet50_duration: float = 8.0) -> Scenario:
+    """Direct and through the gateway, under ``LOADS`` of ``models`` (requests of ``repo``'s models)."""
+    payloads = payloads_of(repo)
+    servers = [running(name, _side(ends, payloads, name == "gateway")) for name in ("direct", "gateway")]
+    return Scenario(servers, [load for load in LOADS if load.model in models], targets(), rounds, warmup,
+                    duration, {"resnet50": resnet50_duration})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,13 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--project", default=os.environ.get("COMPOSE_PROJECT_NAME", "tfs-stack"),
                         help="the compose project (default: $COMPOSE_PROJECT_NAME or tfs-stack)")
     parser.add_argument("--models", default="digits,resnet50", help="comma-separated (default: digits,resnet50)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds measured per point (default: 4)")
-    parser.add_argument("--resnet50-duration", type=float, default=8.0, help="seconds per resnet50 point")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds before measuring (default: 1)")
+    runner.add_arguments(parser, rounds=3, duration=4.0, resnet50_duration=8.0)
     parser.add_argument("--start", action="store_true",
                         help="without a compose stack in stack.json: make up IMAGES=local first, down at the end")
-    parser.add_argument("--json", type=Path, help="also write the results here")
     return parser
 
 
@@ -201,35 +172,23 @@ def _down() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    started = _start_stack(args.work_dir, args.project) if args.start else False
-    try:
+    with contextlib.ExitStack() as stack:
+        if args.start and _start_stack(args.work_dir, args.project):
+            stack.callback(_down)
         state = read_state(args.work_dir / STATE_FILE)
         if state is None:
             raise SystemExit(f"no {args.work_dir / STATE_FILE}: start the compose stack with make up first")
         ends = endpoints(state, args.project)
-        models = [m for m in args.models.split(",") if m]
-        loads = [load for load in LOADS if load.model in models]
-        payloads = {m: Payloads.of(Path(state.model_repo), m) for m in models}
         load_before = os.getloadavg()[0]
-        results = []
-        for round_ in range(args.rounds):
-            for load in loads:
-                duration = args.resnet50_duration if load.model == "resnet50" else args.duration
-                order = ("direct", "gateway") if round_ % 2 == 0 else ("gateway", "direct")
-                results += [measure(load, side, ends, payloads[load.model], duration, args.warmup) for side in order]
-        print(f"gateway {ends.gateway_grpc} (TLS, API key) against tfserving {ends.direct_grpc} (plain), "
-              f"{args.rounds} interleaved rounds, medians; {len(os.sched_getaffinity(0))} cores, 1-min load "
-              f"average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-        print_table(results)
-        targets = evaluate(results) if "digits" in models else []
-        print_verdicts(targets)
-        if args.json is not None:
-            args.json.write_text(json.dumps([{**r.load.__dict__, "side": r.side, "requests_per_s": r.requests_per_s,
-                                              "p50_ms": r.p50_ms, "errors": r.errors} for r in results], indent=2))
-        return 0 if all(t.passed for t in targets) else 1
-    finally:
-        if started:
-            _down()
+        declared = scenario(ends, Path(state.model_repo), args.models.split(","), args.rounds, args.warmup,
+                            args.duration, args.resnet50_duration)
+        cells = runner.run(declared)
+    print(f"gateway {ends.gateway_grpc} (TLS, API key) against tfserving {ends.direct_grpc} (plain), "
+          f"{args.rounds} interleaved rounds, medians")
+    found = runner.print_report(cells, declared.targets, [runner.machine_note(
+        load_before, "clients, servers and the gateway's TLS share these cores")], baseline="direct")
+    runner.write_json(args.json, "benchmarks.gateway", cells)
+    return 0 if all(t.passed for t in found) else 1
 
 
 if __name__ == "__main__":

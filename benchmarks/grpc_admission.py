@@ -4,10 +4,10 @@ Two embedded servers serve the same model, one from this checkout and one
 from ``--baseline`` (another checkout's root, e.g. main's worktree, whose
 ``serving`` package is put first on its ``sys.path``). Closed-loop lean gRPC
 clients (a pre-serialized PredictRequest on a bytes-in/bytes-out stub,
-``benchmarks.protocols``) at each concurrency take turns on them in
-interleaved rounds, so the shared machine's load hits both alike. Printed per
-concurrency: requests/s and the server's CPU-ms per request (``/proc``), and
-the ratio this checkout / baseline.
+``benchmarks.servers.predict_served``) at each concurrency take turns on them in
+interleaved rounds (``benchmarks.runner``), so the shared machine's load hits both
+alike. Printed per concurrency: requests/s and the server's CPU-ms per request
+(``/proc``), and the ratios this checkout / baseline (medians of the rounds').
 
     python -m benchmarks.grpc_admission --baseline /work/main --model-repo DIR --model digits
 """
@@ -22,16 +22,12 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.protocols import Run, Side, run_side
-from loadtest.driver import grpc_transport
-from exporter.manifest import load_manifest
-from serving import codec, wire
-from serving.model_repo import model_versions
+from benchmarks import runner
+from benchmarks.runner import Compare, Load, Scenario, Served, Server
+from benchmarks.servers import payloads_of, predict_served
 from serving.server.launcher import ServerProcess
 
-__all__ = ["CheckoutServer", "main"]
-
-logger = logging.getLogger("benchmarks.grpc_admission")
+__all__ = ["CheckoutServer", "checkout", "main"]
 
 
 class CheckoutServer(ServerProcess):
@@ -48,8 +44,16 @@ class CheckoutServer(ServerProcess):
         return [sys.executable, "-c", code, *self.args]
 
 
-def _lean_grpc(target: str, payload: bytes) -> Side:
-    return Side("lean", "grpc", grpc_transport(target, wire.PREDICT, payload, timeout=120))
+def checkout(name: str, repo: Path, root: Optional[Path]) -> Server:
+    """The embedded server of the checkout at ``root`` (None: this one), serving the scenario's models."""
+    def start(stack: contextlib.ExitStack, models: Sequence[str]) -> Served:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-admission-{name}-")))
+        server = CheckoutServer.for_models({m: repo / m for m in models}, workdir=workdir)
+        server.root = root
+        stack.enter_context(server)
+        return predict_served(server, payloads_of(repo), server.pid)
+
+    return Server(name, start)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -60,41 +64,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model-repo", type=Path, required=True, metavar="DIR")
     parser.add_argument("--model", default="digits")
     parser.add_argument("--concurrency", default="1,32", help="comma-separated (default: 1,32)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=4.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
+    runner.add_arguments(parser, rounds=3, duration=4.0)
     args = parser.parse_args(argv)
-    base = (args.model_repo / args.model).resolve()
-    inputs = load_manifest(base / str(max(model_versions(base)))).sample_inputs(batch_size=1)
-    payload = codec.encode_predict_request(args.model, inputs, signature_name=codec.DEFAULT_SIGNATURE)
-    pooled: dict[tuple[str, int], Run] = {}
-    with contextlib.ExitStack() as stack:
-        servers = {}
-        for name, root in (("baseline", args.baseline.resolve()), ("this", None)):
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-admission-{name}-")))
-            server = CheckoutServer.for_models({args.model: base}, workdir=workdir)
-            server.root = root
-            servers[name] = stack.enter_context(server)
-        sides = {name: _lean_grpc(server.grpc_target, payload) for name, server in servers.items()}
-        for concurrency in (int(c) for c in args.concurrency.split(",")):
-            for index in range(args.rounds):
-                order = ["baseline", "this"] if index % 2 == 0 else ["this", "baseline"]
-                for name in order:
-                    run = run_side(servers[name].pid, sides[name], concurrency, args.warmup, args.duration)
-                    logger.info("c=%d round %d %s: %.0f req/s, server %.3f CPU-ms/req, %d errors", concurrency,
-                                index + 1, name, run.rate, run.ms_per_request(run.server_cpu), run.errors)
-                    key = (name, concurrency)
-                    pooled[key] = pooled[key] + run if key in pooled else run
-    print(f"{'c':>3} {'side':<9} {'req/s':>8} {'server CPU-ms/req':>18} {'errors':>6}")
-    for (name, concurrency), run in sorted(pooled.items(), key=lambda item: (item[0][1], item[0][0])):
-        print(f"{concurrency:>3} {name:<9} {run.rate:>8.0f} {run.ms_per_request(run.server_cpu):>18.3f} "
-              f"{run.errors:>6}")
-    for concurrency in sorted({c for _, c in pooled}):
-        this, baseline = pooled["this", concurrency], pooled["baseline", concurrency]
-        print(f"c={concurrency}: this/baseline req/s {this.rate / baseline.rate:.3f}, server CPU-ms/req "
-              f"{this.ms_per_request(this.server_cpu) / baseline.ms_per_request(baseline.server_cpu):.3f}")
-    print(f"NOTE  {len(os.sched_getaffinity(0))} cores shared with other work; 1-min load average "
-          f"{os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of {args.duration:g} s per side")
+    repo, load_before = args.model_repo.resolve(), os.getloadavg()[0]
+    loads = [Load(args.model, "grpc", int(c)) for c in args.concurrency.split(",")]
+    ratios = [Compare(f"c={load.concurrency}: this / baseline {what}", ("this", load), ("baseline", load), None,
+                      metric) for load in loads for what, metric in (("req/s", "rate"), ("server CPU-ms/req", "cpu"))]
+    cells = runner.run(Scenario([checkout("baseline", repo, args.baseline.resolve()), checkout("this", repo, None)],
+                                loads, ratios, args.rounds, args.warmup, args.duration))
+    runner.print_report(cells, ratios, [runner.machine_note(
+        load_before, f"shared with other work; {args.rounds} interleaved rounds of {args.duration:g} s per side")])
+    runner.write_json(args.json, "benchmarks.grpc_admission", cells)
     return 0
 
 

@@ -2,29 +2,28 @@
 
 One server (``serving.server.launcher.ServerProcess``, no batching) serves one
 model; closed-loop clients at one concurrency (threads) take turns on it, in
-interleaved rounds, so the shared machine's changing load hits every side alike:
+interleaved rounds, so the shared machine's changing load hits every side alike
+(``benchmarks.runner``). It is declared as two servers of the same process:
 
 - ``sdk``: the SDK's ``GrpcClient`` and ``RestClient``, one client shared by
-  every thread (as the SDK tells users to);
+  every thread (as the SDK tells users to); their answers are checked against
+  one another before anything is timed;
 - ``lean``: raw bytes, the least client work each protocol allows — a
   pre-serialized PredictRequest on a bytes-in/bytes-out gRPC stub (a channel per
   thread), a pre-encoded JSON body on one keep-alive ``http.client`` connection per thread.
-
-Both are transports of ``loadtest.driver``'s closed loop.
   It shows the server's cost without the SDK's own CPU competing for the cores.
 
-For each side: requests/s, the server process's CPU-ms per request (read from
-``/proc``; the steadiest figure on a shared machine) and this process's CPU-ms
-per request (the client's cost). Targets, exit 1 when one is missed:
+Both are transports of ``loadtest.driver``'s closed loop. For each side:
+requests/s, the server process's CPU-ms per request (read from ``/proc``; the
+steadiest figure on a shared machine) and this process's CPU-ms per request
+(the client's cost); ratios are medians of the rounds'. Targets, exit 1 when one is missed:
 
-- server CPU per gRPC request ≤ per REST request, under the lean clients (the
-  SDK's when only they ran; see ``evaluate``);
-- ``GrpcClient`` ≥ 1.0 × ``RestClient`` in requests/s.
+- server CPU per gRPC request ≤ ``GRPC_SERVER_CPU_OVER_REST`` × per REST request, under the lean
+  clients (the SDK's when only they ran; see ``targets``);
+- ``GrpcClient`` ≥ ``GRPC_CLIENT_OVER_REST_CLIENT`` × ``RestClient`` in requests/s.
 
     python -m benchmarks.protocols                        # digits from <checkout>/models, c=32
     python -m benchmarks.protocols --model-repo /work/models --rounds 5 --duration 4
-
-``measure`` and ``evaluate`` are importable (no side effects) for other benchmarks.
 """
 from __future__ import annotations
 
@@ -34,172 +33,69 @@ import logging
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from benchmarks.scenario import Payloads, predict_transport
-from benchmarks.targets import Target, print_verdicts
-from exporter.manifest import load_manifest
-from loadtest.driver import Transport, call_transport, measure as drive
-from serving import codec
+from benchmarks import runner
+from benchmarks.runner import Compare, Load, Scenario, Served, Server
+from benchmarks.scenario import Payloads
+from benchmarks.servers import payloads_of, predict_served, running
+from benchmarks.targets import GRPC_CLIENT_OVER_REST_CLIENT, GRPC_SERVER_CPU_OVER_REST
+from loadtest.driver import Transport, call_transport
 from serving.client import GrpcClient, RestClient
-from serving.model_repo import model_versions
 from serving.server.launcher import REPO_ROOT, ServerProcess
 
-__all__ = ["SIDES", "Run", "Side", "build_parser", "run_side", "evaluate", "main", "measure", "print_report"]
+__all__ = ["CLIENTS", "build_parser", "main", "scenario", "targets"]
 
-logger = logging.getLogger("benchmarks.protocols")
-
-SIDES = (("sdk", "grpc"), ("sdk", "rest"), ("lean", "grpc"), ("lean", "rest"))
-"""(client, protocol) pairs, measured in this order in every round."""
+CLIENTS = ("sdk", "lean")
 
 
-@dataclass
-class Run:
-    """Requests finished in one measured window, and the CPU the server and this process used in it."""
+def _sdk(stack: contextlib.ExitStack, server: ServerProcess, payloads: Callable[[Load], Payloads]) -> Served:
+    """The SDK's clients of ``server`` (closed with ``stack``); every answer is checked against gRPC's."""
+    clients = {"grpc": stack.enter_context(GrpcClient(server.grpc_target)),
+               "rest": stack.enter_context(RestClient(server.rest_url, max_connections=256))}
 
-    client: str
-    protocol: str
-    requests: int
-    seconds: float
-    server_cpu: float
-    client_cpu: float
-    errors: int = 0
+    def transport(load: Load) -> Transport:
+        client, inputs = clients[load.protocol], payloads(load).inputs
+        return call_transport(lambda: client.predict(load.model, inputs))
 
-    def __add__(self, other: "Run") -> "Run":
-        return Run(self.client, self.protocol, self.requests + other.requests, self.seconds + other.seconds,
-                   self.server_cpu + other.server_cpu, self.client_cpu + other.client_cpu,
-                   self.errors + other.errors)
+    def check(load: Load, answer: object) -> None:
+        for name, array in clients["grpc"].predict(load.model, payloads(load).inputs).items():
+            np.testing.assert_allclose(answer[name], array, rtol=1e-5, atol=1e-6)
 
-    @property
-    def rate(self) -> float:
-        return self.requests / self.seconds if self.seconds else float("nan")
-
-    def ms_per_request(self, cpu_seconds: float) -> float:
-        return cpu_seconds * 1e3 / self.requests if self.requests else float("nan")
+    return Served(transport, server.pid, check=check)
 
 
-@dataclass(frozen=True)
-class Side:
-    """How one (client, protocol) side makes calls: a ``loadtest.driver`` transport."""
+def targets(model: str = "digits", concurrency: int = 32) -> list[Compare]:
+    """Server CPU per request under the lean clients when they ran: they load the server alike and
+    leave it the cores (``RestClient``, through httpx, sends headers and body in two writes, which can
+    cost the server a second read per request); under the SDK clients otherwise. The rates are the
+    SDK's. Then the CPU ratio under each kind of client, as information."""
+    grpc, rest = Load(model, "grpc", concurrency), Load(model, "rest", concurrency)
 
-    client: str
-    protocol: str
-    transport: Transport
+    def cpu(client: str, limit: Optional[float], where: str = "", fallback: Optional[Compare] = None) -> Compare:
+        return Compare(f"server CPU per request, gRPC / REST ({client} clients{where})", (client, grpc),
+                       (client, rest), limit, metric="cpu", fallback=fallback)
 
-
-def run_side(server_pid: int, side: Side, concurrency: int, warmup: float, duration: float) -> Run:
-    """One closed-loop window of ``side`` (``loadtest.driver.measure``) and the CPU both processes used in it."""
-    window = drive(side.transport, concurrency, warmup, duration, server_pid=server_pid)
-    if window.errors:
-        logger.warning("%s %s: %d calls failed, the first with %s", side.client, side.protocol, window.errors,
-                       window.first_error)
-    return Run(side.client, side.protocol, window.requests, window.seconds, window.server_cpu or 0.0,
-               window.client_cpu, window.errors)
-
-
-def _sides(server: ServerProcess, payloads: Payloads, stack: contextlib.ExitStack) -> list[Side]:
-    """Every side of ``SIDES`` on ``server``; the SDK clients close with ``stack``."""
-    grpc_client = stack.enter_context(GrpcClient(server.grpc_target))
-    rest_client = stack.enter_context(RestClient(server.rest_url, max_connections=256))
-    model, inputs = payloads.model, payloads.inputs
-    made = {("sdk", "grpc"): call_transport(lambda: grpc_client.predict(model, inputs)),
-            ("sdk", "rest"): call_transport(lambda: rest_client.predict(model, inputs)),
-            ("lean", "grpc"): predict_transport("grpc", server.grpc_target, payloads),
-            ("lean", "rest"): predict_transport("rest", server.rest_url, payloads)}
-    return [Side(client, protocol, made[client, protocol]) for client, protocol in SIDES]
+    where = f", c={concurrency}"
+    return [cpu("lean", GRPC_SERVER_CPU_OVER_REST, where, cpu("sdk", GRPC_SERVER_CPU_OVER_REST, where)),
+            Compare(f"GrpcClient / RestClient requests/s (c={concurrency} threads)", ("sdk", grpc), ("sdk", rest),
+                    GRPC_CLIENT_OVER_REST_CLIENT),
+            *(cpu(client, None) for client in CLIENTS)]
 
 
-def _check_answers(sides: Sequence[Side], expected: Mapping[str, np.ndarray]) -> None:
-    """Every SDK side answers once, with the same outputs, before anything is timed."""
-    for side in sides:
-        connection = side.transport()
-        try:
-            answer = connection.send()
-        finally:
-            connection.close()
-        if side.client == "sdk":
-            for name, array in expected.items():
-                np.testing.assert_allclose(answer[name], array, rtol=1e-5, atol=1e-6)
-
-
-def measure(server: ServerProcess, model: str, inputs: Mapping[str, np.ndarray], *, concurrency: int = 32,
-            rounds: int = 3, warmup: float = 1.0, duration: float = 4.0,
-            clients: Sequence[str] = ("sdk", "lean")) -> list[Run]:
-    """Every side of ``SIDES`` whose client is in ``clients``, in turn, ``rounds`` times; one pooled ``Run`` each.
-
-    ``server`` is running and serves ``model``; ``inputs`` is one request's arrays.
-    """
-    pooled: dict[tuple[str, str], Run] = {}
-    with contextlib.ExitStack() as stack:
-        payloads = Payloads(model, inputs, codec.encode_predict_request(model, inputs,
-                                                                          signature_name=codec.DEFAULT_SIGNATURE),
-                            codec.inputs_to_rest_request(inputs))
-        sides = [side for side in _sides(server, payloads, stack) if side.client in clients]
-        with GrpcClient(server.grpc_target) as check:
-            expected = check.predict(model, inputs)
-        _check_answers(sides, expected)
-        for index in range(rounds):
-            order = sides if index % 2 == 0 else sides[::-1]   # neither side always goes first
-            for side in order:
-                run = run_side(server.pid, side, concurrency, warmup, duration)
-                logger.info("round %d %s %s: %.0f req/s, server %.3f CPU-ms/req, client %.3f CPU-ms/req, "
-                            "%d errors", index + 1, side.client, side.protocol, run.rate,
-                            run.ms_per_request(run.server_cpu), run.ms_per_request(run.client_cpu), run.errors)
-                key = (side.client, side.protocol)
-                pooled[key] = pooled[key] + run if key in pooled else run
-    return [pooled[key] for key in SIDES if key in pooled]
-
-
-def _find(runs: Sequence[Run], client: str, protocol: str) -> Optional[Run]:
-    return next((r for r in runs if (r.client, r.protocol) == (client, protocol)), None)
-
-
-def _server_cpu_ratio(runs: Sequence[Run], client: str) -> Optional[float]:
-    """Server CPU-ms per gRPC request over per REST request, both driven by ``client``; None if not measured."""
-    grpc_run, rest_run = _find(runs, client, "grpc"), _find(runs, client, "rest")
-    if not (grpc_run and rest_run):
-        return None
-    return grpc_run.ms_per_request(grpc_run.server_cpu) / rest_run.ms_per_request(rest_run.server_cpu)
-
-
-def evaluate(runs: Sequence[Run], concurrency: int = 32) -> list[Target]:
-    """The two targets.
-
-    Server CPU per request is compared under the lean clients when they ran:
-    they load the server alike and leave it the cores (``RestClient``, through
-    httpx, sends headers and body in two writes, which can cost the server a
-    second read per request); under the SDK clients otherwise. The rates are the SDK's.
-    """
-    targets = []
-    client = "lean" if _server_cpu_ratio(runs, "lean") is not None else "sdk"
-    ratio = _server_cpu_ratio(runs, client)
-    if ratio is not None:
-        targets.append(Target(f"server CPU per request, gRPC / REST ({client} clients, c={concurrency})", ratio, 1.0,
-                              higher_is_better=False))
-    grpc_run, rest_run = _find(runs, "sdk", "grpc"), _find(runs, "sdk", "rest")
-    if grpc_run and rest_run:
-        targets.append(Target(f"GrpcClient / RestClient requests/s (c={concurrency} threads)",
-                              grpc_run.rate / rest_run.rate, 1.0))
-    return targets
-
-
-def print_report(runs: Sequence[Run], targets: Sequence[Target], remarks: Sequence[str] = ()) -> None:
-    header = f"{'client':<6} {'protocol':<8} {'req/s':>8} {'server CPU-ms/req':>18} {'client CPU-ms/req':>18} " \
-             f"{'requests':>9} {'errors':>6}"
-    print(header)
-    print("-" * len(header))
-    for r in runs:
-        print(f"{r.client:<6} {r.protocol:<8} {r.rate:>8.0f} {r.ms_per_request(r.server_cpu):>18.3f} "
-              f"{r.ms_per_request(r.client_cpu):>18.3f} {r.requests:>9} {r.errors:>6}")
-    for client in ("sdk", "lean"):
-        ratio = _server_cpu_ratio(runs, client)
-        if ratio is not None:
-            print(f"info  server CPU per request, gRPC / REST ({client} clients): {ratio:.2f}x")
-    print_verdicts(targets, remarks)
+def scenario(server: ServerProcess, repo: Path, model: str = "digits", concurrency: int = 32,
+             clients: Sequence[str] = CLIENTS, rounds: int = 3, warmup: float = 1.0,
+             duration: float = 4.0) -> Scenario:
+    """``clients`` of the running ``server`` of ``model``, over gRPC and over REST."""
+    payloads = payloads_of(repo)
+    declared = {"sdk": Server("sdk", lambda stack, models: _sdk(stack, server, payloads)),
+                "lean": running("lean", predict_served(server, payloads, server.pid))}
+    return Scenario([declared[c] for c in CLIENTS if c in clients],
+                    [Load(model, protocol, concurrency) for protocol in ("grpc", "rest")],
+                    targets(model, concurrency), rounds, warmup, duration)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,9 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="model repository holding the model (default: <checkout>/models)")
     parser.add_argument("--model", default="digits", help="the model to serve (default: digits)")
     parser.add_argument("--concurrency", type=int, default=32, help="client threads per side (default: 32)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds measured per side and round")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each window")
+    runner.add_arguments(parser, rounds=3, duration=4.0)
     parser.add_argument("--clients", default="sdk,lean", help="sdk, lean or both (default: both)")
     return parser
 
@@ -220,19 +114,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)   # one line per request otherwise
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
-    base = (args.model_repo / args.model).resolve()
-    inputs = load_manifest(base / str(max(model_versions(base)))).sample_inputs(batch_size=1)
-    load_before = os.getloadavg()
+    repo = args.model_repo.resolve()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-protocols-") as tmp, \
-            ServerProcess.for_models({args.model: base}, workdir=Path(tmp)) as server:
-        runs = measure(server, args.model, inputs, concurrency=args.concurrency, rounds=args.rounds,
-                       warmup=args.warmup, duration=args.duration, clients=args.clients.split(","))
-    targets = evaluate(runs, args.concurrency)
-    note = (f"NOTE  {len(os.sched_getaffinity(0))} cores; 1-min load average {load_before[0]:.1f} at the start, "
-            f"{os.getloadavg()[0]:.1f} at the end; sides measured in turn, {args.rounds} rounds of "
-            f"{args.duration:g} s; CPU-ms per request is the figure least moved by other work on the machine")
-    print_report(runs, targets, [note])
-    return 0 if targets and all(t.passed for t in targets) else 1
+            ServerProcess.for_models({args.model: repo / args.model}, workdir=Path(tmp)) as server:
+        declared = scenario(server, repo, args.model, args.concurrency, args.clients.split(","), args.rounds,
+                            args.warmup, args.duration)
+        cells = runner.run(declared)
+    found = runner.print_report(cells, declared.targets, [runner.machine_note(
+        load_before, f"sides measured in turn, {args.rounds} rounds of {args.duration:g} s; CPU-ms per request "
+                     "is the figure least moved by other work on the machine")])
+    runner.write_json(args.json, "benchmarks.protocols", cells)
+    return 0 if found and all(t.passed for t in found) else 1
 
 
 if __name__ == "__main__":

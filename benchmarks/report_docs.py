@@ -99,8 +99,17 @@ def _peers_report(measurements: dict) -> str:
     return render(Measurements.from_json(measurements))  # the peers benchmark's own report of its --json
 
 
+def _rows(measurements: object) -> list:
+    """Flat rows of a JSON file: a benchmark's ``--json`` (``benchmarks.runner.to_json``: a row per series
+    and level, its rounds left out), a list of flat objects as it is, or one object as one row."""
+    if isinstance(measurements, dict) and isinstance(measurements.get("series"), list):
+        return [{"series": series["label"], **{k: v for k, v in level.items() if k != "rounds"}}
+                for series in measurements["series"] for level in series["levels"]]
+    return measurements if isinstance(measurements, list) else [measurements]
+
+
 def _table(rows: list) -> str:
-    """A list of flat JSON objects (``benchmarks.gateway --json``) as a text table."""
+    """A list of flat JSON objects as a text table."""
     keys = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[_cell(row.get(k, "")) for k in keys] for row in rows]
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
@@ -144,8 +153,7 @@ def render_page(measurements_dir: Path = MEASUREMENTS_DIR) -> str:
         measurements = json.loads((measurements_dir / f"{name}.json").read_text())
         meta_path = measurements_dir / f"{name}.meta.json"
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        report = REPORTS[name](measurements) if name in REPORTS else _table(
-            measurements if isinstance(measurements, list) else [measurements])
+        report = REPORTS[name](measurements) if name in REPORTS else _table(_rows(measurements))
         note = [NOTES[name], ""] if name in NOTES else []
         lines += ["", f"## {TITLES.get(name, name)}", "", *note, *_where(meta, measurements),
                   f"- Measurements: [`docs/measurements/{name}.json`](measurements/{name}.json)", "",

@@ -1,5 +1,5 @@
-"""What every benchmark scenario is built from: a model's one-row payloads, and a Predict load
-on a server over gRPC or REST through the one driver (``loadtest.driver``)."""
+"""What every benchmark scenario is built from: a model's payloads, and Predict on a server over
+gRPC or REST as a transport of the one driver (``loadtest.driver``); ``benchmarks.runner`` runs them."""
 from __future__ import annotations
 
 import ssl
@@ -11,11 +11,11 @@ import grpc
 import numpy as np
 
 from exporter.manifest import load_manifest
-from loadtest.driver import Transport, Window, grpc_transport, http_transport, measure
+from loadtest.driver import Transport, grpc_transport, http_transport
 from serving import codec, wire
 from serving.model_repo import model_versions
 
-__all__ = ["Endpoint", "Payloads", "predict_load", "predict_transport", "version_dir"]
+__all__ = ["Endpoint", "Payloads", "predict_transport", "version_dir"]
 
 
 class Endpoint(Protocol):
@@ -68,11 +68,3 @@ def predict_transport(protocol: str, address: str, payloads: Payloads, *, timeou
         return http_transport(address, payloads.rest_path, payloads.rest, timeout=timeout, headers=headers,
                               ssl_context=ssl_context)
     raise ValueError(f"protocol must be grpc or rest, got {protocol!r}")
-
-
-def predict_load(server: Endpoint, protocol: str, payloads: Payloads, concurrency: int, warmup: float,
-                 duration: float, server_pid: Optional[int] = None) -> Window:
-    """A closed loop of ``concurrency`` raw Predict clients on ``server`` (``.grpc_target`` / ``.rest_url``)."""
-    address = server.grpc_target if protocol == "grpc" else server.rest_url
-    return measure(predict_transport(protocol, address, payloads), concurrency, warmup, duration,
-                   server_pid=server_pid)

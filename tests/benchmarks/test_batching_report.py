@@ -1,33 +1,25 @@
-"""The batching benchmark's report logic: targets from given sides (no servers), and its import is inert."""
+"""The batching benchmark's report logic: targets from given cells (no servers), and its import is inert."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.batching import (
-    Case,
-    Side,
-    batching_parameters,
-    evaluate,
-    print_report,
-    rate_ratio,
-)
+from benchmarks.batching import LOADS, batching_parameters, mean_batch, targets as declared
+from benchmarks.runner import Cell, Compare, evaluate, print_report
+from tests.benchmarks.recorded import cell, cells
 
-DIGITS_1, DIGITS_32, RESNET_8 = Case("digits", "rest", 1, 2.0), Case("digits", "rest", 32, 2.0), \
-    Case("resnet50", "grpc", 8, 10.0)
-DIGITS_GRPC_32 = Case("digits", "grpc", 32, 2.0)
+DIGITS_1, DIGITS_32, DIGITS_GRPC_32, RESNET_8 = LOADS
 
 
-def side(case: Case, label: str, rates: list[float], p50: float = 0.001) -> Side:
-    calls = int(sum(rates) * case.duration)
-    return Side(case, label, latencies=[p50] * calls, seconds=case.duration * len(rates), round_rates=rates)
+def side(load, label: str, rates: list[float], p50: float = 0.001) -> Cell:
+    return cell(label, load, rates, latency=p50, seconds=10.0)
 
 
 def targets(off_32, on_32, p50_off, p50_on, off_8, on_8, grpc_off_32=(900.0,), grpc_on_32=(900.0,)):
-    sides = [side(DIGITS_1, "off", [500.0], p50_off), side(DIGITS_1, "on", [500.0], p50_on),
-             side(DIGITS_32, "off", off_32), side(DIGITS_32, "on", on_32),
-             side(DIGITS_GRPC_32, "off", list(grpc_off_32)), side(DIGITS_GRPC_32, "on", list(grpc_on_32)),
-             side(RESNET_8, "off", off_8), side(RESNET_8, "on", on_8)]
-    return {t.name.split(":")[0]: t for t in evaluate(sides, batch_timeout_micros=1000)}
+    measured = cells(side(DIGITS_1, "off", [500.0], p50_off), side(DIGITS_1, "on", [500.0], p50_on),
+                     side(DIGITS_32, "off", off_32), side(DIGITS_32, "on", on_32),
+                     side(DIGITS_GRPC_32, "off", list(grpc_off_32)), side(DIGITS_GRPC_32, "on", list(grpc_on_32)),
+                     side(RESNET_8, "off", off_8), side(RESNET_8, "on", on_8))
+    return {t.name.split(":")[0]: t for t in evaluate(declared(batch_timeout_micros=1000), measured)}
 
 
 def test_all_four_targets_pass_when_batching_never_costs():
@@ -51,8 +43,9 @@ def test_each_target_fails_alone_when_its_figure_misses(missed, args):
 def test_rate_ratio_is_the_median_of_the_rounds_so_one_noisy_round_cannot_decide():
     off = side(DIGITS_32, "off", [1000.0, 1000.0, 300.0])  # the machine was busy during one "off" window
     on = side(DIGITS_32, "on", [950.0, 980.0, 1000.0])
-    assert rate_ratio(off, on) == pytest.approx(0.98)
-    assert on.rate / off.rate > 1.0  # the pooled ratio would have passed
+    ratio = Compare("", ("on", DIGITS_32), ("off", DIGITS_32), 1.0).target(cells(off, on))
+    assert ratio.ratio == pytest.approx(0.98)
+    assert on.figure("rate") / off.figure("rate") > 1.0  # the pooled ratio would have passed
 
 
 def test_the_batching_side_uses_issue_14s_parameters_with_one_thread_per_core():
@@ -61,10 +54,10 @@ def test_the_batching_side_uses_issue_14s_parameters_with_one_thread_per_core():
     assert params["max_execution_batch_size"] == 32
 
 
-
 def test_the_report_prints_the_mean_batch_of_the_batching_side(capsys):
     off, on = side(DIGITS_32, "off", [1000.0]), side(DIGITS_32, "on", [1000.0])
-    on.batched_rows, on.batches = 3000.0, 1000.0
-    print_report([off, on], evaluate([off, on]))
+    on.counted = {"rows": 3000.0, "batches": 1000.0}
+    measured = cells(off, on)
+    print_report(measured, declared(), baseline="off", columns={"batch": mean_batch})
     lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("digits")]
     assert [line[-2] for line in lines[:2]] == ["-", "3.0"]
