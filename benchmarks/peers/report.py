@@ -7,7 +7,8 @@ from typing import Any, Optional, Sequence
 
 from benchmarks.peers.measurements import Measurements
 from benchmarks.peers.scenarios import HIGH_CONCURRENCY, TODAY_RESNET50_REST_C1
-from benchmarks.targets import BATCHING_ADDED_P50_MS, BATCHING_GAIN_LARGE, BATCHING_GAIN_SMALL, Target
+from benchmarks.targets import (BATCHING_ADDED_P50_MS, BATCHING_GAIN_LARGE, BATCHING_GAIN_SMALL,
+                               GRPC_CLIENT_OVER_REST_CLIENT, GRPC_SERVER_CPU_OVER_REST, Target)
 
 __all__ = ["comparable_series", "evaluate", "exit_code", "render"]
 
@@ -66,9 +67,9 @@ def evaluate(m: Measurements) -> tuple[list[Target], list[Target], list[str]]:
     high = _high(small)
     check(f"{small} c={high} server CPU per request, gRPC / REST (no batching)",
           _paired_ratio(m, small, ("embedded", f"grpc c={high}"), ("embedded", f"rest c={high}"), "cpu_ms"),
-          1.0, higher=False)
+          GRPC_SERVER_CPU_OVER_REST, higher=False)
     check(f"{small} c={high} SDK GrpcClient / RestClient (req/s)",
-          _paired_ratio(m, small, ("embedded", f"sdk-grpc c={high}"), ("embedded", f"sdk-rest c={high}")), 1.0)
+          _paired_ratio(m, small, ("embedded", f"sdk-grpc c={high}"), ("embedded", f"sdk-rest c={high}")), GRPC_CLIENT_OVER_REST_CLIENT)
     timeout_ms = m.settings.batch_timeout_micros / 1e3
     for protocol in ("rest", "grpc"):
         check(f"{small} {protocol} c={high} batching on / off (req/s)",

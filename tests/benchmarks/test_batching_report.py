@@ -5,7 +5,7 @@ import pytest
 
 from benchmarks.batching import LOADS, batching_parameters, mean_batch, targets as declared
 from benchmarks.runner import Cell, Compare, evaluate, print_report
-from tests.benchmarks.recorded import cell, cells
+from tests.support.recorded import cell, cells
 
 DIGITS_1, DIGITS_32, DIGITS_GRPC_32, RESNET_8 = LOADS
 

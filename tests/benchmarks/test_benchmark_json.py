@@ -6,7 +6,7 @@ import json
 
 from benchmarks.runner import Cell, Load, to_json
 from loadtest import compare
-from tests.benchmarks.recorded import cells, window
+from tests.support.recorded import cells, window
 
 
 def test_cells_become_series_and_their_windows_become_rounds(tmp_path):

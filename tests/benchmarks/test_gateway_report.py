@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.gateway import LOADS, targets
 from benchmarks.runner import Cells, Load, evaluate, print_table
-from tests.benchmarks.recorded import cell, cells
+from tests.support.recorded import cell, cells
 
 
 def results(gateway_rps: float, gateway_p50: float) -> Cells:

@@ -10,7 +10,7 @@ import pytest
 from benchmarks.protocols import targets
 from benchmarks.runner import Cell, Load, evaluate, print_report
 from loadtest.procfs import process_cpu_seconds
-from tests.benchmarks.recorded import cell, cells, window
+from tests.support.recorded import cell, cells, window
 
 GRPC, REST = Load("digits", "grpc", 32), Load("digits", "rest", 32)
 

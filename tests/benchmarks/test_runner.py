@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.runner import Compare, Load, Scenario, Served, Server, evaluate, run, to_json
 from loadtest.driver import Connection
-from tests.benchmarks.recorded import cell, cells
+from tests.support.recorded import cell, cells
 
 DIGITS, RESNET = Load("digits", "grpc", 1), Load("resnet50", "grpc", 1)
 

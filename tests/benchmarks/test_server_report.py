@@ -5,7 +5,7 @@ import pytest
 
 from benchmarks.runner import Cell, Load, evaluate
 from benchmarks.server import batching_bound, notes, targets
-from tests.benchmarks.recorded import cell, cells
+from tests.support.recorded import cell, cells
 
 
 def local(model: str, threads: int, batch: int, rows_per_s: float, latency: float, server: str = "servable") -> Cell:
