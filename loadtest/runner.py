@@ -13,7 +13,6 @@ import csv
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -190,13 +189,7 @@ def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float) -> tuple[int,
         try:
             return proc.wait(timeout=bound), False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            return proc.returncode, True
+            return stop_process(proc, 15, group="all"), True
 
 
 def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) -> dict[str, Any]:

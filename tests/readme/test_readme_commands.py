@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import pytest
 
 from serving.client import RestClient
 from serving.config import load_model_server_config
+from serving.processes import stop_process
 from serving.server.launcher import wait_until_available
 from tests.support.servers import REPO_ROOT
 
@@ -85,12 +85,7 @@ def checkout(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                              alive=lambda: up.poll() is None)
         yield stack
     finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
+        stop_process(up, 60)
         log.close()
 
 

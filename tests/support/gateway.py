@@ -26,6 +26,7 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from gateway import NginxVersion, render_templates
 from gateway.certs import Credentials
+from serving.processes import stop_process
 from serving.server.launcher import ServerProcess, free_port, wait_for_port
 
 __all__ = ["LOCAL_VALUES", "BURST_CLIENTS", "MODEL", "SLOW_REFILL", "Gateway", "nginx_command", "running_gateway",
@@ -140,12 +141,7 @@ def running_gateway(nginx: Union[str, Sequence[str]], nginx_version: NginxVersio
             wait_for_port(port, timeout=20, alive=lambda: proc.poll() is None)
         yield Gateway(proc, conf_dir, values, ports, access_log, error_log, secrets, upstream, nginx_version)
     finally:
-        proc.send_signal(signal.SIGQUIT)  # graceful shutdown
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15, sig=signal.SIGQUIT)  # nginx's graceful shutdown
 
 
 def compose_values(compose_gateway_env: dict[str, str], **local: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ import httpx
 import yaml
 
 from monitoring.local import write_config
+from serving.processes import stop_process
 from tests.support.ports import free_port
 
 __all__ = ["PrometheusProcess", "shorten_alert_for"]
@@ -65,13 +66,8 @@ class PrometheusProcess:
         raise TimeoutError(f"prometheus not ready:\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 30)
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path.exists():

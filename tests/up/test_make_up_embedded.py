@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 from serving import codec
 from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model
+from serving.processes import stop_process
 from tests.support.compose import GPU, PASSWORD, compose_env
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
@@ -54,12 +54,7 @@ def make_up(cpu_stack_repo, tmp_path_factory):
         yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "grpc_port": grpc_port,
                "log": log, "repo": cpu_stack_repo, "work": work}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, 60, group="kill")
 
 
 def test_make_up_says_it_chose_the_embedded_server_and_how_to_call_it(make_up):

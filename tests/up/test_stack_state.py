@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 from serving.client import RestClient
 from serving.config import load_model_server_config
 from serving.config.stack import STATE_FILE, read_state
+from serving.processes import stop_process
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT
 
@@ -57,13 +57,7 @@ class MakeUp:
         return self.log.read_text(errors="replace")
 
     def __exit__(self, *exc: object) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            assert self.proc.wait(60) == 0, self.text()[-3000:]
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            raise
+        assert stop_process(self.proc, 60, group="kill") == 0, self.text()[-3000:]
 
     def available(self, model: str) -> list[int]:
         """The AVAILABLE versions of ``model`` (REST model status; [] when the server does not know it)."""
