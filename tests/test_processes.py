@@ -1,11 +1,15 @@
-"""``serving.processes.stop_process`` on real child processes: the signal, the bounded wait, the kill."""
+"""``serving.processes.stop_process`` on real child processes: the signal, the bounded wait, the kill; and the
+fixtures' ``tests.support.processes.LoggedProcess`` built on it."""
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
 
+import pytest
+
 from serving.processes import stop_process
+from tests.support.processes import LoggedProcess
 
 # A child that says "ready" once its SIGTERM handler is set: ignore it, or exit with status 3.
 _CHILD = """
@@ -75,3 +79,29 @@ subprocess.Popen([sys.executable, "-c", {_EXITS_3!r}], stdout=sys.stdout)
     assert stop_process(proc, 60, group="all") == 3
     assert proc.stdout.read() == ""  # the grandchild exited on its own SIGTERM: nothing was killed
     proc.stdout.close()
+
+
+# ---------------------------------------------------------------- the fixtures' LoggedProcess (tests/support)
+
+def test_a_logged_process_that_exits_before_it_is_ready_fails_with_its_log_tail(tmp_path):
+    process = LoggedProcess([sys.executable, "-c", "print('no config here'); raise SystemExit(4)"],
+                            tmp_path / "out.log")
+    with pytest.raises(AssertionError, match=r"(?s)the tool exited with 4:\nno config here"):
+        process.start(lambda: False, "the tool", 60, every=0.01)
+
+
+def test_a_logged_process_not_ready_in_time_is_stopped(tmp_path):
+    process = LoggedProcess([sys.executable, "-c", "import threading; threading.Event().wait()"], tmp_path / "out.log")
+    with pytest.raises(AssertionError, match="the tool not ready within 0 s"):
+        process.start(lambda: False, "the tool", 0.2, every=0.01)
+    assert process.proc.returncode == -signal.SIGTERM
+
+
+def test_a_logged_process_is_ready_when_its_check_holds_and_keeps_stderr_apart(tmp_path):
+    code = "import sys; print('out', flush=True); print('ready', file=sys.stderr, flush=True); sys.stdin.read()"
+    process = LoggedProcess([sys.executable, "-c", code], tmp_path / "out.log", stderr_log=tmp_path / "err.log",
+                            stdin=subprocess.PIPE)
+    process.start(lambda: "ready" in process.text(), "the tool", 60, every=0.01)
+    assert process.proc.poll() is None
+    assert process.stop(60) == -signal.SIGTERM
+    assert (tmp_path / "out.log").read_text() == "out\n"
