@@ -14,7 +14,8 @@ This package is the one public codec; the implementation lives in
 - numpy <-> PredictRequest/PredictResponse wire bytes without building messages:
   ``encode_predict_request`` / ``decode_predict_request``,
   ``encode_predict_response`` / ``decode_predict_response``;
-- JSON text: ``json_loads`` / ``json_dumps`` (NaN and Infinity as TF Serving);
+- JSON text: ``json_loads`` / ``json_dumps`` (NaN and Infinity as TF Serving); ``JSON``, the
+  type of a parsed JSON value;
 - REST Predict: ``rest_request_loads`` (the body, large numeric tensors parsed
   straight to numpy) + ``rest_request_to_inputs`` / ``outputs_to_rest_response`` (server),
   ``inputs_to_rest_request`` / ``rest_response_to_outputs`` (client), and one
@@ -50,7 +51,7 @@ from __future__ import annotations
 from serving.codec._cast import cast_to_spec
 from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
 from serving.codec._example import example_from_dict, example_to_dict
-from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
+from serving.codec._json import JSON, MAX_JSON_DEPTH, json_dumps, json_loads
 from serving.codec._json_tensor import array_to_json, json_to_array
 from serving.codec._limits import ElementBudget
 from serving.codec._metadata import ModelMetadata, VersionState, VersionStatus
@@ -101,6 +102,7 @@ __all__ = [
     "decode_predict_request",
     "encode_predict_response",
     "decode_predict_response",
+    "JSON",
     "MAX_JSON_DEPTH",
     "json_loads",
     "json_dumps",
