@@ -22,7 +22,7 @@ This package is the one public codec; the implementation lives in
   tensor's JSON value: ``json_to_array`` / ``array_to_json``;
 - casting a caller's value to a signature input's dtype before it is sent, where
   that keeps the value (the SDK's one input contract): ``cast_to_spec``;
-- tf.Example: ``example_from_dict`` / ``example_to_dict``; REST Classify/Regress:
+- tf.Example: ``example_from_dict`` / ``example_to_dict`` (``Features``, the dict of one); REST Classify/Regress:
   ``rest_request_to_input``, ``classification_result_to_rest``,
   ``regression_result_to_rest`` (server), ``examples_to_rest_request``,
   ``rest_response_to_results`` (client); ``classification_result_to_list`` and
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from serving.codec._cast import cast_to_spec
 from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
-from serving.codec._example import example_from_dict, example_to_dict
+from serving.codec._example import Features, example_from_dict, example_to_dict
 from serving.codec._json import JSON, MAX_JSON_DEPTH, json_dumps, json_loads
 from serving.codec._json_tensor import array_to_json, json_to_array
 from serving.codec._limits import ElementBudget
@@ -115,6 +115,7 @@ __all__ = [
     "outputs_to_rest_response",
     "inputs_to_rest_request",
     "rest_response_to_outputs",
+    "Features",
     "example_from_dict",
     "example_to_dict",
     "rest_request_to_input",
