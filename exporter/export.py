@@ -38,7 +38,7 @@ from exporter.progress import Steps
 from exporter.signatures import describe_signatures
 from exporter.validate import run_in_session, session_problem
 from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
-from serving.codec import DEFAULT_SIGNATURE, TensorSpec
+from serving.codec import DEFAULT_SIGNATURE, JSON, TensorSpec
 from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
 
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
@@ -94,7 +94,7 @@ def source_hash(model_digest: Optional[str] = None) -> str:
 
 def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
            sample_inputs: Optional[samples.Samples] = None,
-           signatures: Optional[Union[Mapping[str, Any], Sequence[str]]] = None,
+           signatures: Optional[sources.SignatureChoice] = None,
            inputs: Sequence[Union[str, TensorSpec]] = (), variants: Sequence[str] = ("fp32",),
            version: Optional[int] = None, tolerance: Optional[Tolerance] = None,
            batching_config: Optional[PathLike] = None, progress: bool = True) -> dict[str, Path]:
@@ -353,7 +353,7 @@ def _serving_module(functions: Mapping[str, GenericFunction], root: Any) -> tf.M
     """
     import tensorflow as tf  # TensorFlow: only when exporting
 
-    captured: dict[int, Any] = {}
+    captured: dict[int, tf.Variable] = {}
     handles: set[int] = set()
     for function in functions.values():
         concrete = function.get_concrete_function()
@@ -373,7 +373,7 @@ def _serving_module(functions: Mapping[str, GenericFunction], root: Any) -> tf.M
 
 def _golden(spec: Variant, published: str, saved: Path, inputs: Mapping[str, Mapping[str, np.ndarray]],
             reference: Mapping[str, Mapping[str, np.ndarray]], model: Exportable,
-            tolerance: Mapping[str, float]) -> tuple[dict[str, Golden], dict[str, Any]]:
+            tolerance: Mapping[str, float]) -> tuple[dict[str, Golden], dict[str, JSON]]:
     """Replay golden inputs through a TF1 Session like TF Serving's; check them against the model's outputs."""
     replay = run_in_session(saved, inputs)
     where = f"{published} ({spec.name})"

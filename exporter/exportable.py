@@ -16,6 +16,8 @@ from exporter.zoo.base import BuiltModel
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
     from tensorflow.types.experimental import GenericFunction
 
+    from serving.codec import JSON
+
 __all__ = ["Exportable", "SignatureFunctions", "SignatureFactory", "ExportError"]
 
 
@@ -59,7 +61,7 @@ class Exportable:
     labels: Mapping[str, np.ndarray] = field(default_factory=dict)
     top1_outputs: Mapping[str, str] = field(default_factory=dict)
     accuracy: Optional[float] = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, JSON] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
     @classmethod

@@ -9,19 +9,19 @@ SavedModel directory, or a model directory (its latest version).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Mapping, Optional, Union
 
 from exporter import warmup
 from exporter.manifest import MANIFEST_FILE, load_manifest
 from exporter.validate import resolve_version_dir
-from serving.codec import DEFAULT_SIGNATURE, Signature, TensorSpec
+from serving.codec import DEFAULT_SIGNATURE, JSON, Signature, TensorSpec
 
 __all__ = ["inspect_saved_model", "format_report"]
 
 _INIT_OP_KEY = "__saved_model_init_op"
 
 
-def inspect_saved_model(path: Union[str, Path]) -> dict[str, Any]:
+def inspect_saved_model(path: Union[str, Path]) -> dict[str, JSON]:
     """A JSON-able description: ``path``, ``meta_graphs`` (tags, signatures), ``warmup``, ``manifest``.
 
     ``warmup`` and ``manifest`` are None when the directory has none.
@@ -32,7 +32,7 @@ def inspect_saved_model(path: Union[str, Path]) -> dict[str, Any]:
             "warmup": _warmup(version_dir), "manifest": _manifest(version_dir)}
 
 
-def _meta_graphs(version_dir: Path) -> list[dict[str, Any]]:
+def _meta_graphs(version_dir: Path) -> list[dict[str, JSON]]:
     from tensorflow.core.protobuf import saved_model_pb2  # TensorFlow: only when a SavedModel is read
 
     saved_model = saved_model_pb2.SavedModel()
@@ -43,7 +43,7 @@ def _meta_graphs(version_dir: Path) -> list[dict[str, Any]]:
             for meta_graph in saved_model.meta_graphs]
 
 
-def _warmup(version_dir: Path) -> Any:
+def _warmup(version_dir: Path) -> Optional[dict[str, JSON]]:
     path = warmup.warmup_path(version_dir)
     if not path.is_file():
         return None
@@ -64,7 +64,7 @@ def _warmup(version_dir: Path) -> Any:
             "batch_sizes": sorted(sizes), "signatures": dict(sorted(by_signature.items()))}
 
 
-def _manifest(version_dir: Path) -> Any:
+def _manifest(version_dir: Path) -> Optional[dict[str, JSON]]:
     if not (version_dir / MANIFEST_FILE).is_file():
         return None
     manifest = load_manifest(version_dir)
@@ -77,7 +77,7 @@ def _manifest(version_dir: Path) -> Any:
             "metrics": dict(manifest.metrics), "notes": list(manifest.notes)}
 
 
-def format_report(info: dict[str, Any]) -> str:
+def format_report(info: dict[str, JSON]) -> str:
     """The description as text: ``saved_model_cli show --all``'s layout, then warmup and manifest."""
     lines = [f"SavedModel: {info['path']}", ""]
     for meta_graph in info["meta_graphs"]:
@@ -104,7 +104,7 @@ def _tensor_lines(part: str, name: str, spec: TensorSpec) -> list[str]:
             f"        shape: {shape}", f"        name: {spec.tensor_name}"]
 
 
-def _warmup_lines(summary: Any) -> list[str]:
+def _warmup_lines(summary: Optional[Mapping[str, JSON]]) -> list[str]:
     if summary is None:
         return ["Warmup: none (no assets.extra/tf_serving_warmup_requests; the first requests pay for the kernels)"]
     if "error" in summary:
@@ -114,7 +114,7 @@ def _warmup_lines(summary: Any) -> list[str]:
             f"{', '.join(map(str, summary['batch_sizes']))}; signatures {per_signature}"]
 
 
-def _manifest_lines(manifest: Any) -> list[str]:
+def _manifest_lines(manifest: Optional[Mapping[str, JSON]]) -> list[str]:
     if manifest is None:
         return ["Manifest: none (not written by the exporter; `python -m exporter validate` runs synthetic inputs)"]
     rows = ", ".join(f"{k} {n} rows" for k, n in manifest["golden_rows"].items())

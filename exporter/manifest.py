@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Mapping, Optional, Union
 
 import numpy as np
 
-from serving.codec import DEFAULT_SIGNATURE, Signature
+from serving.codec import DEFAULT_SIGNATURE, JSON, Signature
 
 __all__ = [
     "MANIFEST_FILE",
@@ -66,10 +66,10 @@ class Manifest:
     signatures: Mapping[str, Signature]
     golden: Mapping[str, Golden]
     accuracy: Optional[float] = None  # held-out accuracy where measurable
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, JSON] = field(default_factory=dict)
     tolerance: Mapping[str, float] = field(default_factory=dict)
-    warmup: Mapping[str, Any] = field(default_factory=dict)
-    agreement: Mapping[str, Any] = field(default_factory=dict)
+    warmup: Mapping[str, JSON] = field(default_factory=dict)
+    agreement: Mapping[str, JSON] = field(default_factory=dict)
     top1_outputs: Mapping[str, str] = field(default_factory=dict)  # per signature: the class-score output
     notes: tuple[str, ...] = ()
     # Where the golden inputs came from: "zoo" (held-out data), "user" (the user's samples) or
@@ -149,7 +149,7 @@ def write_manifest(version_dir: PathLike, manifest: Manifest) -> Path:
     arrays: dict[str, np.ndarray] = {}
     golden_json = {}
     for sig, golden in manifest.golden.items():
-        entry: dict[str, Any] = {"inputs": {}, "outputs": {}, "batch_size": golden.batch_size}
+        entry: dict[str, JSON] = {"inputs": {}, "outputs": {}, "batch_size": golden.batch_size}
         for part in ("inputs", "outputs"):
             for key, value in getattr(golden, part).items():
                 ref = f"{sig}/{part}/{key}"

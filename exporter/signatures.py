@@ -8,11 +8,11 @@ and decoded into ``serving.codec``'s ``Signature``/``TensorSpec``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 
-from serving.codec import Signature, example_from_dict
+from serving.codec import Features, Signature, example_from_dict
 
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
     from tensorflow.core.protobuf import meta_graph_pb2
@@ -45,7 +45,7 @@ def describe_signatures(saved_model_dir: Union[str, Path]) -> dict[str, Signatur
             for name, sig in sorted(read_signature_defs(saved_model_dir).items())}
 
 
-def serialize_examples(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+def serialize_examples(rows: Sequence[Features]) -> np.ndarray:
     """Serialized ``tf.train.Example`` protos (an object array of bytes), one per row.
 
     Built with the codec's ``example_from_dict`` (TF Serving's rules: floats

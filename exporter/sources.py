@@ -42,14 +42,19 @@ from exporter.exportable import Exportable, ExportError, SignatureFactory, Signa
 from serving.codec import DEFAULT_SIGNATURE, PREDICT_METHOD_NAME, Signature, TensorSpec, enum_from_dtype, parse_shape
 
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
-    from tensorflow.types.experimental import GenericFunction
+    import keras
+    import tensorflow as tf
+    from numpy.typing import DTypeLike
+    from tensorflow.types.experimental import ConcreteFunction, GenericFunction
 
-__all__ = ["parse_input", "describe_input", "UserModel", "prepare", "load_from", "OUTPUT_NAME"]
+__all__ = ["parse_input", "describe_input", "UserModel", "SignatureChoice", "prepare", "load_from", "OUTPUT_NAME"]
 
 OUTPUT_NAME = "output_{}"  # unnamed outputs, as Keras' model.export() and TF's signatures name them
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _STRING_NAMES = {"string", "str", "bytes", "object"}
 PathLike = Union[str, Path]
+SignatureChoice = Union[Mapping[str, Union["GenericFunction", "ConcreteFunction"]], Sequence[str]]
+"""``{key: tf.function or ConcreteFunction}`` to serve, or the keys to keep of the model's own signatures."""
 
 
 def parse_input(text: str) -> TensorSpec:
@@ -93,7 +98,7 @@ def _dtype_name(dtype: np.dtype) -> str:
     return "string" if dtype == np.dtype(object) else dtype.name
 
 
-def _numpy_dtype(dtype: Any) -> np.dtype:
+def _numpy_dtype(dtype: Union[str, DTypeLike, tf.DType]) -> np.dtype:
     """A Keras dtype name, a ``tf.DType`` or a numpy dtype → numpy (``object`` for strings)."""
     if getattr(dtype, "name", None) == "string" or dtype == "string":
         return np.dtype(object)
@@ -112,7 +117,7 @@ class _Plan:
 
     key: str
     inputs: Mapping[str, TensorSpec]   # shapes (None, d1, ...): the batch first
-    call: Callable[[dict[str, Any]], Any]   # inputs by (sanitized) name → outputs of any structure
+    call: Callable[[dict[str, tf.Tensor]], Any]   # inputs by (sanitized) name → outputs of any structure
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ def load_from(text: str) -> Any:
     return factory()
 
 
-def prepare(model: Any, *, signatures: Optional[Union[Mapping[str, Any], Sequence[str]]] = None,
+def prepare(model: Any, *, signatures: Optional[SignatureChoice] = None,
             inputs: Sequence[Union[str, TensorSpec]] = ()) -> UserModel:
     """Fix and trace the serving signatures of ``model`` (see the module docstring).
 
@@ -235,7 +240,8 @@ def _load_path(path: Path) -> tuple[Any, Optional[Path], str]:
                       "a .keras file, or module:factory")
 
 
-def _plans(model: Any, signatures: Any, overrides: Mapping[str, TensorSpec]) -> tuple[list[_Plan], Any]:
+def _plans(model: Any, signatures: Optional[SignatureChoice], overrides: Mapping[str, TensorSpec]
+           ) -> tuple[list[_Plan], Any]:
     """The signature plans of ``model`` and the object whose resources they may capture."""
     import tensorflow as tf  # TensorFlow: only when a model is exported
 
@@ -261,7 +267,7 @@ def _plans(model: Any, signatures: Any, overrides: Mapping[str, TensorSpec]) -> 
     return [_function_plan(key, fn, overrides) for key, fn in functions.items()], model
 
 
-def _is_keras(model: Any) -> bool:
+def _is_keras(model: object) -> bool:
     if not any(c.__module__.split(".")[0] == "keras" for c in type(model).__mro__):
         return False
     import keras  # Keras: only when the model is a Keras model
@@ -276,7 +282,7 @@ def _select(functions: Mapping[str, GenericFunction], keys: Sequence[str]) -> Si
     return {key: functions[key] for key in keys}
 
 
-def _module_functions(module: Any) -> dict[str, Any]:
+def _module_functions(module: tf.Module) -> dict[str, GenericFunction]:
     """A loaded SavedModel's signatures, or a tf.Module's tf.functions with an input_signature."""
     import tensorflow as tf  # TensorFlow: only when a model is exported
 
@@ -293,12 +299,12 @@ def _module_functions(module: Any) -> dict[str, Any]:
     return {(DEFAULT_SIGNATURE if n == default else n): f for n, f in found.items()}
 
 
-def _is_loaded(module: Any) -> bool:
+def _is_loaded(module: object) -> bool:
     """True for the object ``tf.saved_model.load`` returns (its signatures are what it serves)."""
     return type(module).__module__.startswith("tensorflow.python.saved_model") and hasattr(module, "signatures")
 
 
-def _keras_plan(model: Any, overrides: Mapping[str, TensorSpec]) -> _Plan:
+def _keras_plan(model: keras.Model, overrides: Mapping[str, TensorSpec]) -> _Plan:
     try:
         tensors = list(model.inputs or ())
     except (AttributeError, ValueError):  # a subclassed or unbuilt model has no symbolic inputs
@@ -315,7 +321,7 @@ def _keras_plan(model: Any, overrides: Mapping[str, TensorSpec]) -> _Plan:
                           "--input NAME:DTYPE:SHAPE (exporter.export(..., inputs=['x:float32:4']))")
     originals = list(names.values())
 
-    def call(feed: dict[str, Any]) -> Any:
+    def call(feed: dict[str, tf.Tensor]) -> Any:
         args = [feed[n] for n in names]
         return model(args[0] if len(args) == 1 else dict(zip(originals, args)), training=False)
 
@@ -338,14 +344,14 @@ def _function_plan(key: str, fn: Any, overrides: Mapping[str, TensorSpec]) -> _P
     specs = {n: _spec(key, n, s, overrides) for n, (_, s) in zip(names, named)}
     keywords = list(kwargs)
 
-    def call(feed: dict[str, Any]) -> Any:
+    def call(feed: dict[str, tf.Tensor]) -> Any:
         values = [feed[n] for n in names]
         return fn(*values[:len(args)], **dict(zip(keywords, values[len(args):])))
 
     return _Plan(key, _fixed(key, specs), call)
 
 
-def _is_restored(fn: Any) -> bool:
+def _is_restored(fn: object) -> bool:
     """A function of a loaded SavedModel: it only runs the shapes it was saved with; call it, don't re-trace."""
     return type(fn).__module__.startswith("tensorflow.python.saved_model")
 
@@ -372,13 +378,14 @@ def _python_function_plan(key: str, fn: Any, python_function: Callable[..., Any]
         specs = {n: _spec(key, n, s, overrides) for n, s in named}
     order = list(specs)
 
-    def call(feed: dict[str, Any]) -> Any:
+    def call(feed: dict[str, tf.Tensor]) -> Any:
         return python_function(*[feed[n] for n in order])
 
     return _Plan(key, _fixed(key, specs), call)
 
 
-def _spec(key: str, name: str, tensor: Any, overrides: Mapping[str, TensorSpec]) -> TensorSpec:
+def _spec(key: str, name: str, tensor: Union[tf.Tensor, tf.TensorSpec, keras.KerasTensor],
+          overrides: Mapping[str, TensorSpec]) -> TensorSpec:
     """The served spec of one input: its ``--input`` override, else the model's dimensions after the batch."""
     if name in overrides:
         return overrides[name]
@@ -457,7 +464,7 @@ def _signature_function(plan: _Plan, jit_compile: bool) -> GenericFunction:
                            name=n) for n, s in plan.inputs.items()]
     call = tf.function(plan.call, jit_compile=True) if jit_compile else plan.call
 
-    def serve(*args: Any) -> dict[str, Any]:
+    def serve(*args: tf.Tensor) -> dict[str, tf.Tensor]:
         return _named_outputs(plan.key, call(dict(zip(names, args))))
 
     serve.__name__ = _sanitize(plan.key)
@@ -467,7 +474,7 @@ def _signature_function(plan: _Plan, jit_compile: bool) -> GenericFunction:
     return tf.function(serve, input_signature=specs)
 
 
-def _named_outputs(key: str, outputs: Any) -> dict[str, Any]:
+def _named_outputs(key: str, outputs: Any) -> dict[str, tf.Tensor]:
     """A dict of tensors: the model's dict keys, else ``output_0``, ``output_1``, ..."""
     import tensorflow as tf  # TensorFlow: only when a model is traced
 

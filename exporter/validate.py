@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from exporter.signatures import describe_signatures
 from exporter.variants import get_variant
 from serving.codec import (
     DEFAULT_SIGNATURE,
+    JSON,
     PREDICT_METHOD_NAME,
     Signature,
     TensorSpec,
@@ -43,6 +44,10 @@ from serving.codec import (
 )
 
 if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from types import ModuleType
+
+    from tensorflow.compat import v1 as tf_v1
+    from tensorflow.core.protobuf import meta_graph_pb2
     from tensorflow_serving.apis import predict_pb2
 
 __all__ = [
@@ -79,7 +84,7 @@ class ValidationReport:
     path: Path
     variant: str = ""
     signatures: list[str] = field(default_factory=list)
-    golden: dict[str, dict[str, Any]] = field(default_factory=dict)
+    golden: dict[str, dict[str, JSON]] = field(default_factory=dict)
     warmup_records: int = 0
     warmup_batch_sizes: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -134,7 +139,8 @@ def run_in_session(saved_model_dir: Union[str, Path], inputs: Mapping[str, Mappi
     return replay
 
 
-def _load_quietly(tf: Any, session: Any, tags: Sequence[str], saved_model_dir: Union[str, Path]) -> Any:
+def _load_quietly(tf: ModuleType, session: tf_v1.Session, tags: Sequence[str], saved_model_dir: Union[str, Path]
+                  ) -> meta_graph_pb2.MetaGraphDef:
     """TF Serving's loader call, without TensorFlow's "deprecated, use tf.saved_model.load" warning."""
     logger = tf.get_logger()
     level = logger.level

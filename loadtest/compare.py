@@ -40,7 +40,11 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
+
 
 __all__ = [
     "METRICS",
@@ -86,7 +90,7 @@ class Verdict:
     """One gated metric at one level of one series."""
 
     series: str
-    level: Any
+    level: float
     metric: str
     baseline: Samples
     candidate: Samples
@@ -103,7 +107,7 @@ def parse_fraction(text: str) -> float:
     return value / 100 if text.endswith("%") or value >= 1 else value
 
 
-def _level_samples(level: Mapping[str, Any], metric: str) -> Optional[Samples]:
+def _level_samples(level: Mapping[str, JSON], metric: str) -> Optional[Samples]:
     rounds = [r[metric] for r in level.get("rounds") or [] if isinstance(r, Mapping) and r.get(metric) is not None]
     if rounds:
         return Samples(sum(rounds) / len(rounds), tuple(float(v) for v in rounds), "rounds")
@@ -113,7 +117,7 @@ def _level_samples(level: Mapping[str, Any], metric: str) -> Optional[Samples]:
     return Samples(float(level[metric]), windows or (float(level[metric]),), "windows" if windows else "single")
 
 
-def load_result(path: Path) -> dict[str, dict[Any, dict[str, Samples]]]:
+def load_result(path: Path) -> dict[str, dict[float, dict[str, Samples]]]:
     """``{series label: {level: {metric: Samples}}}`` from a sweep, tune or generic JSON file."""
     try:
         doc = json.loads(Path(path).read_text())
@@ -123,7 +127,7 @@ def load_result(path: Path) -> dict[str, dict[Any, dict[str, Samples]]]:
     if not isinstance(series, list):
         raise CompareError(f"{path}: no \"series\" list: not the output of sweep, tune or a benchmark's --json "
                            "(see python -m loadtest compare --help for the shape)")
-    result: dict[str, dict[Any, dict[str, Samples]]] = {}
+    result: dict[str, dict[float, dict[str, Samples]]] = {}
     for entry in series:
         label = entry.get("label")
         if not label or not isinstance(entry.get("levels"), list):
@@ -137,7 +141,7 @@ def load_result(path: Path) -> dict[str, dict[Any, dict[str, Samples]]]:
     return result
 
 
-def _judge(series: str, level: Any, metric: str, base: Samples, cand: Samples, max_regression: float) -> Verdict:
+def _judge(series: str, level: float, metric: str, base: Samples, cand: Samples, max_regression: float) -> Verdict:
     higher_is_better = METRICS[metric][0]
     change = (cand.value - base.value) / base.value if base.value else 0.0
     worse_by = -change if higher_is_better else change
@@ -147,8 +151,8 @@ def _judge(series: str, level: Any, metric: str, base: Samples, cand: Samples, m
     return Verdict(series, level, metric, base, cand, worse_by, band, threshold, verdict)
 
 
-def compare_results(baseline: Mapping[str, Mapping[Any, Mapping[str, Samples]]],
-                    candidate: Mapping[str, Mapping[Any, Mapping[str, Samples]]], *,
+def compare_results(baseline: Mapping[str, Mapping[float, Mapping[str, Samples]]],
+                    candidate: Mapping[str, Mapping[float, Mapping[str, Samples]]], *,
                     metrics: Sequence[str] = ("throughput_rps", "p50_ms"),
                     max_regression: float = 0.05) -> list[Verdict]:
     """A verdict for every gated metric at every level both results measured (series matched by label)."""

@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
+
 
 __all__ = [
     "ScalingPolicy",
@@ -92,7 +96,7 @@ class HPASpec:
             raise ValueError(f"need 1 <= minReplicas <= maxReplicas, got {self.min_replicas}, {self.max_replicas}")
 
 
-def _rules(behavior: Mapping[str, Any], default: ScalingRules) -> ScalingRules:
+def _rules(behavior: Mapping[str, JSON], default: ScalingRules) -> ScalingRules:
     if not behavior:
         return default
     policies = tuple(ScalingPolicy(p["type"], int(p["value"]), float(p["periodSeconds"]))
@@ -102,7 +106,7 @@ def _rules(behavior: Mapping[str, Any], default: ScalingRules) -> ScalingRules:
                         behavior.get("selectPolicy", "Max"))
 
 
-def spec_from_manifest(hpa: Mapping[str, Any], target: float, *, tolerance: float = 0.1,
+def spec_from_manifest(hpa: Mapping[str, JSON], target: float, *, tolerance: float = 0.1,
                        sync_period_s: float = 15.0) -> HPASpec:
     """An ``HPASpec`` from an ``autoscaling/v2`` HorizontalPodAutoscaler object (parsed YAML).
 

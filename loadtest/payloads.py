@@ -29,7 +29,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 import numpy as np
 
@@ -47,6 +47,10 @@ from serving.codec import (
 )
 from serving.model_repo import latest_version_dir, published_name
 from serving.wire import PREDICT
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
+
 
 __all__ = [
     "Target",
@@ -119,7 +123,7 @@ class Target:
             return None
         return version_dir if (version_dir / MANIFEST_FILE).is_file() else None
 
-    def replace(self, **changes: Any) -> "Target":
+    def replace(self, **changes: object) -> "Target":
         return dataclasses.replace(self, **changes)
 
 
@@ -145,7 +149,7 @@ class Payload:
         """A short name for stats tables: ``digits:serving_default``."""
         return f"{self.model_name}:{self.signature_name}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JSON]:
         """For reports: the source and each input's dtype and shape."""
         return {"source": self.source, "signature": self.signature_name,
                 "inputs": {name: f"{_dtype_name(array)}{list(array.shape)}" for name, array in self.inputs.items()}}

@@ -33,7 +33,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
@@ -42,6 +42,9 @@ from loadtest.fleet import PROFILES, LatencyModel, SimulationResult, profile, si
 from loadtest.hpa import HPASpec, ScalingRules, spec_from_manifest
 from loadtest.options import UsageError
 from loadtest.plots import plot_simulation
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "MeasuredReplica",
@@ -190,7 +193,7 @@ def _per_replica(args: argparse.Namespace, replica: MeasuredReplica) -> float:
     return 1.0 if args.resource == "gpu" else float(replica.cpus or 1)
 
 
-def _read_hpa(path: Path) -> dict[str, Any]:
+def _read_hpa(path: Path) -> dict[str, JSON]:
     try:
         documents = list(yaml.safe_load_all(Path(path).read_text()))
     except (OSError, yaml.YAMLError) as error:
@@ -211,7 +214,7 @@ def _hpa_spec(args: argparse.Namespace, plan: CapacityPlan) -> HPASpec:
             spec = HPASpec(target=plan.hpa_target_rps, min_replicas=minimum,
                            max_replicas=max(2 * plan.replicas, minimum), tolerance=args.tolerance,
                            sync_period_s=args.sync_period)
-        overrides: dict[str, Any] = {}
+        overrides: dict[str, JSON] = {}
         if args.min_replicas is not None:
             overrides["min_replicas"] = args.min_replicas
         if args.max_replicas is not None:
@@ -290,7 +293,7 @@ def _policies(rules: ScalingRules) -> str:
 
 
 def _report(args: argparse.Namespace, replica: MeasuredReplica, plan: CapacityPlan, spec: HPASpec,
-            startup: float, results: Sequence[SimulationResult]) -> dict[str, Any]:
+            startup: float, results: Sequence[SimulationResult]) -> dict[str, JSON]:
     return {
         "sweep": str(args.sweep), "series": replica.series,
         "latency_model": {"rates_rps": list(replica.model.rates), "p99_ms": list(replica.model.p99_ms)},

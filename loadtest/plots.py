@@ -3,15 +3,18 @@ capacity plan's simulated timeline, and the tuner's table."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 if TYPE_CHECKING:  # loadtest.sweep imports this module
+    from matplotlib.axes import Axes
+
     from loadtest.fleet import SimulationResult
     from loadtest.sweep import Series
+    from serving.codec import JSON
 
 __all__ = ["plot_throughput_latency", "plot_simulation", "plot_tune_rows", "series_name",
            "throughput_latency_figure"]
@@ -79,7 +82,7 @@ def throughput_latency_figure(all_series: Sequence["Series"], *, title: str = "t
     return fig
 
 
-def _level_axis(ax: Any, levels: Sequence[float], mode: str) -> None:
+def _level_axis(ax: Axes, levels: Sequence[float], mode: str) -> None:
     """Throughput against the level: a log x axis ticked at the measured levels only, as plain numbers."""
     if levels and levels[0] > 0 and levels[-1] / levels[0] >= 4:
         ax.set_xscale("log", base=2)
@@ -126,7 +129,7 @@ def plot_simulation(result: "SimulationResult", path: Path, *, p99_budget_ms: fl
     return path
 
 
-def plot_tune_rows(rows: Sequence[Mapping[str, Any]], total: Mapping[str, Any], path: Path, *,
+def plot_tune_rows(rows: Sequence[Mapping[str, JSON]], total: Mapping[str, JSON], path: Path, *,
                    title: str = "tuned vs default") -> Path:
     """The tuner's table as a picture: throughput gain ± spread per setting (left) and p50 at concurrency 1,
     default against tuned (right); the combined config is the last bar. Rows without numbers are left out."""

@@ -13,13 +13,12 @@ import csv
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -27,6 +26,9 @@ from loadtest import REPO_ROOT
 from loadtest.options import server_address
 from loadtest.payloads import Payload, Target, build_payload, write_payload
 from loadtest.slo import GateResult, Gates, evaluate
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "SCENARIOS",
@@ -102,7 +104,7 @@ class RunSpec:
 class RunOutcome:
     """What a run produced: the summary (also written as JSON), gate verdicts and the exit code."""
 
-    summary: dict[str, Any]
+    summary: dict[str, JSON]
     gates: list[GateResult]
     exit_code: int
     summary_path: Path
@@ -190,16 +192,10 @@ def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float) -> tuple[int,
         try:
             return proc.wait(timeout=bound), False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            return proc.returncode, True
+            return stop_process(proc, 15, group="all"), True
 
 
-def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) -> dict[str, Any]:
+def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) -> dict[str, JSON]:
     stats = summarize_csv(spec.prefix)
     run_ok = returncode == 0 and not timed_out and stats["requests"] > 0
     reason = None
@@ -227,7 +223,7 @@ def _cpu_warning(log_path: Path) -> bool:
         return False
 
 
-def summarize_csv(prefix: Path) -> dict[str, Any]:
+def summarize_csv(prefix: Path) -> dict[str, JSON]:
     """Totals and percentiles (ms) from locust's ``PREFIX_stats.csv``, failures, and latency drift.
 
     Percentiles are exact when the locustfile recorded every response time
@@ -257,7 +253,7 @@ def summarize_csv(prefix: Path) -> dict[str, Any]:
     }
 
 
-def _final(path: Path) -> dict[str, Any]:
+def _final(path: Path) -> dict[str, JSON]:
     """The totals ``ExactLatencies`` wrote when locust quit, or {}."""
     try:
         return json.loads(path.read_text())

@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
+
 
 __all__ = ["Gates", "GateResult", "evaluate", "load_gates"]
 
@@ -57,7 +61,7 @@ def load_gates(path: Path) -> Gates:
     return Gates(**{k: float(v) for k, v in data.items() if v is not None})
 
 
-def evaluate(gates: Gates, summary: Mapping[str, Any]) -> list[GateResult]:
+def evaluate(gates: Gates, summary: Mapping[str, JSON]) -> list[GateResult]:
     """Check ``summary`` (keys ``p99_ms``, ``failure_ratio``, ``rps``) against every set gate."""
     results = []
     if gates.p99_ms is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional, Union
 
 from google.protobuf.message import Message
 
@@ -39,6 +39,8 @@ __all__ = [
     "BATCHING_KNOBS",
     "SETTING_NAMES",
     "Backend",
+    "Setting",
+    "Config",
     "default_config",
     "default_grid",
     "quick_grid",
@@ -49,6 +51,11 @@ __all__ = [
     "skipped_dimensions",
     "host_cpus",
 ]
+
+Setting = Union[int, float, str]
+"""One dimension's value: a GPU memory fraction, a thread count, a variant name, "on"/"off", a knob."""
+Config = dict[str, Setting]
+"""A point of the search: every dimension's value."""
 
 BATCHING_KNOBS = ("max_batch_size", "batch_timeout_micros", "num_batch_threads", "max_enqueued_batches")
 DIMENSIONS = ("gpu_memory_fraction", "intra_op", "inter_op", "variant", "batching", *BATCHING_KNOBS)
@@ -89,7 +96,7 @@ class Backend:
         return XLA_SERVING_FLAG
 
 
-def default_config(variant: str = "fp32", batching_start: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
+def default_config(variant: str = "fp32", batching_start: Optional[Mapping[str, int]] = None) -> Config:
     """TF Serving's defaults: threads auto, no XLA, no batching, TensorFlow's GPU memory choice.
 
     ``batching_start`` holds the batching parameters tried first once batching
@@ -100,8 +107,8 @@ def default_config(variant: str = "fp32", batching_start: Optional[Mapping[str, 
             **{k: int(start.get(k, 0)) for k in BATCHING_KNOBS}}
 
 
-def default_grid(cpus: int, start: Mapping[str, Any], variants: tuple[str, ...] = ("fp32", "xla", "trt-fp16"),
-                 floor: int = 0) -> dict[str, tuple[Any, ...]]:
+def default_grid(cpus: int, start: Mapping[str, Setting], variants: tuple[str, ...] = ("fp32", "xla", "trt-fp16"),
+                 floor: int = 0) -> dict[str, tuple[Setting, ...]]:
     """Every dimension's values: thread counts around the core count, every variant, batching on/off and a
     grid of batching parameters (``max_batch_size`` never under ``floor``, the largest warmup batch)."""
     threads = tuple(sorted({0, 1, max(1, cpus // 2), 2 * cpus}))  # 0 (auto) is the core count already
@@ -113,8 +120,8 @@ def default_grid(cpus: int, start: Mapping[str, Any], variants: tuple[str, ...] 
             "max_enqueued_batches": (4, 16, 64)}
 
 
-def quick_grid(cpus: int, start: Mapping[str, Any], variants: tuple[str, ...] = ("fp32", "xla", "trt-fp16"),
-               floor: int = 0) -> dict[str, tuple[Any, ...]]:
+def quick_grid(cpus: int, start: Mapping[str, Setting], variants: tuple[str, ...] = ("fp32", "xla", "trt-fp16"),
+               floor: int = 0) -> dict[str, tuple[Setting, ...]]:
     """A smaller grid for ``--quick``: one value each side of auto for the threads, two batching timeouts,
     the batch-thread count at 1 and at the core count; no queue-length search."""
     full = default_grid(cpus, start, variants, floor)
@@ -123,7 +130,7 @@ def quick_grid(cpus: int, start: Mapping[str, Any], variants: tuple[str, ...] = 
             "num_batch_threads": tuple(sorted({1, cpus})), "max_enqueued_batches": (start["max_enqueued_batches"],)}
 
 
-def normalize(config: Mapping[str, Any], start: Mapping[str, Any]) -> dict[str, Any]:
+def normalize(config: Mapping[str, Setting], start: Mapping[str, Setting]) -> Config:
     """``config`` with the batching parameters reset to ``start``'s while batching is off (they mean
     nothing then), so configs that serve alike compare equal and are measured once."""
     config = dict(config)
@@ -132,7 +139,7 @@ def normalize(config: Mapping[str, Any], start: Mapping[str, Any]) -> dict[str, 
     return config
 
 
-def server_flags(config: Mapping[str, Any], backend: Backend) -> list[str]:
+def server_flags(config: Mapping[str, Setting], backend: Backend) -> list[str]:
     """The ``tensorflow_model_server`` flags of ``config``, except the batching file and the model config
     (the launcher writes those); dimensions the backend cannot apply are left out."""
     flags = [f"--tensorflow_intra_op_parallelism={int(config['intra_op'])}",
@@ -144,7 +151,7 @@ def server_flags(config: Mapping[str, Any], backend: Backend) -> list[str]:
     return flags
 
 
-def batching_proto(config: Mapping[str, Any], base: Optional[Message] = None) -> Optional[Message]:
+def batching_proto(config: Mapping[str, Setting], base: Optional[Message] = None) -> Optional[Message]:
     """The ``BatchingParameters`` of ``config`` (``base``'s other fields kept), None while batching is off.
 
     ``allowed_batch_sizes`` from ``base`` are cut at the new ``max_batch_size``
@@ -166,7 +173,7 @@ def batching_proto(config: Mapping[str, Any], base: Optional[Message] = None) ->
     return proto
 
 
-def describe_value(dimension: str, value: Any, cpus: int) -> str:
+def describe_value(dimension: str, value: Setting, cpus: int) -> str:
     """A value as the table shows it: ``auto (2)`` for 0 threads, ``whole card`` for fraction 0, ..."""
     if dimension in ("intra_op", "inter_op"):
         return f"auto ({cpus})" if int(value) == 0 else str(int(value))

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from loadtest.servers import RunningServer, start_server
 from serving import addresses
 from serving.config import load_batching_parameters
 from serving.server.launcher import BatchingSpec
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "SweepSettings",
@@ -118,7 +121,7 @@ class Series:
     protocol: str
     batching: str
     levels: list[LevelResult] = field(default_factory=list)
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, JSON] = field(default_factory=dict)
 
 
 @dataclass
@@ -242,7 +245,7 @@ _COLUMNS = ("series", "level", "throughput_rps", "p50_ms", "p90_ms", "p95_ms", "
             "server_batch_size_mean", "client_cpu_pct", "server_cpu_pct", "generator_limited")
 
 
-def _row(series: Series, result: LevelResult) -> dict[str, Any]:
+def _row(series: Series, result: LevelResult) -> dict[str, JSON]:
     row = {"series": series.label, **asdict(result), **result.server}
     return {k: row.get(k) for k in _COLUMNS}
 
@@ -266,7 +269,7 @@ def format_table(series: Series) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, Any], name: str = "sweep") -> dict[str, Path]:
+def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, JSON], name: str = "sweep") -> dict[str, Path]:
     """``NAME.json`` (everything), ``NAME.csv`` (one row per level) and ``NAME.png`` (throughput vs latency)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / f"{name}.json", "csv": out_dir / f"{name}.csv", "png": out_dir / f"{name}.png"}

@@ -43,7 +43,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, Optional, Sequence
 
 from google.protobuf import text_format
 from google.protobuf.message import Message
@@ -59,6 +59,9 @@ from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from loadtest.tune_report import write_report
 from serving.config import load_batching_parameters
 from serving.config.protos import batching_parameters_class
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "KNOBS",
@@ -85,7 +88,7 @@ DEFAULT_GRID: dict[str, tuple[int, ...]] = {
     "max_enqueued_batches": (1, 2, 4, 8, 16, 64, 1000),
 }
 
-Candidate = tuple[tuple[str, Any], ...]  # (dimension, value) pairs in grid order: hashable, printable
+Candidate = tuple[tuple[str, space.Setting], ...]  # (dimension, value) pairs in grid order: hashable, printable
 
 # --quick and the full run: values used where the flag is not given.
 _PRESETS = {
@@ -108,7 +111,7 @@ class Trial:
     """
 
     index: int
-    config: dict[str, Any]
+    config: space.Config
     dimension: str = ""
     label: str = "search"
     score_rps: float = 0.0                # the candidate's mean throughput within the budget
@@ -125,7 +128,7 @@ class Trial:
     score: float = 0.0                    # what the search compares: ratio minus the objective's spread
     best_level: Optional[float] = None
     p99_at_best_ms: Optional[float] = None
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, JSON]] = field(default_factory=list)
     error: Optional[str] = None
     note: Optional[str] = None
     seconds: float = 0.0
@@ -140,7 +143,7 @@ def score_levels(levels: Sequence[LevelResult], budget_ms: float, max_error_rati
     return (best.throughput_rps if best else 0.0), best
 
 
-def _ordered(values: Sequence[Any], start: Any) -> tuple[Any, ...]:
+def _ordered(values: Sequence[space.Setting], start: space.Setting) -> tuple[space.Setting, ...]:
     """Numbers sorted (so a walk moves up or down), anything else in the given order; ``start`` included."""
     merged = list(dict.fromkeys([*values, start]))
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in merged):
@@ -148,12 +151,12 @@ def _ordered(values: Sequence[Any], start: Any) -> tuple[Any, ...]:
     return tuple(merged if start in values else [start, *values])
 
 
-def coordinate_descent(start: Mapping[str, Any], grid: Mapping[str, Sequence[Any]],
-                       measure: Callable[[dict[str, Any]], float], *, max_trials: int = 12,
+def coordinate_descent(start: Mapping[str, space.Setting], grid: Mapping[str, Sequence[space.Setting]],
+                       measure: Callable[[space.Config], float], *, max_trials: int = 12,
                        min_gain: float = 0.03, start_score: Optional[float] = None,
                        exhaustive: Collection[str] = (), normalize: Callable[[dict], dict] = dict,
                        on_dimension: Callable[[str], None] = lambda name: None
-                       ) -> tuple[dict[str, Any], dict[Candidate, float]]:
+                       ) -> tuple[space.Config, dict[Candidate, float]]:
     """Coordinate descent on ``grid`` (its key order) from ``start``; the best point and every score known.
 
     ``measure`` is called at most ``max_trials`` times (points are cached, after
@@ -169,7 +172,7 @@ def coordinate_descent(start: Mapping[str, Any], grid: Mapping[str, Sequence[Any
     grid = {k: _ordered(grid[k], start[k]) for k in keys}
     scores: dict[Candidate, float] = {}
 
-    def key_of(point: Mapping[str, Any]) -> Candidate:
+    def key_of(point: Mapping[str, space.Setting]) -> Candidate:
         point = normalize(dict(point))
         return tuple((k, point[k]) for k in keys)
 
@@ -177,7 +180,7 @@ def coordinate_descent(start: Mapping[str, Any], grid: Mapping[str, Sequence[Any
         scores[key_of(start)] = start_score
     measured = [0]
 
-    def score(point: dict[str, Any]) -> Optional[float]:
+    def score(point: space.Config) -> Optional[float]:
         key = key_of(point)
         if key not in scores:
             if measured[0] >= max_trials:
@@ -246,7 +249,7 @@ def write_config(path: Path, proto: Message, header: Sequence[str]) -> Path:
     return path
 
 
-def round_ratios(rounds: Sequence[Mapping[str, Any]], candidate: str, baseline: str,
+def round_ratios(rounds: Sequence[Mapping[str, JSON]], candidate: str, baseline: str,
                  higher_is_better: bool = True) -> list[float]:
     """Per-round ratios of ``candidate`` over ``baseline`` (inverted for lower-is-better), above 1 = better."""
     ratios = []
@@ -341,7 +344,7 @@ class _Bench:
     """Paired measurements: the default config's server kept up, and one server per candidate."""
 
     def __init__(self, args: argparse.Namespace, target: Target, backend: space.Backend, base: Message,
-                 default: dict[str, Any]) -> None:
+                 default: space.Config) -> None:
         self.args, self.target, self.backend, self.base, self.default = args, target, backend, base, default
         self.budget_ms: Optional[float] = args.p99_budget_ms
         self.payloads: dict[str, Payload] = {}  # by variant, built against the first server serving it
@@ -372,7 +375,7 @@ class _Bench:
     def __exit__(self, *exc: object) -> None:
         pass
 
-    def _server(self, config: Mapping[str, Any], directory: str) -> RunningServer:
+    def _server(self, config: Mapping[str, space.Setting], directory: str) -> RunningServer:
         target = self.target.replace(variant=config["variant"])
         flags = [*space.server_flags(config, self.backend), *self.args.server_flag]
         return start_server({target.name: Path(target.model_repo) / target.name},
@@ -403,7 +406,7 @@ class _Bench:
                                  max_level_s=2 * self.args.window + 0.5, warmup_s=0.5)
         sweep_levels(transport_for(self.args.protocol, address, payload), settings)
 
-    def compare(self, config: Mapping[str, Any], rounds: int, label: str = "search") -> Trial:
+    def compare(self, config: Mapping[str, space.Setting], rounds: int, label: str = "search") -> Trial:
         """Start a fresh server for the default and one for ``config``, and sweep them in turn ``rounds`` times.
 
         Both servers are new, so neither has served longer than the other: on
@@ -425,7 +428,7 @@ class _Bench:
         print(_trial_line(trial, self.default), flush=True)
         return trial
 
-    def _rounds(self, trial: Trial, base: RunningServer, config: Mapping[str, Any], rounds: int
+    def _rounds(self, trial: Trial, base: RunningServer, config: Mapping[str, space.Setting], rounds: int
                 ) -> Optional[LevelResult]:
         """The paired rounds of one trial, into ``trial.rounds``; the candidate's best level seen."""
         best_seen: Optional[LevelResult] = None
@@ -453,7 +456,7 @@ class _Bench:
         return best_seen
 
 
-def _compact(levels: Sequence[LevelResult]) -> list[dict[str, Any]]:
+def _compact(levels: Sequence[LevelResult]) -> list[dict[str, JSON]]:
     """What a round keeps of a sweep: per level, throughput, p50/p99, errors and the server's CPU per request."""
     return [{"level": r.level, "throughput_rps": round(r.throughput_rps, 2), "p50_ms": round(r.p50_ms, 3),
              "p99_ms": round(r.p99_ms, 3), "errors": r.errors,
@@ -463,7 +466,7 @@ def _compact(levels: Sequence[LevelResult]) -> list[dict[str, Any]]:
 
 
 def _round(base_score: float, base_levels: Sequence[LevelResult], score: float,
-           levels: Sequence[LevelResult]) -> dict[str, Any]:
+           levels: Sequence[LevelResult]) -> dict[str, JSON]:
     def p50_c1(found: Sequence[LevelResult]) -> Optional[float]:
         return next((r.p50_ms for r in found if r.level == 1 and r.requests > r.errors), None)
 
@@ -504,13 +507,13 @@ def _summarise_trial(trial: Trial, objective: str) -> None:
         trial.ratio, trial.score = trial.latency_ratio, trial.latency_ratio - trial.latency_spread
 
 
-def describe_config(config: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
+def describe_config(config: Mapping[str, space.Setting], reference: Mapping[str, space.Setting]) -> str:
     """The dimensions where ``config`` differs from ``reference``, ``name=value`` each ("default" if none)."""
     diff = [f"{k}={config[k]}" for k in space.DIMENSIONS if config.get(k) != reference.get(k)]
     return " ".join(diff) or "default"
 
 
-def _trial_line(trial: Trial, default: Mapping[str, Any]) -> str:
+def _trial_line(trial: Trial, default: Mapping[str, space.Setting]) -> str:
     rounds = ", ".join(f"{r['candidate_rps']:.0f}/{r['baseline_rps']:.0f}" for r in trial.rounds)
     p50 = (f"; p50 c=1 {trial.baseline_p50_c1_ms:.2f} -> {trial.p50_c1_ms:.2f} ms"
            if trial.p50_c1_ms and trial.baseline_p50_c1_ms else "")
@@ -520,8 +523,8 @@ def _trial_line(trial: Trial, default: Mapping[str, Any]) -> str:
             + (f" ERROR {trial.error}" if trial.error else "") + (f" ({trial.note})" if trial.note else ""))
 
 
-def _grid(args: argparse.Namespace, start: dict[str, Any], floor: int, skipped: Mapping[str, str]
-          ) -> dict[str, tuple[Any, ...]]:
+def _grid(args: argparse.Namespace, start: space.Config, floor: int, skipped: Mapping[str, str]
+          ) -> dict[str, tuple[space.Setting, ...]]:
     variants = tuple(v for v in ("fp32", "xla", "trt-fp16") if f"variant:{v}" not in skipped or v == start["variant"])
     make = space.quick_grid if args.quick else space.default_grid
     grid = make(space.host_cpus(), start, variants, floor)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from google.protobuf import text_format
 from google.protobuf.message import Message
@@ -19,6 +19,9 @@ from google.protobuf.message import Message
 from loadtest import space
 from loadtest.plots import plot_tune_rows
 from serving.model_repo import XLA_SERVING_FLAG, published_name
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "table_rows",
@@ -31,11 +34,11 @@ __all__ = [
 ]
 
 
-def _by_ratio(trial: Mapping[str, Any]) -> float:
+def _by_ratio(trial: Mapping[str, JSON]) -> float:
     return _score(trial) if not trial.get("error") else -1.0
 
 
-def _score(trial: Mapping[str, Any]) -> float:
+def _score(trial: Mapping[str, JSON]) -> float:
     """The objective's ratio minus its spread over the rounds (what the search compares)."""
     if "score" in trial:
         return trial["score"]
@@ -44,14 +47,14 @@ def _score(trial: Mapping[str, Any]) -> float:
     return trial["ratio"] - spread
 
 
-def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+def table_rows(summary: Mapping[str, JSON]) -> list[dict[str, JSON]]:
     """One row per setting: measured values vs the default (paired rounds), the verdict, or why it was skipped."""
     default, best, cpus = summary["default"], summary["search_best"], summary.get("cpus", 1)
     grid, skipped = summary["grid"], summary.get("skipped", {})
     search = [t for t in summary["trials"] if t["label"] == "search"]
     rows = []
     for dim in space.DIMENSIONS:
-        row: dict[str, Any] = {"dimension": dim, "setting": space.SETTING_NAMES[dim],
+        row: dict[str, JSON] = {"dimension": dim, "setting": space.SETTING_NAMES[dim],
                                "default": space.describe_value(dim, default[dim], cpus)}
         mine = [t for t in search if t["dimension"] == dim]
         if dim in skipped:
@@ -90,14 +93,14 @@ def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _on_top(config: Mapping[str, Any], default: Mapping[str, Any], dim: str) -> list[str]:
+def _on_top(config: Mapping[str, space.Setting], default: Mapping[str, space.Setting], dim: str) -> list[str]:
     """The other dimensions ``config`` sets away from the default (``name=value``): what a row was measured on."""
     rest = {k: v for k, v in config.items() if k != dim}
     return [f"{k}={v}" for k, v in rest.items() if v != default.get(k)
             and not (k in space.BATCHING_KNOBS and rest.get("batching") == "off")]
 
 
-def combined(summary: Mapping[str, Any]) -> dict[str, Any]:
+def combined(summary: Mapping[str, JSON]) -> dict[str, JSON]:
     """The final paired check: the search's winner (or the default against itself) in fresh rounds."""
     final, default = summary["final"], summary["default"]
     is_default = space.normalize(final["config"], default) == space.normalize(default, default)
@@ -112,12 +115,12 @@ def combined(summary: Mapping[str, Any]) -> dict[str, Any]:
             "error": final.get("error")}
 
 
-def chosen_config(summary: Mapping[str, Any]) -> dict[str, Any]:
+def chosen_config(summary: Mapping[str, JSON]) -> space.Config:
     """The config to deploy: the winner if it held up in the final rounds, else TF Serving's defaults."""
     return dict(summary["final"]["config"]) if combined(summary)["holds"] else dict(summary["default"])
 
 
-def recommended_flags(summary: Mapping[str, Any], config: Mapping[str, Any],
+def recommended_flags(summary: Mapping[str, JSON], config: Mapping[str, space.Setting],
                       batching_file: str = "/etc/tfserving/batching.config") -> list[str]:
     """The ``tensorflow_model_server`` flags for ``config`` (besides ports and the model config)."""
     flags = [f"--tensorflow_intra_op_parallelism={int(config['intra_op'])}",
@@ -131,7 +134,7 @@ def recommended_flags(summary: Mapping[str, Any], config: Mapping[str, Any],
     return flags
 
 
-def batching_text(config: Mapping[str, Any], base: Optional[Message]) -> Optional[str]:
+def batching_text(config: Mapping[str, space.Setting], base: Optional[Message]) -> Optional[str]:
     """``batching.config`` (text ``BatchingParameters``) for ``config``; None while batching is off."""
     proto = space.batching_proto(config, base)
     return None if proto is None else text_format.MessageToString(proto)
@@ -145,7 +148,7 @@ def _gain(gain: Optional[float], spread_pct: float) -> str:
     return f"{gain:+.0f} % ± {spread_pct:.0f}" if gain is not None else "-"
 
 
-def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) -> str:
+def render_markdown(summary: Mapping[str, JSON], base: Optional[Message] = None) -> str:
     """``tune.md``: the table, the combined config against the default, the flags and batching.config."""
     rows, total = table_rows(summary), combined(summary)
     config = chosen_config(summary)
@@ -219,27 +222,27 @@ def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) 
     return "\n".join(lines)
 
 
-def grid_of(summary: Mapping[str, Any], dimension: str) -> list[Any]:
+def grid_of(summary: Mapping[str, JSON], dimension: str) -> list[space.Setting]:
     return list(summary.get("grid", {}).get(dimension, []))
 
 
-def _load(summary: Mapping[str, Any]) -> str:
+def _load(summary: Mapping[str, JSON]) -> str:
     load = summary.get("load_average") or []
     return f"{load[0]:.1f}" if load else "?"
 
 
-def _config_text(config: Mapping[str, Any], default: Mapping[str, Any]) -> str:
+def _config_text(config: Mapping[str, space.Setting], default: Mapping[str, space.Setting]) -> str:
     diff = [f"{k}={config[k]}" for k in space.DIMENSIONS if config.get(k) != default.get(k)
             and not (k in space.BATCHING_KNOBS and config.get("batching") == "off")]
     return " ".join(diff) or "default"
 
 
-def _series(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _series(summary: Mapping[str, JSON]) -> list[dict[str, JSON]]:
     """The final rounds as sweep-shaped series (``loadtest.compare`` reads them level by level)."""
     rounds = summary["final"]["rounds"]
     series = []
     for side, label in (("baseline", "default"), ("candidate", "tuned")):
-        by_level: dict[float, list[dict[str, Any]]] = {}
+        by_level: dict[float, list[dict[str, JSON]]] = {}
         for r in rounds:
             for level in r[f"{side}_levels"]:
                 by_level.setdefault(level["level"], []).append(level)
@@ -251,7 +254,7 @@ def _series(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return series
 
 
-def write_report(summary: dict[str, Any], out: Path, base: Optional[Message] = None) -> dict[str, Path]:
+def write_report(summary: dict[str, JSON], out: Path, base: Optional[Message] = None) -> dict[str, Path]:
     """Write ``tune.json`` (with ``rows``, ``combined``, ``recommended`` and sweep-shaped ``series``),
     ``tune.md``, ``tune.png``, ``tune.csv`` and ``batching.config`` (when batching is recommended)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -276,7 +279,7 @@ def write_report(summary: dict[str, Any], out: Path, base: Optional[Message] = N
     return paths
 
 
-def _write_csv(path: Path, trials: Sequence[Mapping[str, Any]], default: Mapping[str, Any]) -> None:
+def _write_csv(path: Path, trials: Sequence[Mapping[str, JSON]], default: Mapping[str, space.Setting]) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["trial", "label", "dimension", "config", "candidate_rps", "default_rps", "throughput_ratio",

@@ -2,8 +2,6 @@
 answer, check that answer against the embedded server's, stop it."""
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -15,6 +13,7 @@ import numpy as np
 
 from benchmarks.peers.envs import APPS, PEERS, PeerUnavailable, clean_env, ensure_venv
 from serving import codec
+from serving.processes import stop_process
 from serving.server.launcher import free_port
 from serving.stack.docker import Mount, TFServingContainer, TFServingUnavailable, run_tf_serving, tfserving_image
 
@@ -48,14 +47,8 @@ class PeerProcess:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL to the process group this object started, after ``timeout``."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, timeout, group="kill")
 
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from deploy.images.build import REPO_ROOT
+from serving.processes import stop_process
 from serving.stack.docker import probe_engine
 
 __all__ = ["Engine", "start_engine"]
@@ -40,14 +40,8 @@ class Engine:
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the engine this run started (containers still running stop with it)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, timeout)
 
 
 def _dockerd() -> Optional[str]:

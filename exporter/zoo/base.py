@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only: importing this module loads no TensorFlow
+    from tensorflow.types.experimental import GenericFunction
+
+    from serving.codec import JSON
 
 __all__ = ["BuiltModel", "SEED"]
 
@@ -28,10 +33,10 @@ class BuiltModel:
 
     name: str
     core: Callable[..., Any]
-    make_signatures: Callable[[Callable[..., Any]], dict[str, Any]]
+    make_signatures: Callable[[Callable[..., Any]], dict[str, GenericFunction]]
     golden_inputs: Mapping[str, Mapping[str, np.ndarray]]
     labels: Mapping[str, np.ndarray] = field(default_factory=dict)
     top1_outputs: Mapping[str, str] = field(default_factory=dict)
     accuracy: Optional[float] = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, JSON] = field(default_factory=dict)
     notes: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ it. Argument names and return values are the same everywhere.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Awaitable, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry, call_w
 
 __all__ = ["ClientApi", "SyncTransport", "AsyncTransport"]
 
+T = TypeVar("T")
+
 
 class ClientApi:
     """predict / classify / regress / metadata / status / reload_config.
@@ -38,7 +40,7 @@ class ClientApi:
 
     _protocol: Protocol
 
-    def _drive(self, gen: ApiGen[Any], timeout: Optional[float]) -> Any:
+    def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> Union[T, Awaitable[T]]:
         """The value of ``gen`` (sync clients) or an awaitable of it (async clients)."""
         raise NotImplementedError
 
@@ -60,7 +62,7 @@ class ClientApi:
         gen = self._protocol.predict(ModelRef(model, version, label), inputs, signature, output_filter)
         return self._drive(gen, timeout)
 
-    def classify(self, model: str, examples: Examples, *, context: Optional[Mapping[str, Any]] = None,
+    def classify(self, model: str, examples: Examples, *, context: Optional[codec.Features] = None,
                  version: Optional[int] = None, label: Optional[str] = None,
                  signature: Optional[str] = None,
                  timeout: Optional[float] = None) -> list[list[tuple[str, float]]]:
@@ -68,7 +70,7 @@ class ClientApi:
         gen = self._protocol.classify(ModelRef(model, version, label), examples, context, signature)
         return self._drive(gen, timeout)
 
-    def regress(self, model: str, examples: Examples, *, context: Optional[Mapping[str, Any]] = None,
+    def regress(self, model: str, examples: Examples, *, context: Optional[codec.Features] = None,
                 version: Optional[int] = None, label: Optional[str] = None,
                 signature: Optional[str] = None, timeout: Optional[float] = None) -> np.ndarray:
         """Regress tf.Examples given as dicts: a float32 array, one value per example."""
@@ -111,7 +113,7 @@ class SyncTransport(ClientApi):
     def close(self) -> None:
         raise NotImplementedError
 
-    def _drive(self, gen: ApiGen[Any], timeout: Optional[float]) -> Any:
+    def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> T:
         budget = self.timeout if timeout is None else timeout
 
         def send(call: Call) -> bytes:
@@ -122,7 +124,7 @@ class SyncTransport(ClientApi):
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -138,7 +140,7 @@ class AsyncTransport(ClientApi):
     async def close(self) -> None:
         raise NotImplementedError
 
-    async def _drive(self, gen: ApiGen[Any], timeout: Optional[float]) -> Any:
+    async def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> T:
         budget = self.timeout if timeout is None else timeout
 
         async def send(call: Call) -> bytes:
@@ -149,5 +151,5 @@ class AsyncTransport(ClientApi):
     async def __aenter__(self):
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()

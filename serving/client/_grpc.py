@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import grpc
 
@@ -13,14 +13,17 @@ from serving.client._protocol import Call
 from serving.client._security import PemSource, TlsConfig, auth_metadata, grpc_tls_error
 from serving.client.retry import RetryPolicy
 
-__all__ = ["GrpcClient", "ChannelPlan", "channel_options", "DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES"]
+__all__ = ["GrpcClient", "ChannelPlan", "ChannelOption", "channel_options", "DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES"]
 
 DEFAULT_TIMEOUT = 30.0
 # TF Serving's server accepts int32-max messages; gRPC clients default to 4 MiB (TF Serving #1382).
 MAX_MESSAGE_BYTES = 2**31 - 1
 
+ChannelOption = tuple[str, Union[int, str]]
+"""One gRPC channel argument: ``("grpc.max_receive_message_length", 1024)``."""
 
-def channel_options(max_message_bytes: int, extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
+
+def channel_options(max_message_bytes: int, extra: Sequence[ChannelOption] = ()) -> list[ChannelOption]:
     """Channel arguments: message-size limits raised both ways, then ``extra``."""
     return [("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes), *extra]
@@ -36,14 +39,14 @@ class ChannelPlan:
 
     target: str
     credentials: Optional[grpc.ChannelCredentials]
-    options: list[tuple[str, Any]]
+    options: list[ChannelOption]
     metadata: tuple[tuple[str, str], ...]
 
     @classmethod
     def build(cls, target: str, *, root_certificates: Optional[PemSource], client_cert: Optional[PemSource],
               client_key: Optional[PemSource], server_name: Optional[str], api_key: Optional[str],
               bearer_token: Optional[str], credentials: Optional[grpc.ChannelCredentials],
-              max_message_bytes: int, options: Sequence[tuple[str, Any]],
+              max_message_bytes: int, options: Sequence[ChannelOption],
               metadata: Sequence[tuple[str, str]]) -> "ChannelPlan":
         tls = TlsConfig.from_args(root_certificates, client_cert, client_key, server_name)
         if tls is not None and credentials is not None:
@@ -81,7 +84,7 @@ class GrpcClient(SyncTransport):
                  client_key: Optional[PemSource] = None, server_name: Optional[str] = None,
                  api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  credentials: Optional[grpc.ChannelCredentials] = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[tuple[str, Any]] = (),
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[ChannelOption] = (),
                  metadata: Sequence[tuple[str, str]] = ()) -> None:
         self._plan = ChannelPlan.build(
             target, root_certificates=root_certificates, client_cert=client_cert, client_key=client_key,

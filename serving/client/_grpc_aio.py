@@ -1,13 +1,13 @@
 """The asyncio gRPC client (``grpc.aio``): same methods and arguments as ``GrpcClient``, awaited."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import grpc
 import grpc.aio
 
 from serving.client._api import AsyncTransport
-from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, ChannelPlan
+from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, ChannelOption, ChannelPlan
 from serving.client._grpc_protocol import GrpcProtocol
 from serving.client._protocol import Call
 from serving.client._security import PemSource
@@ -28,7 +28,7 @@ class AsyncGrpcClient(AsyncTransport):
                  client_key: Optional[PemSource] = None, server_name: Optional[str] = None,
                  api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  credentials: Optional[grpc.ChannelCredentials] = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[tuple[str, Any]] = (),
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[ChannelOption] = (),
                  metadata: Sequence[tuple[str, str]] = ()) -> None:
         self.target, self.timeout, self.retry = target, timeout, retry
         self._plan = ChannelPlan.build(

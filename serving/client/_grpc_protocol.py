@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional, Sequence
 from typing import Protocol as TypingProtocol
 
 import grpc
@@ -74,7 +74,7 @@ def config_message(config: ModelServerConfigLike) -> apis.ModelServerConfig:
     raise TypeError("config must be a ModelServerConfig message or its text proto")
 
 
-def _fill_input(input_proto: apis.Input, examples: Examples, context: Optional[Mapping[str, Any]]) -> None:
+def _fill_input(input_proto: apis.Input, examples: Examples, context: Optional[codec.Features]) -> None:
     target = input_proto.example_list
     if context is not None:
         target = input_proto.example_list_with_context
@@ -134,7 +134,7 @@ class GrpcProtocol(Protocol):
             output_filter=output_filter or ())))
         return codec.decode_predict_response(answer)
 
-    def classify(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+    def classify(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                  signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
         request = apis.ClassificationRequest()
         _fill_input(request.input, examples, context)
@@ -145,7 +145,7 @@ class GrpcProtocol(Protocol):
         answer = yield from self.addressed(ref, build)
         return codec.classification_result_to_list(apis.ClassificationResponse.FromString(answer).result)
 
-    def regress(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+    def regress(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                 signature: Optional[str]) -> ApiGen[np.ndarray]:
         request = apis.RegressionRequest()
         _fill_input(request.input, examples, context)

@@ -9,7 +9,7 @@ bare input and casting inputs to the signature's dtypes are written once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generator, Iterable, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Awaitable, Callable, Generator, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 from google.protobuf.message import Message
@@ -27,7 +27,7 @@ T = TypeVar("T")
 Inputs = Union[ArrayLike, Mapping[str, ArrayLike]]
 """An array (the signature's only input) or a mapping of input name to array."""
 
-Examples = Union[Mapping[str, Any], Iterable[Mapping[str, Any]]]
+Examples = Union[codec.Features, Iterable[codec.Features]]
 """One tf.Example as a dict of features, or several (feature values: numbers, str, bytes or lists of them)."""
 
 ModelServerConfigLike = Union[Message, str]
@@ -151,7 +151,7 @@ _STALE_SIGNATURE_CODES = frozenset({status.Code.INVALID_ARGUMENT, status.Code.NO
                                     status.Code.FAILED_PRECONDITION})
 
 
-def examples_list(examples: Examples) -> Sequence[Mapping[str, Any]]:
+def examples_list(examples: Examples) -> Sequence[codec.Features]:
     """One dict or a sequence of dicts, as a list of feature dicts."""
     if isinstance(examples, Mapping):
         return [examples]

@@ -1,7 +1,7 @@
 """REST requests and answers, as TF Serving's HTTP API defines them (tf-serving.md §2)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, TypeVar
+from typing import Mapping, Optional, Sequence, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -59,7 +59,7 @@ def error_from_http(status_code: int, body: bytes) -> status.ServingError:
     return with_hint(status.error_for(code, str(details)))
 
 
-def _parse(message: M, doc: Optional[Mapping[str, Any]]) -> M:
+def _parse(message: M, doc: Optional[Mapping[str, codec.JSON]]) -> M:
     try:
         return json_format.ParseDict(doc or {}, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
@@ -106,16 +106,16 @@ class RestProtocol(Protocol):
         return outputs
 
     def _examples_call(self, ref: ModelRef, verb: str, examples: Examples,
-                       context: Optional[Mapping[str, Any]], signature: Optional[str]) -> Call:
+                       context: Optional[codec.Features], signature: Optional[str]) -> Call:
         body = codec.examples_to_rest_request(examples_list(examples), context=context, signature_name=signature)
         return Call("POST", body, path=f"{model_path(ref)}:{verb}")
 
-    def classify(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+    def classify(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                  signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
         answer = yield self._examples_call(ref, "classify", examples, context, signature)
         return codec.rest_response_to_results(answer, method="classify")
 
-    def regress(self, ref: ModelRef, examples: Examples, context: Optional[Mapping[str, Any]],
+    def regress(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                 signature: Optional[str]) -> ApiGen[np.ndarray]:
         answer = yield self._examples_call(ref, "regress", examples, context, signature)
         return codec.rest_response_to_results(answer, method="regress")

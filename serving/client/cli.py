@@ -35,7 +35,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class InputFile:
 
     path: Path
     arrays: Optional[Union[np.ndarray, dict[str, np.ndarray]]] = None
-    document: Any = None
+    document: codec.JSON = None
 
     @property
     def is_rest_body(self) -> bool:
@@ -165,7 +165,7 @@ def load_inputs(source: InputFile, signature: Optional[Signature]) -> Union[np.n
         raise InputError(f"--input {source.path}: {exc}") from None
 
 
-def _json_input(value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
+def _json_input(value: codec.JSON, spec: Optional[TensorSpec]) -> np.ndarray:
     if spec is not None and spec.dtype is not None:
         return codec.json_to_array(value, spec.dtype)
     return np.asarray(value)
@@ -186,7 +186,7 @@ def _jsonable_status(versions: Sequence[VersionStatus]) -> list:
              "error_message": v.error_message} for v in versions]
 
 
-def _run(client: ClientApi, args: argparse.Namespace) -> Any:
+def _run(client: ClientApi, args: argparse.Namespace) -> object:
     where = {"version": args.version, "label": args.label, "timeout": args.timeout}
     if args.command == "metadata":
         return _jsonable_metadata(client.metadata(args.model, **where))
@@ -199,7 +199,7 @@ def _run(client: ClientApi, args: argparse.Namespace) -> Any:
     return _predict(client, args, where)
 
 
-def _predict(client: ClientApi, args: argparse.Namespace, where: dict) -> Any:
+def _predict(client: ClientApi, args: argparse.Namespace, where: dict) -> object:
     source = read_input(args.input)
     name = source.signature_name(args.signature)
     signature = None
@@ -219,7 +219,7 @@ def _predict(client: ClientApi, args: argparse.Namespace, where: dict) -> Any:
                         for key, value in outputs.items()}}
 
 
-def _examples_call(client: ClientApi, args: argparse.Namespace, where: dict) -> Any:
+def _examples_call(client: ClientApi, args: argparse.Namespace, where: dict) -> object:
     try:
         doc = codec.json_loads(args.input.read_bytes())
     except ServingError as exc:

@@ -14,14 +14,15 @@ This package is the one public codec; the implementation lives in
 - numpy <-> PredictRequest/PredictResponse wire bytes without building messages:
   ``encode_predict_request`` / ``decode_predict_request``,
   ``encode_predict_response`` / ``decode_predict_response``;
-- JSON text: ``json_loads`` / ``json_dumps`` (NaN and Infinity as TF Serving);
+- JSON text: ``json_loads`` / ``json_dumps`` (NaN and Infinity as TF Serving); ``JSON``, the
+  type of a parsed JSON value;
 - REST Predict: ``rest_request_loads`` (the body, large numeric tensors parsed
   straight to numpy) + ``rest_request_to_inputs`` / ``outputs_to_rest_response`` (server),
   ``inputs_to_rest_request`` / ``rest_response_to_outputs`` (client), and one
   tensor's JSON value: ``json_to_array`` / ``array_to_json``;
 - casting a caller's value to a signature input's dtype before it is sent, where
   that keeps the value (the SDK's one input contract): ``cast_to_spec``;
-- tf.Example: ``example_from_dict`` / ``example_to_dict``; REST Classify/Regress:
+- tf.Example: ``example_from_dict`` / ``example_to_dict`` (``Features``, the dict of one); REST Classify/Regress:
   ``rest_request_to_input``, ``classification_result_to_rest``,
   ``regression_result_to_rest`` (server), ``examples_to_rest_request``,
   ``rest_response_to_results`` (client); ``classification_result_to_list`` and
@@ -49,8 +50,8 @@ from __future__ import annotations
 
 from serving.codec._cast import cast_to_spec
 from serving.codec._dtypes import DTYPES, DType, dtype_from_enum, enum_from_dtype
-from serving.codec._example import example_from_dict, example_to_dict
-from serving.codec._json import MAX_JSON_DEPTH, json_dumps, json_loads
+from serving.codec._example import Features, example_from_dict, example_to_dict
+from serving.codec._json import JSON, MAX_JSON_DEPTH, json_dumps, json_loads
 from serving.codec._json_tensor import array_to_json, json_to_array
 from serving.codec._limits import ElementBudget
 from serving.codec._metadata import ModelMetadata, VersionState, VersionStatus
@@ -101,6 +102,7 @@ __all__ = [
     "decode_predict_request",
     "encode_predict_response",
     "decode_predict_response",
+    "JSON",
     "MAX_JSON_DEPTH",
     "json_loads",
     "json_dumps",
@@ -113,6 +115,7 @@ __all__ = [
     "outputs_to_rest_response",
     "inputs_to_rest_request",
     "rest_response_to_outputs",
+    "Features",
     "example_from_dict",
     "example_to_dict",
     "rest_request_to_input",

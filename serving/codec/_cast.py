@@ -22,7 +22,7 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import numpy as np
 
@@ -30,12 +30,15 @@ from serving import status
 from serving.codec._dtypes import DType, dtype_from_enum, enum_from_dtype
 from serving.codec._signature import TensorSpec
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 __all__ = ["cast_to_spec"]
 
 _SHOWN = 64
 
 
-def cast_to_spec(name: str, value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
+def cast_to_spec(name: str, value: ArrayLike, spec: Optional[TensorSpec]) -> np.ndarray:
     """``value`` as an array of ``spec``'s dtype; ``status.InvalidArgument`` for a cast that would change it.
 
     ``spec`` None, or a dtype the codec cannot carry, leaves the value as
@@ -56,7 +59,7 @@ def cast_to_spec(name: str, value: Any, spec: Optional[TensorSpec]) -> np.ndarra
     return _numbers(name, arr, target, _source_name(arr.dtype))
 
 
-def _dense(name: str, value: Any, dtype: Optional[type]) -> np.ndarray:
+def _dense(name: str, value: ArrayLike, dtype: Optional[type]) -> np.ndarray:
     try:
         return np.array(value, dtype=dtype)
     except ValueError:
@@ -76,14 +79,14 @@ def _refusal(name: str, source: str, target: DType, reason: str) -> status.Inval
     return status.InvalidArgument(f'input "{name}": cannot cast {source} to {target.name}: {reason}')
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, np.generic):
         value = value.item()
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
-def _not(value: Any, wanted: str) -> str:
+def _not(value: object, wanted: str) -> str:
     """The reason a leaf is refused: "'abc' is a string, not a number"."""
     if isinstance(value, (str, bytes, bytearray, np.str_, np.bytes_)):
         kind = "a string"
@@ -96,7 +99,7 @@ def _not(value: Any, wanted: str) -> str:
     return f"{_shown(value)} is {kind}, not {wanted}"
 
 
-def _leaf_name(value: Any) -> str:
+def _leaf_name(value: object) -> str:
     """The dtype a Python leaf stands for: DT_STRING, DT_BOOL, DT_DOUBLE, DT_INT64, or its type ("int" beyond int64)."""
     if isinstance(value, (str, bytes, bytearray)):
         return "DT_STRING"
@@ -111,7 +114,7 @@ def _leaf_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _leaves(arr: np.ndarray) -> Iterator[Any]:
+def _leaves(arr: np.ndarray) -> Iterator[object]:
     return iter(arr.reshape(-1).tolist())
 
 
@@ -127,7 +130,7 @@ def _to_strings(name: str, arr: np.ndarray, target: DType) -> np.ndarray:
     return out.reshape(arr.shape)
 
 
-def _leaf_source(arr: np.ndarray, item: Any) -> str:
+def _leaf_source(arr: np.ndarray, item: object) -> str:
     """The source dtype's name: the array's, or for an object array the one the offending leaf stands for."""
     return _leaf_name(item) if arr.dtype.kind == "O" else _source_name(arr.dtype)
 

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["DType", "DTYPES", "DT_STRING", "DT_HALF", "dtype_from_enum", "dtype_from_name", "enum_from_dtype"]
 
@@ -67,7 +70,7 @@ def dtype_from_name(name: str) -> DType:
         raise ValueError(f"unsupported tensor dtype: {name}") from None
 
 
-def enum_from_dtype(dtype: Any) -> DType:
+def enum_from_dtype(dtype: DTypeLike) -> DType:
     """The table row of a numpy dtype; strings and bytes map to DT_STRING."""
     dt = np.dtype(dtype)
     if dt.kind in ("S", "U", "O"):

@@ -8,7 +8,7 @@ taken by dtype.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -16,7 +16,16 @@ from serving import status
 from serving.codec._json import json_type_name
 from serving.codec._json_tensor import decode_b64_object, is_b64_object
 
-__all__ = ["example_from_dict", "example_to_dict"]
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    # The wire messages stand for both schemas: tf.train.Example's official ones have the same fields.
+    from serving.wire.serving_apis_pb2 import Example, Feature
+
+__all__ = ["Features", "example_from_dict", "example_to_dict"]
+
+Features = Mapping[str, "ArrayLike"]
+"""One tf.Example as a dict: feature name to its value or values (bytes or text, ints, floats)."""
 
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
@@ -24,7 +33,7 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _KIND_NAME = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
 
 
-def example_from_dict(features: Mapping[str, Any], example_proto: Any) -> Any:
+def example_from_dict(features: Features, example_proto: Example) -> Example:
     """Fill ``example_proto`` (a tf.train.Example-shaped message) from ``features``; return it.
 
     Raises ``status.InvalidArgument`` with TF Serving's wording for values of
@@ -47,7 +56,7 @@ def example_from_dict(features: Mapping[str, Any], example_proto: Any) -> Any:
     return example_proto
 
 
-def _fill_from_array(name: str, arr: np.ndarray, feature: Any) -> None:
+def _fill_from_array(name: str, arr: np.ndarray, feature: Feature) -> None:
     flat = arr.reshape(-1)
     kind = arr.dtype.kind
     if kind == "f":
@@ -63,7 +72,7 @@ def _fill_from_array(name: str, arr: np.ndarray, feature: Any) -> None:
         raise status.InvalidArgument(f"Feature: {name} has unsupported dtype {arr.dtype}")
 
 
-def _kind_of(value: Any, name: str) -> str:
+def _kind_of(value: object, name: str) -> str:
     if value is None or isinstance(value, (list, tuple)) or (isinstance(value, dict) and not is_b64_object(value)):
         raise status.InvalidArgument(
             f"Feature: {name} has element with unexpected JSON type: {json_type_name(value)}")
@@ -77,7 +86,7 @@ def _kind_of(value: Any, name: str) -> str:
         f"Feature: {name} has element with unexpected type: {type(value).__name__}")
 
 
-def _add_value(name: str, value: Any, feature: Any) -> None:
+def _add_value(name: str, value: object, feature: Feature) -> None:
     kind = _kind_of(value, name)
     current = feature.WhichOneof("kind")
     if current is not None and current != kind:
@@ -100,7 +109,7 @@ def _add_value(name: str, value: Any, feature: Any) -> None:
         feature.bytes_list.value.append(value.encode("utf-8") if isinstance(value, str) else bytes(value))
 
 
-def example_to_dict(example_proto: Any) -> dict[str, list]:
+def example_to_dict(example_proto: Example) -> dict[str, list]:
     """``{feature name: list of values}``: bytes, float or int per the feature's kind."""
     out: dict[str, list] = {}
     for name, feature in example_proto.features.feature.items():

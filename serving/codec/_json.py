@@ -17,14 +17,17 @@ import json
 import math
 import re
 import sys
-from typing import Any, Optional
+from typing import Optional, Union
 
 import numpy as np
 import orjson
 
 from serving import status
 
-__all__ = ["MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
+__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
+
+JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+"""A parsed JSON value: what ``json_loads`` returns (``json_dumps`` takes numpy values besides)."""
 
 # orjson's fixed limit; deeper documents are rejected, never recursed into.
 MAX_JSON_DEPTH = 1024
@@ -48,11 +51,11 @@ class JsonText:
     def __init__(self, text: bytes) -> None:
         self.text = text
 
-    def value(self) -> Any:
+    def value(self) -> JSON:
         return json_loads(self.text)
 
 
-def json_loads(body: bytes | bytearray | memoryview | str) -> Any:
+def json_loads(body: bytes | bytearray | memoryview | str) -> JSON:
     """Parse a JSON document; ``NaN``/``Infinity``/``-Infinity`` are accepted.
 
     Raises ``status.InvalidArgument`` ("JSON Parse error: ...", TF Serving's
@@ -101,7 +104,7 @@ def _too_big() -> status.InvalidArgument:
     return status.InvalidArgument("JSON Parse error: Number too big to be stored in double")
 
 
-def _stdlib_loads(body: Any) -> Any:
+def _stdlib_loads(body: bytes | bytearray | memoryview | str) -> JSON:
     """The documents orjson refuses for their ``NaN``/``Infinity`` tokens (and its errors' wording)."""
     try:
         value = json.loads(body, parse_int=_parse_int)
@@ -116,14 +119,14 @@ def _stdlib_loads(body: Any) -> Any:
     return value
 
 
-def _may_hold_surrogates(body: Any) -> bool:
+def _may_hold_surrogates(body: bytes | bytearray | memoryview | str) -> bool:
     """A C-speed scan: only a body with a surrogate escape (or, as ``str``, any non-ASCII) needs the walk."""
     if isinstance(body, str):
         return not body.isascii()
     return _SURROGATE_ESCAPE.search(body) is not None
 
 
-def _reject_surrogates(value: Any) -> None:
+def _reject_surrogates(value: JSON) -> None:
     """``_bad_surrogate`` when a string or key of the parsed document is not UTF-8 text (a lone surrogate)."""
     stack = [value]
     while stack:
@@ -140,7 +143,7 @@ def _reject_surrogates(value: Any) -> None:
                 raise _bad_surrogate() from None
 
 
-def json_dumps(obj: Any) -> bytes:
+def json_dumps(obj: object) -> bytes:
     """Compact JSON bytes of ``obj``; numpy arrays and scalars may appear anywhere.
 
     Non-finite floats are written ``NaN``/``Infinity``/``-Infinity`` as TF
@@ -151,7 +154,7 @@ def json_dumps(obj: Any) -> bytes:
     return orjson.dumps(_prepare(obj), default=_default, option=_OPTIONS)
 
 
-def _prepare(obj: Any) -> Any:
+def _prepare(obj: object) -> object:
     if isinstance(obj, np.ndarray):
         return _prepare_array(obj)
     if isinstance(obj, (float, np.floating)):
@@ -173,7 +176,7 @@ def _non_finite(value: float) -> orjson.Fragment:
     return _FRAGMENTS[_non_finite_token(value)]
 
 
-def _prepare_array(arr: np.ndarray) -> Any:
+def _prepare_array(arr: np.ndarray) -> object:
     if arr.ndim == 0:
         return _prepare(arr[()])
     kind = arr.dtype.kind
@@ -199,7 +202,7 @@ def _array_with_non_finite(arr: np.ndarray, finite: np.ndarray) -> bytes:
     return b"".join(out)
 
 
-def _default(obj: Any) -> Any:
+def _default(obj: object) -> object:
     if isinstance(obj, JsonText):
         return obj.value()
     if isinstance(obj, np.ndarray):
@@ -211,7 +214,7 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"Type is not JSON serializable: {type(obj).__name__}")
 
 
-def json_type_name(value: Any) -> str:
+def json_type_name(value: object) -> str:
     """rapidjson's name of a parsed JSON value's type (for TF Serving's messages)."""
     if value is None:
         return "Null"
@@ -231,7 +234,7 @@ def json_type_name(value: Any) -> str:
 _SHOWN = 256
 
 
-def json_value_string(value: Any) -> str:
+def json_value_string(value: object) -> str:
     """A parsed JSON value as text for an error message, cut at 256 chars."""
     try:
         text = json_dumps(value).decode("utf-8")

@@ -35,15 +35,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 import orjson
 
 from serving import status
-from serving.codec._json import JsonText, json_loads
+from serving.codec._json import JSON, JsonText, json_loads
 
-__all__ = ["DENSE_MIN_BYTES", "DenseArray", "json_loads_dense"]
+__all__ = ["DENSE_MIN_BYTES", "DenseArray", "DenseJSON", "json_loads_dense"]
 
 DENSE_MIN_BYTES = 1024
 
@@ -78,8 +78,12 @@ class DenseArray(JsonText):
         return f"DenseArray(shape={self.array.shape}, dtype={self.array.dtype})"
 
 
+DenseJSON = Union[None, bool, int, float, str, DenseArray, list["DenseJSON"], dict[str, "DenseJSON"]]
+"""A parsed JSON value whose tensor positions may hold a ``DenseArray`` (what ``json_loads_dense`` returns)."""
+
+
 def json_loads_dense(body: bytes | bytearray | memoryview | str,
-                     keep: Callable[[Path], bool]) -> Any:
+                     keep: Callable[[Path], bool]) -> DenseJSON:
     """``json_loads(body)`` with each large dense numeric array at a path ``keep`` allows as a ``DenseArray``.
 
     A path is the tuple of object keys and list indexes from the document
@@ -113,11 +117,11 @@ def json_loads_dense(body: bytes | bytearray | memoryview | str,
 _MISPLACED = object()
 
 
-def _place(document: Any, prefix: str, arrays: list[DenseArray], keep: Callable[[Path], bool]) -> Any:
+def _place(document: JSON, prefix: str, arrays: list[DenseArray], keep: Callable[[Path], bool]) -> object:
     """``document`` with each placeholder string replaced; ``_MISPLACED`` unless each is found once as a value."""
     found = 0
 
-    def substitute(value: Any, path: Path) -> Any:
+    def substitute(value: JSON, path: Path) -> DenseJSON:
         nonlocal found
         if not (isinstance(value, str) and value.startswith(prefix)):
             return value

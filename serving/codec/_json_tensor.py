@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import numpy as np
 
 from serving import status
 from serving.codec._dtypes import DT_STRING, DType, enum_from_dtype
-from serving.codec._json import json_type_name, json_value_string
-from serving.codec._json_dense import DenseArray
+from serving.codec._json import JSON, json_type_name, json_value_string
+from serving.codec._json_dense import DenseArray, DenseJSON
 from serving.codec._limits import ElementBudget
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
 
 __all__ = [
     "json_to_array",
@@ -48,12 +51,12 @@ def status_string(error: status.ServingError) -> str:
     return f"{error.code.name}: {error.details}"
 
 
-def is_b64_object(value: Any) -> bool:
+def is_b64_object(value: object) -> bool:
     """True for ``{"b64": "<string>"}`` (exactly one key, a string value)."""
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
 
-def decode_b64_object(value: Any) -> bytes:
+def decode_b64_object(value: JSON) -> bytes:
     """The bytes of a ``{"b64": ...}`` object; InvalidArgument otherwise."""
     if not is_b64_object(value):
         raise status.InvalidArgument(
@@ -64,7 +67,7 @@ def decode_b64_object(value: Any) -> bytes:
         raise status.InvalidArgument("Unable to base64 decode") from None
 
 
-def dense_shape(value: Any) -> list[int]:
+def dense_shape(value: DenseJSON) -> list[int]:
     """The shape read along first elements (``GetDenseTensorShape``)."""
     shape = []
     while isinstance(value, list):
@@ -87,7 +90,7 @@ def stack_dense(values: list) -> Optional[DenseArray]:
     return DenseArray(b"[" + b",".join(v.text for v in values) + b"]", np.stack([v.array for v in values]))
 
 
-def json_to_array(value: Any, dtype: Any, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
+def json_to_array(value: DenseJSON, dtype: DTypeLike, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
     """The tensor a parsed JSON value holds, with the signature's ``dtype``.
 
     Strings come back as an object array of ``bytes``. A ``budget`` is charged
@@ -130,7 +133,7 @@ def _numbers(arr: np.ndarray, row: DType) -> Optional[np.ndarray]:
     return arr.astype(row.numpy)
 
 
-def _check_kind(value: Any, arr: np.ndarray, row: DType) -> None:
+def _check_kind(value: JSON, arr: np.ndarray, row: DType) -> None:
     target = row.numpy.kind
     kind = arr.dtype.kind
     if target == "f":
@@ -152,11 +155,11 @@ def _check_kind(value: Any, arr: np.ndarray, row: DType) -> None:
             raise _type_error(bad, row)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _is_int_of(v: Any, row: DType) -> bool:
+def _is_int_of(v: object, row: DType) -> bool:
     if not isinstance(v, int) or isinstance(v, bool):
         return False
     info = np.iinfo(row.numpy)
@@ -168,7 +171,7 @@ def _ints_in_range(arr: np.ndarray, row: DType) -> bool:
     return int(arr.min()) >= int(info.min) and int(arr.max()) <= int(info.max)
 
 
-def _check_lossless_ints(value: Any, arr: np.ndarray, row: DType) -> None:
+def _check_lossless_ints(value: JSON, arr: np.ndarray, row: DType) -> None:
     # json_tensor.cc IsLosslessDecimal: integers must fit the float's mantissa.
     limit = (1 << np.finfo(row.numpy).nmant + 1) - 1
     if int(arr.max()) > limit or int(arr.min()) < -limit:
@@ -176,7 +179,7 @@ def _check_lossless_ints(value: Any, arr: np.ndarray, row: DType) -> None:
         raise _lossy_error(bad, row)
 
 
-def _check_float_range(value: Any, arr: np.ndarray, row: DType) -> None:
+def _check_float_range(value: JSON, arr: np.ndarray, row: DType) -> None:
     if row.numpy.itemsize >= arr.dtype.itemsize:
         return
     biggest = float(np.finfo(row.numpy).max)
@@ -186,19 +189,19 @@ def _check_float_range(value: Any, arr: np.ndarray, row: DType) -> None:
         raise _lossy_error(bad, row)
 
 
-def _lossy_error(value: Any, row: DType) -> status.InvalidArgument:
+def _lossy_error(value: JSON, row: DType) -> status.InvalidArgument:
     return status.InvalidArgument(
         f"Cannot convert JSON value: {json_value_string(value)} to {row.tf_name} "
         "without loss of precision.")
 
 
-def _type_error(value: Any, row: DType) -> status.InvalidArgument:
+def _type_error(value: object, row: DType) -> status.InvalidArgument:
     return status.InvalidArgument(
         f"JSON Value: {json_value_string(value)} Type: {json_type_name(value)} "
         f"is not of expected type: {row.tf_name}")
 
 
-def _strings(value: Any) -> np.ndarray:
+def _strings(value: JSON) -> np.ndarray:
     arr = np.array(value, dtype=object)
     if _has_list_leaf(arr):
         raise _shape_error(value)
@@ -209,7 +212,7 @@ def _strings(value: Any) -> np.ndarray:
     return out.reshape(arr.shape)
 
 
-def _string_leaf(item: Any) -> bytes:
+def _string_leaf(item: object) -> bytes:
     if isinstance(item, str):
         return item.encode("utf-8")
     if isinstance(item, bytes):  # never parsed from JSON; callers building tensors in Python pass bytes
@@ -223,7 +226,7 @@ def _has_list_leaf(arr: np.ndarray) -> bool:
     return any(isinstance(v, list) for v in arr.reshape(-1).tolist())
 
 
-def _leaves(value: Any) -> Iterator[Any]:
+def _leaves(value: JSON) -> Iterator[JSON]:
     stack = [value]
     while stack:
         item = stack.pop()
@@ -236,12 +239,12 @@ def _leaves(value: Any) -> Iterator[Any]:
 _NONE = object()
 
 
-def _first_leaf(value: Any, bad: Callable[[Any], bool], default: Any = None) -> Any:
+def _first_leaf(value: JSON, bad: Callable[[JSON], bool], default: object = None) -> object:
     """The first leaf that is ``bad``; ``default`` (or the whole value) if none is."""
     return next((v for v in _leaves(value) if bad(v)), value if default is None else default)
 
 
-def _shape_error(value: Any) -> status.InvalidArgument:
+def _shape_error(value: JSON) -> status.InvalidArgument:
     """TF Serving's message for the first place ``value`` is not dense."""
     shape = dense_shape(value)
     if len(shape) > _MAX_DIMS:
@@ -251,7 +254,7 @@ def _shape_error(value: Any) -> status.InvalidArgument:
     return status.InvalidArgument(message or "JSON Value is not a dense tensor")
 
 
-def _first_shape_problem(value: Any, shape: list[int]) -> Optional[str]:
+def _first_shape_problem(value: JSON, shape: list[int]) -> Optional[str]:
     rank = len(shape)
     stack = [(value, 0)]
     while stack:
@@ -270,7 +273,7 @@ def _first_shape_problem(value: Any, shape: list[int]) -> Optional[str]:
     return None
 
 
-def array_to_json(array: Any, *, as_b64: bool = False) -> Any:
+def array_to_json(array: ArrayLike, *, as_b64: bool = False) -> JSON | np.ndarray:
     """The JSON value of a tensor, for ``json_dumps``.
 
     Numeric arrays are returned as they are (``json_dumps`` writes them fast,
@@ -294,7 +297,7 @@ def array_to_json(array: Any, *, as_b64: bool = False) -> Any:
     return out.reshape(arr.shape).tolist()
 
 
-def _string_json(value: Any, as_b64: bool) -> Any:
+def _string_json(value: object, as_b64: bool) -> JSON:
     if isinstance(value, str) and not as_b64:
         return value
     if not isinstance(value, (str, bytes, bytearray)):

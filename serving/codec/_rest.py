@@ -8,14 +8,14 @@ Wording of errors follows ``util/json_tensor.cc``.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 import numpy as np
 
 from serving import status
 from serving.codec._dtypes import enum_from_dtype
-from serving.codec._json import json_dumps, json_loads, json_value_string
-from serving.codec._json_dense import DenseArray, json_loads_dense
+from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
+from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
     array_to_json,
     decode_b64_object,
@@ -26,6 +26,9 @@ from serving.codec._json_tensor import (
     status_string,
 )
 from serving.codec._limits import ElementBudget
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
 
 __all__ = [
     "rest_request_loads",
@@ -40,11 +43,11 @@ BYTES_SUFFIX = "_bytes"
 _INSTANCES, _INPUTS = "instances", "inputs"
 
 
-def _format_error(doc: Any, text: str) -> status.InvalidArgument:
+def _format_error(doc: DenseJSON, text: str) -> status.InvalidArgument:
     return status.InvalidArgument(f"JSON Value: {json_value_string(doc)} {text}")
 
 
-def rest_request_loads(body: bytes | bytearray | memoryview) -> Any:
+def rest_request_loads(body: bytes | bytearray | memoryview) -> DenseJSON:
     """A Predict request body parsed for ``rest_request_to_inputs``; errors are ``json_loads``'s.
 
     Large dense arrays of numbers where tensors go (the ``instances`` or
@@ -66,8 +69,8 @@ def _is_tensor_position(path: tuple) -> bool:
 
 
 def rest_request_to_inputs(
-        request: Mapping[str, Any],
-        input_specs: Mapping[str, Any], *,
+        request: DenseJSON,
+        input_specs: Mapping[str, DTypeLike], *,
         max_elements: Optional[int] = None) -> tuple[dict[str, np.ndarray], bool]:
     """The input tensors of a parsed Predict request body, typed by ``input_specs``.
 
@@ -97,11 +100,11 @@ def rest_request_to_inputs(
     raise status.InvalidArgument("Missing 'inputs' or 'instances' key")
 
 
-def _is_named_object(value: Any) -> bool:
+def _is_named_object(value: DenseJSON) -> bool:
     return isinstance(value, dict) and not is_b64_object(value)
 
 
-def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any],
+def _from_instances(request: dict[str, DenseJSON], specs: Mapping[str, DTypeLike],
                     budget: ElementBudget) -> dict[str, np.ndarray]:
     instances = request[_INSTANCES]
     if isinstance(instances, DenseArray):  # a plain list of numbers, never empty
@@ -129,7 +132,7 @@ def _from_instances(request: Mapping[str, Any], specs: Mapping[str, Any],
     return {name: _batch(name, columns[name], specs[name], budget, keyed=True) for name in specs}
 
 
-def _columns_of_objects(instances: list, specs: Mapping[str, Any]) -> dict[str, list]:
+def _columns_of_objects(instances: list, specs: Mapping[str, DTypeLike]) -> dict[str, list]:
     columns: dict[str, list] = {name: [] for name in specs}
     expected = ",".join(sorted(specs))
     for i, item in enumerate(instances):
@@ -148,7 +151,7 @@ def _columns_of_objects(instances: list, specs: Mapping[str, Any]) -> dict[str, 
     return columns
 
 
-def _batch(name: str, values: list | DenseArray, dtype: Any, budget: ElementBudget, *,
+def _batch(name: str, values: list | DenseArray, dtype: DTypeLike, budget: ElementBudget, *,
            keyed: bool) -> np.ndarray:
     """Stack one input's per-instance values; pinpoint the element on failure."""
     budget.take(dense_shape(values))
@@ -164,11 +167,11 @@ def _batch(name: str, values: list | DenseArray, dtype: Any, budget: ElementBudg
         raise error
 
 
-def _parsed(value: Any) -> Any:
+def _parsed(value: DenseJSON) -> DenseJSON:
     return value.value() if isinstance(value, DenseArray) else value
 
 
-def _raise_element_error(name: str, values: list, dtype: Any, keyed: bool) -> None:
+def _raise_element_error(name: str, values: list, dtype: DTypeLike, keyed: bool) -> None:
     """``AddInstanceItem``'s order: each element's own error, then its size, then its shape."""
     where = f" key: {name}" if keyed else ""
     first: Optional[np.ndarray] = None
@@ -195,7 +198,7 @@ def _shape_string(shape: Iterable[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def _from_columns(value: Any, specs: Mapping[str, Any], budget: ElementBudget) -> dict[str, np.ndarray]:
+def _from_columns(value: DenseJSON, specs: Mapping[str, DTypeLike], budget: ElementBudget) -> dict[str, np.ndarray]:
     if not _is_named_object(value):
         if len(specs) > 1:
             raise status.InvalidArgument(
@@ -235,7 +238,7 @@ def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool
                                    for name, arr in arrays.items()}})
 
 
-def _rows(arrays: Mapping[str, np.ndarray]) -> Any:
+def _rows(arrays: Mapping[str, np.ndarray]) -> JSON | np.ndarray:
     batch = -1
     for name, arr in arrays.items():
         if arr.ndim == 0:
@@ -250,7 +253,7 @@ def _rows(arrays: Mapping[str, np.ndarray]) -> Any:
     return [{name: value[i] for name, value in values.items()} for i in range(batch)]
 
 
-def inputs_to_rest_request(inputs: Any, *, signature_name: Optional[str] = None,
+def inputs_to_rest_request(inputs: ArrayLike | Mapping[str, ArrayLike], *, signature_name: Optional[str] = None,
                            row_format: bool = True) -> bytes:
     """A Predict request body from an array or a dict of arrays (client side).
 
@@ -259,7 +262,7 @@ def inputs_to_rest_request(inputs: Any, *, signature_name: Optional[str] = None,
     Columnar format sends ``inputs``: the bare tensor or an object of tensors.
     Bytes that are not UTF-8 go as ``{"b64": ...}``.
     """
-    body: dict[str, Any] = {}
+    body: dict[str, object] = {}
     if signature_name:
         body["signature_name"] = signature_name
     if isinstance(inputs, Mapping):
@@ -277,15 +280,15 @@ def inputs_to_rest_request(inputs: Any, *, signature_name: Optional[str] = None,
     return json_dumps(body)
 
 
-def _named_rows(values: Mapping[str, Any]) -> list:
+def _named_rows(values: Mapping[str, JSON | np.ndarray]) -> list:
     (name, value), = values.items()
     if np.ndim(value) == 0:
         raise status.InvalidArgument(f"row format ('instances') needs a batch dimension; {name} is a scalar")
     return [{name: row} for row in value]
 
 
-def rest_response_to_outputs(body: Any, *, output_names: Optional[Iterable[str]] = None,
-                             output_dtypes: Optional[Mapping[str, Any]] = None) -> dict[str, np.ndarray]:
+def rest_response_to_outputs(body: bytes | str | JSON, *, output_names: Optional[Iterable[str]] = None,
+                             output_dtypes: Optional[Mapping[str, DTypeLike]] = None) -> dict[str, np.ndarray]:
     """The output tensors of a Predict response body (client side).
 
     ``body`` is the raw body or its parsed value. A single unnamed output is
@@ -314,7 +317,7 @@ def _single_name(names: list[str], default: str) -> str:
     return names[0] if len(names) == 1 else default
 
 
-def _row_columns(predictions: Any, names: list[str]) -> dict[str, Any]:
+def _row_columns(predictions: JSON, names: list[str]) -> dict[str, JSON]:
     if not isinstance(predictions, list):
         raise status.InvalidArgument("'predictions' is not a list")
     if predictions and _is_named_object(predictions[0]):
@@ -328,13 +331,13 @@ def _row_columns(predictions: Any, names: list[str]) -> dict[str, Any]:
     return {_single_name(names, "predictions"): predictions}
 
 
-def _column_values(outputs: Any, names: list[str]) -> dict[str, Any]:
+def _column_values(outputs: JSON, names: list[str]) -> dict[str, JSON]:
     if _is_named_object(outputs):
         return dict(outputs)
     return {_single_name(names, "outputs"): outputs}
 
 
-def _output_array(value: Any, dtype: Any) -> np.ndarray:
+def _output_array(value: JSON, dtype: Optional[DTypeLike]) -> np.ndarray:
     if dtype is not None and enum_from_dtype(dtype).is_string:
         return _bytes_array(value)
     try:
@@ -346,7 +349,7 @@ def _output_array(value: Any, dtype: Any) -> np.ndarray:
     return arr
 
 
-def _bytes_array(value: Any) -> np.ndarray:
+def _bytes_array(value: JSON) -> np.ndarray:
     arr = np.array(value, dtype=object)
     flat = arr.reshape(-1)
     out = np.empty(flat.size, dtype=object)

@@ -7,14 +7,20 @@ client returns (``classification_result_to_list``, ``regression_result_to_array`
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 
 from serving import status
-from serving.codec._example import example_from_dict
-from serving.codec._json import json_dumps, json_loads, json_value_string
+from serving.codec._example import Features, example_from_dict
+from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_tensor import array_to_json
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    # The wire messages stand for both schemas: TF Serving's official ones have the same fields.
+    from serving.wire.serving_apis_pb2 import ClassificationResult, Input, RegressionResult
 
 __all__ = [
     "rest_request_to_input",
@@ -29,7 +35,7 @@ __all__ = [
 Classifications = list[list[tuple[str, float]]]
 
 
-def rest_request_to_input(request: Mapping[str, Any], input_proto: Any) -> Any:
+def rest_request_to_input(request: JSON, input_proto: Input) -> Input:
     """Fill a ``tensorflow.serving.Input``-shaped message from a parsed Classify/Regress body.
 
     With ``context`` the examples go to ``example_list_with_context``, else
@@ -58,7 +64,7 @@ def rest_request_to_input(request: Mapping[str, Any], input_proto: Any) -> Any:
     return input_proto
 
 
-def _features_json(features: Mapping[str, Any]) -> dict[str, Any]:
+def _features_json(features: Features) -> dict[str, JSON | np.ndarray]:
     out = {}
     for name, value in features.items():
         if isinstance(value, (bytes, str)) or np.ndim(value) == 0:
@@ -67,17 +73,17 @@ def _features_json(features: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _has_text(value: Any) -> bool:
+def _has_text(value: ArrayLike) -> bool:
     if isinstance(value, np.ndarray):
         return value.dtype.kind in "OSU"
     return any(isinstance(v, (bytes, str)) for v in value)
 
 
-def examples_to_rest_request(examples: Sequence[Mapping[str, Any]], *,
-                             context: Optional[Mapping[str, Any]] = None,
+def examples_to_rest_request(examples: Sequence[Features], *,
+                             context: Optional[Features] = None,
                              signature_name: Optional[str] = None) -> bytes:
     """A Classify/Regress request body; bytes that are not UTF-8 go as ``{"b64": ...}``."""
-    body: dict[str, Any] = {}
+    body: dict[str, object] = {}
     if signature_name:
         body["signature_name"] = signature_name
     if context is not None:
@@ -86,17 +92,17 @@ def examples_to_rest_request(examples: Sequence[Mapping[str, Any]], *,
     return json_dumps(body)
 
 
-def classification_result_to_list(result: Any) -> Classifications:
+def classification_result_to_list(result: ClassificationResult) -> Classifications:
     """A ClassificationResult-shaped message as ``[[(label, score), ...] per example]``."""
     return [[(c.label, float(np.float32(c.score))) for c in item.classes] for item in result.classifications]
 
 
-def regression_result_to_array(result: Any) -> np.ndarray:
+def regression_result_to_array(result: RegressionResult) -> np.ndarray:
     """A RegressionResult-shaped message as a float32 array, one value per example."""
     return np.array([r.value for r in result.regressions], dtype=np.float32)
 
 
-def classification_result_to_rest(result: Any) -> bytes:
+def classification_result_to_rest(result: ClassificationResult) -> bytes:
     """``{"results": [[["label", score], ...], ...]}`` (TF Serving's Classify body)."""
     if not len(result.classifications):
         raise status.InvalidArgument("Cannot convert empty ClassificationResults to JSON")
@@ -104,14 +110,14 @@ def classification_result_to_rest(result: Any) -> bytes:
     return json_dumps({"results": rows})
 
 
-def regression_result_to_rest(result: Any) -> bytes:
+def regression_result_to_rest(result: RegressionResult) -> bytes:
     """``{"results": [value, ...]}`` (TF Serving's Regress body)."""
     if not len(result.regressions):
         raise status.InvalidArgument("Cannot convert empty RegressionResults to JSON")
     return json_dumps({"results": regression_result_to_array(result)})
 
 
-def rest_response_to_results(body: Any, *, method: str) -> Any:
+def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]:
     """The ``results`` of a Classify (``method="classify"``) or Regress body, as gRPC returns them."""
     doc = body if isinstance(body, dict) else json_loads(body)
     if not isinstance(doc, dict) or "results" not in doc:

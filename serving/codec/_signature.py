@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
 from serving.codec._dtypes import dtype_from_enum, dtype_from_name, enum_from_dtype
 from serving.wire.serving_apis_pb2 import DataType
+
+if TYPE_CHECKING:
+    from serving.codec._json import JSON
 
 __all__ = [
     "DEFAULT_SIGNATURE",
@@ -155,14 +158,14 @@ class TensorSpec:
             return True
         return len(self.shape) == len(shape) and all(e is None or e == a for e, a in zip(self.shape, shape))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JSON]:
         """The manifest record: ``{"dtype": "DT_FLOAT", "shape": [-1, 8] or null, "tensor_name": ...}``."""
         dims = self.dims
         return {"dtype": self.dtype_name, "shape": None if dims is None else list(dims),
                 "tensor_name": self.tensor_name}
 
     @classmethod
-    def from_json(cls, name: str, doc: Mapping[str, Any]) -> "TensorSpec":
+    def from_json(cls, name: str, doc: Mapping[str, JSON]) -> "TensorSpec":
         """The spec a manifest record describes (inverse of ``to_json``); ValueError for an unknown dtype name."""
         enum = _dtype_enum_from_name(doc["dtype"])
         try:
@@ -201,14 +204,14 @@ class Signature:
         return cls(name, signature_def.method_name,
                    _specs(signature_def.inputs), _specs(signature_def.outputs))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JSON]:
         """The manifest record: ``{"method_name": ..., "inputs": {...}, "outputs": {...}}``."""
         return {"method_name": self.method_name,
                 "inputs": {k: t.to_json() for k, t in self.inputs.items()},
                 "outputs": {k: t.to_json() for k, t in self.outputs.items()}}
 
     @classmethod
-    def from_json(cls, name: str, doc: Mapping[str, Any]) -> "Signature":
+    def from_json(cls, name: str, doc: Mapping[str, JSON]) -> "Signature":
         """The signature a manifest record describes (inverse of ``to_json``)."""
         return cls(name, doc["method_name"],
                    {k: TensorSpec.from_json(k, t) for k, t in doc["inputs"].items()},

@@ -1,17 +1,23 @@
 """numpy <-> TensorProto, duck-typed over official and wire TensorProto messages."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from serving.codec._dtypes import DT_HALF, DT_STRING, DType, dtype_from_enum, enum_from_dtype
 from serving.codec._limits import ElementBudget, element_count
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    # The wire message stands for both schemas: TensorFlow's official TensorProto has the same fields.
+    from serving.wire.serving_apis_pb2 import TensorProto
+
 __all__ = ["ndarray_to_tensor_proto", "tensor_proto_to_ndarray", "tensor_proto_shape", "as_bytes"]
 
 
-def as_bytes(value: Any) -> bytes:
+def as_bytes(value: object) -> bytes:
     """A DT_STRING element as bytes (str is UTF-8 encoded)."""
     if isinstance(value, bytes):
         return value
@@ -20,7 +26,7 @@ def as_bytes(value: Any) -> bytes:
     raise ValueError(f"DT_STRING tensors hold bytes or str, got {type(value).__name__}")
 
 
-def ndarray_to_tensor_proto(array: Any, proto: Any, *, use_tensor_content: bool = True) -> Any:
+def ndarray_to_tensor_proto(array: ArrayLike, proto: TensorProto, *, use_tensor_content: bool = True) -> TensorProto:
     """Fill ``proto`` (any TensorProto-shaped message) from ``array``; return it.
 
     Numeric tensors go into ``tensor_content`` (little-endian raw bytes) by
@@ -51,7 +57,7 @@ def ndarray_to_tensor_proto(array: Any, proto: Any, *, use_tensor_content: bool 
     return proto
 
 
-def tensor_proto_shape(proto: Any) -> tuple[int, ...]:
+def tensor_proto_shape(proto: TensorProto) -> tuple[int, ...]:
     """A TensorProto-shaped message's shape, read without touching its values; ValueError if a dim is negative."""
     shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
     if any(s < 0 for s in shape):
@@ -59,7 +65,7 @@ def tensor_proto_shape(proto: Any) -> tuple[int, ...]:
     return shape
 
 
-def tensor_proto_to_ndarray(proto: Any, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
+def tensor_proto_to_ndarray(proto: TensorProto, *, budget: Optional[ElementBudget] = None) -> np.ndarray:
     """The numpy array a TensorProto-shaped message holds.
 
     Typed ``*_val`` fields shorter than the shape are padded with their last
@@ -99,7 +105,7 @@ def _fill(flat: np.ndarray, shape: tuple[int, ...], count: int, row: DType) -> n
     if flat.size > count:
         raise ValueError(f"{row.val_field} holds {flat.size} values but the shape needs {count}")
     if flat.size <= 1:   # one value (or none: zeros) fills the tensor: a view, nothing allocated
-        fill: Optional[Any] = flat[0] if flat.size else (b"" if row.enum == DT_STRING else 0)
+        fill: object = flat[0] if flat.size else (b"" if row.enum == DT_STRING else 0)
         scalar = np.empty((), dtype=row.numpy)
         scalar[()] = fill
         return np.broadcast_to(scalar, shape)

@@ -13,7 +13,7 @@ The bytes are those of ``tensorflow.serving.PredictRequest``/``PredictResponse``
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
@@ -22,6 +22,12 @@ from serving.codec._dtypes import DT_STRING, dtype_from_enum, enum_from_dtype
 from serving.codec._tensor import as_bytes, tensor_proto_to_ndarray
 from serving.wire.serving_apis_pb2 import PredictRequest, PredictResponse, TensorProto
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+WireBytes = Union[bytes, bytearray, memoryview]
+"""Serialized message bytes, or a buffer holding them."""
+
 __all__ = [
     "encode_predict_request",
     "encode_predict_response",
@@ -29,6 +35,7 @@ __all__ = [
     "decode_predict_response",
     "encode_model_spec",
     "ZERO_COPY_BYTES",
+    "WireBytes",
 ]
 
 _LEN, _VARINT = 2, 0
@@ -79,7 +86,7 @@ def encode_model_spec(name: str, *, version: Optional[int] = None, version_label
     return out
 
 
-def _tensor_parts(array: Any) -> tuple[list[Any], int]:
+def _tensor_parts(array: ArrayLike) -> tuple[list[bytes | memoryview], int]:
     """The TensorProto bytes of ``array`` as parts (buffers not copied) and their size."""
     arr = np.asarray(array)
     row = enum_from_dtype(arr.dtype)
@@ -98,8 +105,8 @@ def _tensor_parts(array: Any) -> tuple[list[Any], int]:
     return [head, prefix, buffer], len(head) + len(prefix) + buffer.nbytes
 
 
-def _tensor_map_parts(field: int, tensors: Mapping[str, Any]) -> list[Any]:
-    parts: list[Any] = []
+def _tensor_map_parts(field: int, tensors: Mapping[str, ArrayLike]) -> list[bytes | memoryview]:
+    parts: list[bytes | memoryview] = []
     for name, array in tensors.items():
         key = _string_field(1, name)
         tensor, size = _tensor_parts(array)
@@ -108,25 +115,25 @@ def _tensor_map_parts(field: int, tensors: Mapping[str, Any]) -> list[Any]:
     return parts
 
 
-def _as_tensor_map(inputs: Any) -> Mapping[str, Any]:
+def _as_tensor_map(inputs: object) -> Mapping[str, ArrayLike]:
     if isinstance(inputs, Mapping):
         return inputs
     raise TypeError("tensors must be given as a mapping of name to array")
 
 
-def encode_predict_request(model_name: str, inputs: Mapping[str, Any], *, version: Optional[int] = None,
+def encode_predict_request(model_name: str, inputs: Mapping[str, ArrayLike], *, version: Optional[int] = None,
                            version_label: Optional[str] = None, signature_name: Optional[str] = None,
                            output_filter: Iterable[str] = ()) -> bytes:
     """Serialized ``tensorflow.serving.PredictRequest`` (numeric tensors in ``tensor_content``)."""
     spec = encode_model_spec(model_name, version=version, version_label=version_label,
                              signature_name=signature_name)
-    parts: list[Any] = [_len_prefix(1, len(spec)), spec]
+    parts: list[bytes | memoryview] = [_len_prefix(1, len(spec)), spec]
     parts += _tensor_map_parts(2, _as_tensor_map(inputs))
     parts += [_string_field(3, name) for name in output_filter]
     return b"".join(parts)
 
 
-def encode_predict_response(outputs: Mapping[str, Any], *, model_name: Optional[str] = None,
+def encode_predict_response(outputs: Mapping[str, ArrayLike], *, model_name: Optional[str] = None,
                             version: Optional[int] = None, signature_name: Optional[str] = None) -> bytes:
     """Serialized ``tensorflow.serving.PredictResponse``."""
     parts = _tensor_map_parts(1, _as_tensor_map(outputs))
@@ -212,7 +219,7 @@ def _decode_tensor(view: memoryview) -> np.ndarray:
     return data.astype(row.numpy, copy=False).reshape(dims)
 
 
-def _decode_tensor_map(data: Any, map_field: int) -> dict[str, np.ndarray]:
+def _decode_tensor_map(data: WireBytes, map_field: int) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for field, wire_type, value in _Reader(memoryview(data).cast("B")).fields():
         if field != map_field or wire_type != _LEN:
@@ -227,7 +234,7 @@ def _decode_tensor_map(data: Any, map_field: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _parse_tensor_map(data: Any, message_class: type[Message], map_name: str) -> dict[str, np.ndarray]:
+def _parse_tensor_map(data: WireBytes, message_class: type[Message], map_name: str) -> dict[str, np.ndarray]:
     """A small message parsed whole; its tensors decoded (``tensor_content`` from one copy, read-only)."""
     try:
         message = message_class.FromString(bytes(data))
@@ -236,7 +243,7 @@ def _parse_tensor_map(data: Any, message_class: type[Message], map_name: str) ->
     return {name: tensor_proto_to_ndarray(proto) for name, proto in getattr(message, map_name).items()}
 
 
-def decode_predict_response(data: Any) -> dict[str, np.ndarray]:
+def decode_predict_response(data: WireBytes) -> dict[str, np.ndarray]:
     """The ``outputs`` of serialized PredictResponse bytes.
 
     Numeric arrays are read-only; from a message of ``ZERO_COPY_BYTES`` or more
@@ -247,7 +254,7 @@ def decode_predict_response(data: Any) -> dict[str, np.ndarray]:
     return _decode_tensor_map(data, 1)
 
 
-def decode_predict_request(data: Any) -> dict[str, np.ndarray]:
+def decode_predict_request(data: WireBytes) -> dict[str, np.ndarray]:
     """The ``inputs`` of serialized PredictRequest bytes (read-only arrays; sharing ``data`` when it is large)."""
     if memoryview(data).nbytes < ZERO_COPY_BYTES:
         return _parse_tensor_map(data, PredictRequest, "inputs")

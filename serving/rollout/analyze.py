@@ -30,7 +30,7 @@ import struct
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from exporter.manifest import Manifest, load_manifest  # numpy only: the manifes
 from serving import codec, status
 from serving.model_repo import warmup_path
 from serving.wire import serving_apis_pb2 as apis
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Side", "Check", "Report", "Replay",
            "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
@@ -82,8 +85,8 @@ class Replay:
 class Check:
     name: str
     verdict: str
-    value: Any
-    threshold: Any
+    value: codec.JSON
+    threshold: codec.JSON
     detail: str = ""
 
 
@@ -93,10 +96,10 @@ class Report:
     verdict: str
     checks: tuple[Check, ...]
     outputs: Mapping[str, Mapping[str, float]]
-    latency: Mapping[str, Any]
-    errors: Mapping[str, Any]
+    latency: Mapping[str, codec.JSON]
+    errors: Mapping[str, codec.JSON]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, codec.JSON]:
         return {"model": self.model, "verdict": self.verdict, "checks": [asdict(c) for c in self.checks],
                 "outputs": dict(self.outputs), "latency": dict(self.latency), "errors": dict(self.errors)}
 
@@ -108,7 +111,7 @@ class Report:
         return "\n".join([*lines, f"{self.model}: {self.verdict}"])
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: codec.JSON) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "-" if value is None else str(value)
@@ -187,7 +190,7 @@ def _prediction_log_inputs(data: bytes) -> list[dict[str, np.ndarray]]:
     return batches
 
 
-def _rest_body_inputs(body: Any, dtypes: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def _rest_body_inputs(body: codec.JSON, dtypes: Mapping[str, DTypeLike]) -> dict[str, np.ndarray]:
     if "inputs" in body:
         inputs = body["inputs"]
         if not isinstance(inputs, Mapping):
@@ -301,7 +304,7 @@ def _output_checks(stable: list, canary: list, thresholds: Thresholds, tolerance
     return checks, numbers
 
 
-def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Check], dict[str, Any]]:
+def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Check], dict[str, codec.JSON]]:
     stable, canary = replayed.latencies["stable"], replayed.latencies["canary"]
     checks, numbers = [], {}
     for pct, limit in ((50, thresholds.max_p50_ratio), (99, thresholds.max_p99_ratio)):
@@ -320,8 +323,8 @@ def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Chec
     return checks, numbers
 
 
-def _error_check(replayed: Replay, thresholds: Thresholds,
-                 extra: Optional[Mapping[str, Mapping[str, float]]] = None) -> tuple[list[Check], dict[str, Any]]:
+def _error_check(replayed: Replay, thresholds: Thresholds, extra: Optional[Mapping[str, Mapping[str, float]]] = None
+                 ) -> tuple[list[Check], dict[str, codec.JSON]]:
     rates = {side: len(replayed.errors[side]) / max(replayed.requests[side], 1) for side in replayed.requests}
     numbers = {side: {"requests": replayed.requests[side], "errors": len(replayed.errors[side]), "rate": rates[side],
                       "first": replayed.errors[side][:1]} for side in replayed.requests}

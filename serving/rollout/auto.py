@@ -19,10 +19,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Protocol, Sequence
 
 from serving.rollout.analyze import EXIT_CODES, INCONCLUSIVE, PASS, Report, gateway_error_rates
 from serving.rollout.traffic import ComposeGateway, TrafficRoutes
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = ["AccessLog", "FileAccessLog", "ComposeAccessLog", "Decision", "run_auto"]
 
@@ -71,14 +74,14 @@ class Decision:
     weight: float
     verdict: str
     action: str
-    report: Mapping[str, Any] = field(default_factory=dict)
+    report: Mapping[str, JSON] = field(default_factory=dict)
 
     def line(self) -> str:
         checks = "; ".join(f"{c['name']} {c['verdict']} {_short(c['value'])}" for c in self.report.get("checks", []))
         return f"[{self.step}] weight {self.weight:g}%: {self.verdict} -> {self.action}" + (f" ({checks})" if checks else "")
 
 
-def _short(value: Any) -> str:
+def _short(value: JSON) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
@@ -87,10 +90,10 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
              analyze_once: Callable[[Optional[Mapping[str, Mapping[str, float]]]], Report],
              access_log: Optional[AccessLog] = None, wait_s: float = 0.0, retries: int = 1,
              echo: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-             report_path: Optional[Path] = None) -> tuple[int, dict[str, Any]]:
+             report_path: Optional[Path] = None) -> tuple[int, dict[str, JSON]]:
     """Run the rollout; (exit code: 0 promoted, 1 rolled back on FAIL, 2 rolled back INCONCLUSIVE, the report)."""
     decisions: list[Decision] = []
-    doc: dict[str, Any] = {"model": model, "version": version, "steps": list(steps), "decisions": []}
+    doc: dict[str, JSON] = {"model": model, "version": version, "steps": list(steps), "decisions": []}
 
     def decide(step: str, weight: float, last: bool = False) -> str:
         gateway = None

@@ -24,11 +24,14 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
 from serving.rollout.plan import RolloutError
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "MESHES",
@@ -57,7 +60,7 @@ class RoutePatch:
     name: str
     namespace: Optional[str]
     canary_percent: int
-    operations: tuple[Mapping[str, Any], ...]
+    operations: tuple[Mapping[str, JSON], ...]
 
     def kubectl_args(self) -> list[str]:
         """``kubectl``'s arguments (without the program) that apply this patch."""
@@ -80,12 +83,12 @@ def parse_steps(text: str) -> tuple[int, ...]:
     return steps
 
 
-def load_objects(text: str) -> list[dict[str, Any]]:
+def load_objects(text: str) -> list[dict[str, JSON]]:
     """The Kubernetes objects of a multi-document YAML (``kubectl kustomize``'s output)."""
     return [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict) and doc.get("kind")]
 
 
-def render_overlay(overlay: Path, kubectl: str = "kubectl") -> list[dict[str, Any]]:
+def render_overlay(overlay: Path, kubectl: str = "kubectl") -> list[dict[str, JSON]]:
     """``kubectl kustomize OVERLAY``'s objects (no cluster needed)."""
     try:
         out = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
@@ -97,7 +100,7 @@ def render_overlay(overlay: Path, kubectl: str = "kubectl") -> list[dict[str, An
     return load_objects(out.stdout)
 
 
-def _backend_name(ref: Mapping[str, Any], istio: bool) -> Optional[str]:
+def _backend_name(ref: Mapping[str, JSON], istio: bool) -> Optional[str]:
     """The Service a route entry sends to: ``name`` (Gateway API); the ``subset``, else the first label of
     ``destination.host`` (Istio: ``tfserving.tfs-stack.svc.cluster.local`` is ``tfserving``)."""
     if not istio:
@@ -106,10 +109,10 @@ def _backend_name(ref: Mapping[str, Any], istio: bool) -> Optional[str]:
     return destination.get("subset") or str(destination.get("host", "")).split(".")[0] or None
 
 
-def _operations(route: Mapping[str, Any], canary_percent: int, stable: str, canary: str) -> list[dict[str, Any]]:
+def _operations(route: Mapping[str, JSON], canary_percent: int, stable: str, canary: str) -> list[dict[str, JSON]]:
     istio = route["kind"] == "VirtualService"
     rules, refs_key = ("http", "route") if istio else ("rules", "backendRefs")
-    ops: list[dict[str, Any]] = []
+    ops: list[dict[str, JSON]] = []
     for i, rule in enumerate(route.get("spec", {}).get(rules) or []):
         refs = rule.get(refs_key) or []
         names = [_backend_name(ref, istio) for ref in refs]
@@ -128,7 +131,7 @@ def _operations(route: Mapping[str, Any], canary_percent: int, stable: str, cana
     return ops
 
 
-def weight_patches(objects: Iterable[Mapping[str, Any]], canary_percent: int, *, mesh: str = "gateway",
+def weight_patches(objects: Iterable[Mapping[str, JSON]], canary_percent: int, *, mesh: str = "gateway",
                    stable: str = DEFAULT_STABLE, canary: str = DEFAULT_CANARY,
                    namespace: Optional[str] = None) -> list[RoutePatch]:
     """One patch per route of ``mesh`` that splits between ``stable`` and ``canary``.

@@ -29,11 +29,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 from gateway.canary import CANARY_DIR, canary_route_files, route_file_names
 from serving.rollout import kubernetes
 from serving.rollout.plan import RolloutError
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = ["TrafficRoutes", "HostNginx", "ComposeGateway", "NoGateway", "KubernetesRoutes", "nginx_workers",
            "routes_for"]
@@ -198,7 +201,7 @@ class NoGateway:
 class KubernetesRoutes:
     """The canary overlay's route weights (one Deployment per side, so ``model`` does not narrow them)."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]], *, mesh: str = "gateway",
+    def __init__(self, objects: Iterable[Mapping[str, JSON]], *, mesh: str = "gateway",
                  stable: str = kubernetes.DEFAULT_STABLE, canary: str = kubernetes.DEFAULT_CANARY,
                  namespace: Optional[str] = None, kubectl: str = "kubectl", apply: bool = False,
                  echo: Callable[[str], None] = print) -> None:
@@ -228,7 +231,7 @@ class KubernetesRoutes:
 
 
 def routes_for(kind: str, *, nginx_conf: Optional[Path] = None, nginx: str = "nginx",
-               k8s_objects: Sequence[Mapping[str, Any]] = (), compose_project: Optional[str] = None,
+               k8s_objects: Sequence[Mapping[str, JSON]] = (), compose_project: Optional[str] = None,
                **k8s: Any) -> TrafficRoutes:
     """The :class:`TrafficRoutes` named by the CLI's ``--gateway`` (``nginx``, ``compose``, ``none``, ``k8s``)."""
     if kind == "nginx":

@@ -35,12 +35,16 @@ import contextlib
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from serving import status
 from serving.server.memory import release_free_memory
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from tensorflow_serving.apis import input_pb2
 
 __all__ = [
     "TF_STRING_HEADER_BYTES",
@@ -142,14 +146,14 @@ def array_bytes(array: np.ndarray) -> int:
     return repeated * text + int(array.size) * TF_STRING_HEADER_BYTES
 
 
-def predict_cost(profile: Optional[MemoryProfile], signature: str, inputs: Mapping[str, Any]) -> RequestCost:
+def predict_cost(profile: Optional[MemoryProfile], signature: str, inputs: Mapping[str, ArrayLike]) -> RequestCost:
     """A Predict's cost: rows are the largest batch dimension (a scalar is one row)."""
     arrays = [value if isinstance(value, np.ndarray) else np.asarray(value) for value in inputs.values()]
     rows = max((int(a.shape[0]) if a.ndim else 1 for a in arrays), default=0)
     return RequestCost.project(profile, signature, rows, sum(array_bytes(a) for a in arrays))
 
 
-def examples_cost(profile: Optional[MemoryProfile], signature: str, input_proto: Any) -> RequestCost:
+def examples_cost(profile: Optional[MemoryProfile], signature: str, input_proto: input_pb2.Input) -> RequestCost:
     """A Classify/Regress cost from a ``tensorflow.serving.Input``, before its examples are serialized.
 
     With ``example_list_with_context`` every example carries a copy of the

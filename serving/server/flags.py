@@ -53,7 +53,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence, TypeVar, Union
 
 from serving import status
 from serving.server.logs import LOG_FORMATS
@@ -87,6 +87,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+FlagValue = Union[bool, int, float, str]
+"""A flag's value as parsed: by the type of its ``ServerFlags`` field."""
 _CPUS = os.cpu_count() or 1
 DEFAULT_REST_API_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_REST_API_READ_TIMEOUT_SECONDS = 30
@@ -102,7 +105,7 @@ _STREAMS_PER_ADMITTED_CALL = 2
 DEFAULT_GRPC_MAX_CONCURRENT_STREAMS = _STREAMS_PER_ADMITTED_CALL * _CONCURRENT_RPCS_FLOOR   # with the default bound
 
 
-def _flag(default: Any, help: str, *, no_effect: str = "") -> Any:
+def _flag(default: T, help: str, *, no_effect: str = "") -> T:
     return field(default=default, metadata={"help": help, "no_effect": no_effect})
 
 
@@ -276,7 +279,7 @@ def _parse_bool(name: str, text: str) -> bool:
     raise FlagError(f"Couldn't interpret value {text} for flag {name}.")
 
 
-def _convert(name: str, text: str) -> Any:
+def _convert(name: str, text: str) -> FlagValue:
     kind = _FIELDS[name].type
     if kind == "bool":
         return _parse_bool(name, text)
@@ -302,7 +305,7 @@ def parse_flags(argv: Sequence[str]) -> CommandLine:
     Raises ``FlagError`` for a bad value of a known flag. Unknown arguments are
     returned, not raised, as ``tensorflow::Flags::Parse`` leaves them.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, FlagValue] = {}
     unknown: list[str] = []
     args = list(argv)
     i = 0

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Callable, Mapping, Optional, Sequence
 
 from serving.config.files import MONITORING_PATH, BatchingSpec, write_config_files
+from serving.processes import stop_process
 
 __all__ = [
     "REPO_ROOT",
@@ -216,13 +217,7 @@ class ServerProcess(LoopbackAddresses):
         """Send ``sig`` (SIGTERM: drain and exit), kill after ``timeout`` seconds; the exit status."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout, sig=sig)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -2,7 +2,6 @@
 against loopback targets (what ``make monitor`` runs)."""
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
@@ -11,6 +10,7 @@ import pytest
 
 from tests.support import promql
 from tests.support.ports import free_port
+from tests.support.processes import LoggedProcess, http_ready
 from tests.support.servers import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prometheus")]   # runs a real Prometheus
@@ -18,20 +18,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prometheus")]   # runs 
 
 def test_monitoring_local_serves_prometheus_with_the_shipped_rules_and_loopback_targets(tmp_path):
     port, tfserving_port = free_port(), free_port()
-    proc = subprocess.Popen(
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    prometheus = LoggedProcess(
         [sys.executable, "-m", "monitoring.local", f"--listen=127.0.0.1:{port}", f"--storage={tmp_path}",
          f"--rest=http://127.0.0.1:{tfserving_port}", "--scrape-interval=1s"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        tmp_path / "monitoring-local.log", cwd=REPO_ROOT)
+    prometheus.start(http_ready(f"{base}/-/ready"), "python -m monitoring.local", 60)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
-            try:
-                if httpx.get(f"{base}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
         groups = httpx.get(f"{base}/api/v1/rules", timeout=10).json()["data"]["groups"]
         loaded = {rule["name"] for group in groups for rule in group["rules"]}
         shipped = {rule.get("record") or rule.get("alert") for rule in promql.rules()}
@@ -45,5 +39,4 @@ def test_monitoring_local_serves_prometheus_with_the_shipped_rules_and_loopback_
         assert f"http://127.0.0.1:{port}/metrics" in urls
         assert (tmp_path / "prometheus.yml").is_file()
     finally:
-        proc.terminate()
-        proc.wait(30)
+        prometheus.stop(30)

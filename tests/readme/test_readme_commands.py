@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,8 @@ import pytest
 
 from serving.client import RestClient
 from serving.config import load_model_server_config
-from serving.server.launcher import wait_until_available
+from serving.server.launcher import model_available
+from tests.support.processes import LoggedProcess
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -77,21 +77,14 @@ def checkout(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     for name in ("digits", "text"):
         shutil.copytree(model_repo / name, root / "models" / name)
     stack = Checkout(root)
-    log = open(root / "make-up.log", "wb")
-    up = subprocess.Popen([sys.executable, "-m", "serving.stack", "--backend", "embedded"], cwd=root, env=stack.env,
-                          stdout=log, stderr=subprocess.STDOUT)
+    up = LoggedProcess([sys.executable, "-m", "serving.stack", "--backend", "embedded"], root / "make-up.log",
+                       cwd=root, env=stack.env)
+    up.start(lambda: all(model_available(f"http://127.0.0.1:{REST_PORT}", m) for m in ("digits", "text")),
+             "make up", 300, every=0.25)
     try:
-        wait_until_available(f"http://127.0.0.1:{REST_PORT}", ["digits", "text"], timeout=300,
-                             alive=lambda: up.poll() is None)
         yield stack
     finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
-        log.close()
+        up.stop(60)
 
 
 def test_bring_your_own_model_runs_as_written(checkout):

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 import numpy as np
@@ -24,6 +24,7 @@ import pytest
 from serving import status
 from serving.client import GrpcClient, RestClient, RetryPolicy, errors
 from serving.server.launcher import ServerProcess, free_port
+from tests.support.config import Listener
 from tests.support.pki import Pki, make_pki, ssl_config_text
 from tests.support.servers import REPO_ROOT
 
@@ -69,38 +70,22 @@ def mtls_server(tmp_path_factory, tiny_repo, pki) -> Iterator[ServerProcess]:
         yield server
 
 
-class ConnectionCounter:
-    """A TCP relay on 127.0.0.1 that counts the connections made through it to ``port``."""
+def relay_to(port: int) -> Callable[[socket.socket], None]:
+    """A ``Listener`` handler: each connection relayed to 127.0.0.1:``port``."""
+    def relay(client: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", port))
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+    return relay
 
-    def __init__(self, port: int) -> None:
-        self.count = 0
-        self._target = port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            self.count += 1
-            upstream = socket.create_connection(("127.0.0.1", self._target))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        with source, sink:
-            try:
-                while data := source.recv(65536):
-                    sink.sendall(data)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self._listener.close()
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with source, sink:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
 
 
 def _official_predict(channel: grpc.Channel) -> np.ndarray:
@@ -140,7 +125,7 @@ def test_rest_stays_plain_http_as_in_tf_serving(tls_server):
 
 
 def test_an_untrusted_server_certificate_is_a_tls_error_after_one_connection(tls_server, pki):
-    relay = ConnectionCounter(tls_server.grpc_port)
+    relay = Listener(relay_to(tls_server.grpc_port))
     retries = []
     policy = RetryPolicy(max_attempts=5, initial_backoff=BACKOFF, jitter=0.0,
                          on_retry=lambda *args: retries.append(args))
@@ -153,7 +138,7 @@ def test_an_untrusted_server_certificate_is_a_tls_error_after_one_connection(tls
     finally:
         relay.close()
     assert time.monotonic() - started < BACKOFF and retries == []
-    assert relay.count == 1
+    assert relay.accepted == 1
     assert "the server's certificate is not trusted" in caught.value.details
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 from serving.config.models import render_repository_config, write_model_server_config
 from serving.config.stack import STATE_FILE, StackState, write_state
@@ -40,14 +41,17 @@ def embedded_stack(tmp_path: Path, repo: Path, grpc: str = "127.0.0.1:1") -> Pat
 
 
 class Listener:
-    """A TCP port that accepts and counts connections, standing in for a server that must not be called."""
+    """A TCP port on 127.0.0.1 that accepts and counts connections and hands each to ``handle``: by default
+    it closes them at once, standing in for a server that must not be called."""
 
-    def __init__(self) -> None:
+    def __init__(self, handle: Callable[[socket.socket], None] = socket.socket.close) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
-        self.target = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.port = self.sock.getsockname()[1]
+        self.target = f"127.0.0.1:{self.port}"
         self.accepted = 0
+        self._handle = handle
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
 
@@ -58,10 +62,12 @@ class Listener:
             except OSError:
                 return
             self.accepted += 1
-            conn.close()
+            self._handle(conn)
 
     def close(self) -> int:
         """Stop listening; the number of connections accepted."""
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way (a close alone does not, on Linux)
         self.sock.close()
         self.thread.join(5)
+        assert not self.thread.is_alive(), "the listener's accept loop did not end"
         return self.accepted

@@ -26,7 +26,8 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from gateway import NginxVersion, render_templates
 from gateway.certs import Credentials
-from serving.server.launcher import ServerProcess, free_port, wait_for_port
+from serving.server.launcher import ServerProcess, free_port, port_open
+from tests.support.processes import LoggedProcess
 
 __all__ = ["LOCAL_VALUES", "BURST_CLIENTS", "MODEL", "SLOW_REFILL", "Gateway", "nginx_command", "running_gateway",
            "compose_values", "upstream_values", "nginx_size", "model_status", "served_config"]
@@ -133,19 +134,13 @@ def running_gateway(nginx: Union[str, Sequence[str]], nginx_version: NginxVersio
     check = subprocess.run([*command, "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     access_log, error_log = root / "access.log", root / "error.log"
-    with open(access_log, "wb") as stdout, open(error_log, "wb") as stderr:
-        proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+    nginx_process = LoggedProcess(command, access_log, stderr_log=error_log, stdin=subprocess.DEVNULL)
+    nginx_process.start(lambda: all(port_open(port) for port in ports.values()), "nginx", 20)
     try:
-        for port in ports.values():
-            wait_for_port(port, timeout=20, alive=lambda: proc.poll() is None)
-        yield Gateway(proc, conf_dir, values, ports, access_log, error_log, secrets, upstream, nginx_version)
+        yield Gateway(nginx_process.proc, conf_dir, values, ports, access_log, error_log, secrets, upstream,
+                      nginx_version)
     finally:
-        proc.send_signal(signal.SIGQUIT)  # graceful shutdown
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        nginx_process.stop(15, sig=signal.SIGQUIT)  # nginx's graceful shutdown
 
 
 def compose_values(compose_gateway_env: dict[str, str], **local: str) -> dict[str, str]:

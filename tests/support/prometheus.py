@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +11,7 @@ import yaml
 
 from monitoring.local import write_config
 from tests.support.ports import free_port
+from tests.support.processes import LoggedProcess, http_ready
 
 __all__ = ["PrometheusProcess", "shorten_alert_for"]
 
@@ -30,7 +29,7 @@ class PrometheusProcess:
         self.workdir = Path(workdir)
         self.port = port or free_port()
         self.timeout = timeout
-        self.proc: Optional[subprocess.Popen] = None
+        self.process: Optional[LoggedProcess] = None
         self.log_path = self.workdir / "prometheus.log"
 
     @property
@@ -46,37 +45,15 @@ class PrometheusProcess:
         if binary is None:
             raise FileNotFoundError("prometheus is not installed (make debs installs it)")
         config_path = write_config(self.config, self.workdir / "prometheus.yml")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [binary, f"--config.file={config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                 f"--web.listen-address={self.address}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"prometheus not ready:\n{self.log_tail()}")
+        self.process = LoggedProcess(
+            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
+             f"--web.listen-address={self.address}", "--log.level=warn"], self.log_path)
+        self.process.start(http_ready(f"{self.url}/-/ready"), "prometheus", self.timeout)
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        if self.process is not None:
+            self.process.stop(30)
 
     def query(self, expr: str) -> list[dict]:
         """Instant query through the HTTP API; raises on a PromQL error."""

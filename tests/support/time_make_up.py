@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Optional, Sequence
 
 from serving import codec
 from serving.model_repo import latest_version_dir, model_versions
+from serving.processes import stop_process
 from serving.server.launcher import REPO_ROOT, free_port
 
 __all__ = ["time_first_predict", "main"]
@@ -80,12 +80,7 @@ def time_first_predict(model_repo: Path, work_dir: Path, model: str, log: Path,
                 return first, time.monotonic() - started
             time.sleep(0.5)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 60)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

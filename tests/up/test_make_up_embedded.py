@@ -10,12 +10,9 @@ exporter's repository fit together.
 """
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import numpy as np
@@ -26,6 +23,7 @@ from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model
 from tests.support.compose import GPU, PASSWORD, compose_env
 from tests.support.ports import free_port
+from tests.support.processes import MakeUpEmbedded
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -38,28 +36,13 @@ def make_up(cpu_stack_repo, tmp_path_factory):
     work = tmp_path_factory.mktemp("up")
     grpc_port, rest_port = free_port(), free_port()
     log = work / "up.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(cpu_stack_repo),
-             "--work-dir", str(work), "--grpc", f"127.0.0.1:{grpc_port}", "--rest", f"http://127.0.0.1:{rest_port}",
-             "--timeout", "600"],
-            cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    up = MakeUpEmbedded(cpu_stack_repo, work, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{rest_port}", log, 600)
+    up.start(lambda: "\nServing: " in up.text(), "make up", 660, every=0.5)
     try:
-        deadline = time.monotonic() + 660
-        while "\nServing: " not in log.read_text(errors="replace"):
-            assert proc.poll() is None, f"make up exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"make up not ready:\n{log.read_text()[-4000:]}"
-            time.sleep(0.5)
-        yield {"rest": f"http://127.0.0.1:{rest_port}", "rest_port": rest_port, "grpc_port": grpc_port,
+        yield {"rest": up.rest, "rest_port": rest_port, "grpc_port": grpc_port,
                "log": log, "repo": cpu_stack_repo, "work": work}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        up.stop(60)
 
 
 def test_make_up_says_it_chose_the_embedded_server_and_how_to_call_it(make_up):

@@ -7,9 +7,7 @@ in tests/readme/test_readme_commands.py.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,47 +21,26 @@ from serving.client import RestClient
 from serving.config import load_model_server_config
 from serving.config.stack import STATE_FILE, read_state
 from tests.support.ports import free_port
+from tests.support.processes import MakeUpEmbedded
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 LOADED = "every model is loaded"
 
 
-class MakeUp:
+class MakeUp(MakeUpEmbedded):
     """`python -m serving.stack --backend embedded` on free ports, until every model is loaded."""
 
     def __init__(self, repo: Path, work: Path, *extra: str) -> None:
-        self.repo, self.work, self.extra = repo, work, extra
-        self.grpc = f"127.0.0.1:{free_port()}"
-        self.rest = f"http://127.0.0.1:{free_port()}"
-        self.log = work.parent / f"up-{time.monotonic_ns()}.log"
+        super().__init__(repo, work, f"127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}",
+                         work.parent / f"up-{time.monotonic_ns()}.log", 300, *extra)
 
     def __enter__(self) -> "MakeUp":
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "serving.stack", "--backend", "embedded", "--model-repo", str(self.repo),
-                 "--work-dir", str(self.work), "--grpc", self.grpc, "--rest", self.rest, "--timeout", "300",
-                 *self.extra],
-                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
-        deadline = time.monotonic() + 400
-        while LOADED not in self.text():
-            assert self.proc.poll() is None, f"make up exited with {self.proc.returncode}:\n{self.text()[-4000:]}"
-            assert time.monotonic() < deadline, f"make up not ready:\n{self.text()[-4000:]}"
-            time.sleep(0.5)
+        self.start(lambda: LOADED in self.text(), "make up", 400, every=0.5)
         return self
 
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
     def __exit__(self, *exc: object) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            assert self.proc.wait(60) == 0, self.text()[-3000:]
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            raise
+        assert self.stop(60) == 0, self.text()[-3000:]
 
     def available(self, model: str) -> list[int]:
         """The AVAILABLE versions of ``model`` (REST model status; [] when the server does not know it)."""

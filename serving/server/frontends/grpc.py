@@ -84,7 +84,7 @@ import socket
 import threading
 import time
 from concurrent import futures
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 import grpc
 import numpy as np
@@ -133,6 +133,8 @@ _IDLE_POLL_SECONDS = 0.01
 
 Request = TypeVar("Request", bound=message.Message)
 Response = TypeVar("Response", bound=message.Message)
+Servicer = TypeVar("Servicer")
+Decoded = TypeVar("Decoded")
 
 
 ChannelArgument = tuple[str, Union[int, str]]
@@ -176,11 +178,11 @@ def listen_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _rpc(method: Callable[[Any, Request, grpc.ServicerContext], Response]
-         ) -> Callable[[Any, Request, grpc.ServicerContext], Response]:
+def _rpc(method: Callable[[Servicer, Request, grpc.ServicerContext], Response]
+         ) -> Callable[[Servicer, Request, grpc.ServicerContext], Response]:
     """Map ``ServingError`` (and anything unexpected) to a gRPC status, once."""
     @functools.wraps(method)
-    def handler(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
+    def handler(self: Servicer, request: Request, context: grpc.ServicerContext) -> Response:
         try:
             return method(self, request, context)
         except status.ServingError as exc:
@@ -210,7 +212,7 @@ def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto], max_elements: Opti
     return {name: _checked(name, codec.tensor_proto_to_ndarray, proto) for name, proto in tensors.items()}
 
 
-def _checked(name: str, read: Callable[[tensor_pb2.TensorProto], Any], proto: tensor_pb2.TensorProto) -> Any:
+def _checked(name: str, read: Callable[[tensor_pb2.TensorProto], Decoded], proto: tensor_pb2.TensorProto) -> Decoded:
     try:
         return read(proto)
     except ValueError as exc:
@@ -369,9 +371,10 @@ class _Unparsable:
         self.size = size
 
 
-def _trimming(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def _trimming(deserialize: Callable[[bytes], message.Message]
+              ) -> Callable[[bytes], Union[message.Message, _Unparsable]]:
     """``deserialize`` (``_Unparsable`` when it fails), then the free heap given back after a large message."""
-    def deserialize_and_trim(raw: bytes) -> Any:
+    def deserialize_and_trim(raw: bytes) -> Union[message.Message, _Unparsable]:
         try:
             return deserialize(raw)
         except message.DecodeError:
@@ -382,9 +385,9 @@ def _trimming(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize_and_trim
 
 
-def _refusing_unparsable(behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
-                         ) -> Callable[[Any, grpc.ServicerContext], Any]:
-    def run(request: Any, context: grpc.ServicerContext) -> Any:
+def _refusing_unparsable(behavior: Callable[[message.Message, grpc.ServicerContext], message.Message], method: str
+                         ) -> Callable[[Union[message.Message, _Unparsable], grpc.ServicerContext], message.Message]:
+    def run(request: Union[message.Message, _Unparsable], context: grpc.ServicerContext) -> message.Message:
         if isinstance(request, _Unparsable):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"The request message of {request.size} bytes could not be parsed as {method}'s request")

@@ -40,10 +40,14 @@ import logging
 import threading
 import time
 from concurrent import futures
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from grpc import _server as grpc_server
 from grpc._cython import cygrpc
+
+if TYPE_CHECKING:
+    # grpcio's own types of what its server hands the executor (private, as the hook is).
+    from grpc._typing import ArityAgnosticMethodHandler, DeserializingFunction, SerializingFunction
 
 __all__ = ["MessageFirstExecutor", "CONCURRENCY_EXCEEDED", "SHUTTING_DOWN", "read_timeout_details"]
 
@@ -63,7 +67,7 @@ class _Waiting:
 
     __slots__ = ("call", "state", "deadline")
 
-    def __init__(self, call: Any, state: Any, deadline: float) -> None:
+    def __init__(self, call: cygrpc.Call, state: grpc_server._RPCState, deadline: float) -> None:
         self.call, self.state, self.deadline = call, state, deadline
 
 
@@ -111,20 +115,21 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         with self._lock:
             self._admitted -= 1
 
-    def _after_message(self, run: Callable[..., Any], in_pool: Callable[..., Any], rpc_event: Any, state: Any,
-                       behavior: Any, _argument_thunk: Any, deserializer: Any, serializer: Any
-                       ) -> "futures.Future[Any]":
+    def _after_message(self, run: Callable[..., None], in_pool: Callable[..., None], rpc_event: cygrpc.BaseEvent,
+                       state: grpc_server._RPCState, behavior: ArityAgnosticMethodHandler,
+                       _argument_thunk: Callable[[], object], deserializer: Optional[DeserializingFunction],
+                       serializer: Optional[SerializingFunction]) -> "futures.Future[None]":
         """Start receiving the message (grpcio holds ``state.condition``); the job starts when it is there.
 
         The returned future, which grpcio waits on, is done when the call is.
         """
         call = rpc_event.call
-        done: futures.Future[Any] = futures.Future()
+        done: futures.Future[None] = futures.Future()
         done.set_running_or_notify_cancel()
         receive = grpc_server._receive_message(state, call, deserializer)
         key = id(state)
 
-        def on_message(event: Any) -> Any:
+        def on_message(event: cygrpc.BaseEvent) -> object:
             with self._lock:
                 self._waiting.pop(key, None)
             with state.condition:
@@ -156,7 +161,7 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         state.due.add(grpc_server._RECEIVE_MESSAGE_TOKEN)
         return done
 
-    def _take_slot(self) -> Optional[tuple[Any, bytes]]:
+    def _take_slot(self) -> Optional[tuple[cygrpc.StatusCode, bytes]]:
         """None when the call is admitted (and counted), else the status code and details that refuse it."""
         with self._lock:
             if self._refusing:

@@ -173,7 +173,7 @@ def _error_json(details: str) -> bytes:
         return codec.json_dumps({"error": details.encode("utf-8", errors="backslashreplace").decode("utf-8")})
 
 
-def _json_object(body: bytes, loads: Callable[[bytes], Any] = codec.json_loads) -> dict:
+def _json_object(body: bytes, loads: Callable[[bytes], object] = codec.json_loads) -> dict:
     """The request document, which TF Serving requires to be a JSON object."""
     if not body:
         raise status.InvalidArgument("JSON Parse error: The document is empty")
@@ -514,7 +514,7 @@ class _JsonErrorHandler(RequestHandler):
 
     __slots__ = ()
 
-    def handle_error(self, request: Any, http_status: int = 500, exc: Optional[BaseException] = None,
+    def handle_error(self, request: web.BaseRequest, http_status: int = 500, exc: Optional[BaseException] = None,
                      message: Optional[str] = None) -> web.StreamResponse:
         if request.writer.output_size > 0:  # part of an answer went out: aiohttp closes the connection
             return super().handle_error(request, http_status, exc, message)

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -12,6 +10,7 @@ import pytest
 from serving import status
 from tests.support.contract.clients import StubGrpcClient
 from tests.support.ports import free_port
+from tests.support.processes import LoggedProcess
 from tests.support.servers import REPO_ROOT, EmbeddedServer
 
 
@@ -25,26 +24,20 @@ def test_rest_port_equal_to_grpc_port_skips_rest_with_tf_servings_error_and_serv
     port = free_port()
     log = tmp_path / "server.log"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "serving.server", f"--port={port}", f"--rest_api_port={port}",
-                                 "--model_name=tiny", f"--model_base_path={tiny_repo / 'tiny'}"],
-                                cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    server = LoggedProcess([sys.executable, "-m", "serving.server", f"--port={port}", f"--rest_api_port={port}",
+                            "--model_name=tiny", f"--model_base_path={tiny_repo / 'tiny'}"], log, cwd=REPO_ROOT, env=env)
+    server.start(lambda: "Running gRPC ModelServer" in server.text(), "the server", 180, every=0.3)
     try:
-        deadline = time.monotonic() + 180
-        while "Running gRPC ModelServer" not in log.read_text(errors="replace"):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-            time.sleep(0.3)
         client = StubGrpcClient(f"127.0.0.1:{port}")
         try:
             assert client.status("tiny")[0].state == "AVAILABLE"
         finally:
             client.close()
-        text = log.read_text(errors="replace")
+        text = server.text()
         assert "server_options.http_port cannot be same as grpc_port" in text
         assert "Exporting HTTP/REST API" not in text
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert server.stop(60) == 0
 
 
 def test_unix_socket_listener_and_config_file_polling_add_a_model(tiny_repo, tmp_path):
