@@ -58,7 +58,6 @@ from loadtest.servers import RunningServer, docker_image, start_server
 from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from loadtest.tune_report import write_report
 from serving.config import load_batching_parameters
-from serving.config.protos import batching_parameters_class
 
 if TYPE_CHECKING:
     from serving.codec import JSON
@@ -70,7 +69,6 @@ __all__ = [
     "Trial",
     "coordinate_descent",
     "score_levels",
-    "candidate_proto",
     "params_of",
     "write_config",
     "add_arguments",
@@ -215,24 +213,6 @@ def coordinate_descent(start: Mapping[str, space.Setting], grid: Mapping[str, Se
                     best, best_score, improved = point, result, True
                     index += direction
     return normalize(best), scores
-
-
-def candidate_proto(params: dict[str, int], baseline: Optional[Message] = None) -> Message:
-    """A ``BatchingParameters`` proto: ``baseline``'s other fields with ``params`` applied.
-
-    ``allowed_batch_sizes`` from the baseline are cut at the new ``max_batch_size``
-    and closed with it (TF Serving requires the list to end at ``max_batch_size``).
-    """
-    proto = batching_parameters_class()()
-    if baseline is not None:
-        proto.CopyFrom(baseline)
-    for knob, value in params.items():
-        getattr(proto, knob).value = int(value)
-    if proto.allowed_batch_sizes:
-        sizes = [s for s in proto.allowed_batch_sizes if s < params["max_batch_size"]]
-        del proto.allowed_batch_sizes[:]
-        proto.allowed_batch_sizes.extend([*sizes, params["max_batch_size"]])
-    return proto
 
 
 def params_of(proto: Message) -> dict[str, int]:

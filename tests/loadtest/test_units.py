@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from loadtest import driver, metrics, procfs, options, payloads, plots, runner, servers, slo, sweep, tune
+from loadtest import driver, metrics, procfs, options, payloads, plots, runner, servers, slo, space, sweep, tune
 from loadtest.metrics import parse_histogram_totals, split_between
 from loadtest.runner import parse_duration
 from loadtest.slo import Gates, evaluate, load_gates
@@ -176,15 +176,15 @@ def test_coordinate_descent_takes_a_known_start_score_without_measuring_it():
     assert scores[tuple((k, 0) for k in tune.KNOBS)] == 1.0
 
 
-def test_candidate_proto_keeps_allowed_batch_sizes_valid():
+def test_a_candidates_batching_proto_keeps_allowed_batch_sizes_valid():
     from google.protobuf import text_format
 
     from serving.config.protos import batching_parameters_class
 
     base = text_format.Parse("max_batch_size { value: 64 } allowed_batch_sizes: [1, 8, 32, 64] "
                              "pad_variable_length_inputs: true", batching_parameters_class()())
-    proto = tune.candidate_proto({"num_batch_threads": 2, "max_batch_size": 16, "batch_timeout_micros": 500,
-                                  "max_enqueued_batches": 4}, base)
+    proto = space.batching_proto({"batching": "on", "num_batch_threads": 2, "max_batch_size": 16,
+                                  "batch_timeout_micros": 500, "max_enqueued_batches": 4}, base)
     assert list(proto.allowed_batch_sizes) == [1, 8, 16]
     assert proto.max_batch_size.value == 16 and proto.pad_variable_length_inputs
 
@@ -193,7 +193,8 @@ def test_written_config_parses_back_with_the_real_loader(tmp_path):
     from serving.config import load_batching_parameters
 
     params = {"num_batch_threads": 2, "max_batch_size": 8, "batch_timeout_micros": 250, "max_enqueued_batches": 64}
-    path = tune.write_config(tmp_path / "batching.config", tune.candidate_proto(params), ["measured: 1 -> 2", "ok"])
+    path = tune.write_config(tmp_path / "batching.config", space.batching_proto({"batching": "on", **params}),
+                             ["measured: 1 -> 2", "ok"])
     assert path.read_text().startswith("# measured: 1 -> 2\n# ok\n")
     assert tune.params_of(load_batching_parameters(path)) == params
 
