@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 from serving.server.launcher import ServerProcess
-from tests.security.attacks import HIGH_CAP_FLAGS, napping_repo, start_server
+from tests.support.security.attacks import HIGH_CAP_FLAGS, napping_repo, start_server
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """gRPC attacks on the embedded server: each is refused with a client error, the server
 stays up with its memory bounded, and a good request is still answered within 1 s meanwhile.
 
-The table (before/after) comes from ``python -m tests.security.attacks``; these tests assert
+The table (before/after) comes from ``python -m tests.support.security.attacks``; these tests assert
 on the same ``run_case`` results, one case each.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import grpc
 import pytest
 
-from tests.security.attacks import CASES, AttackCase, format_table, python_internals, run_case
+from tests.support.security.attacks import CASES, AttackCase, format_table, python_internals, run_case
 
 pytestmark = pytest.mark.slow   # starts two servers; each case runs a few seconds
 

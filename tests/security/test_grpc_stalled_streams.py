@@ -7,7 +7,7 @@ connection holds at most ``--grpc_max_concurrent_streams`` of them; the
 port holds at most ``--grpc_max_connections`` connections, and idle ones are
 closed after the read timeout. Meanwhile a good request every 50 ms is
 answered within 1 s, and the server's descriptors and RSS come back.
-Attack helpers: ``tests.security.grpc_stall`` (raw HTTP/2 frames).
+Attack helpers: ``tests.support.security.grpc_stall`` (raw HTTP/2 frames).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import pytest
 
 from serving import wire
 from serving.server.launcher import ServerProcess
-from tests.security.attacks import GoodProbe, ServerMemory, Stub, good_request, python_internals, start_server
-from tests.security.grpc_stall import StalledConnection, idle_connections
+from tests.support.security.attacks import GoodProbe, ServerMemory, Stub, good_request, python_internals, start_server
+from tests.support.security.grpc_stall import StalledConnection, idle_connections
 
 pytestmark = pytest.mark.slow   # a server start and a few read timeouts
 

@@ -15,8 +15,8 @@ from typing import Iterator
 import pytest
 
 from serving.server.launcher import ServerProcess
-from tests.security import memory_attacks as attacks
-from tests.security.attacks import napping_repo
+from tests.support.security import memory_attacks as attacks
+from tests.support.security.attacks import napping_repo
 
 pytestmark = pytest.mark.slow   # starts a server with four models; cases take seconds
 

@@ -1,9 +1,9 @@
 """Metric labels, reloads that never finish, version names past int64 and undecodable text, against a real server.
 
-Each case (``tests/security/misc_attacks.py``) runs beside a probe sending a good
+Each case (``tests/support/security/misc_attacks.py``) runs beside a probe sending a good
 REST and a good gRPC Predict every 100 ms; every test asserts the server is alive,
 every good request was answered within its bound, RSS came back within a bound
-and no reply carried Python text. ``python tests/security/misc_attacks.py`` prints
+and no reply carried Python text. ``python tests/support/security/misc_attacks.py`` prints
 the same cases as the before/after table.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from serving.server.launcher import ServerProcess
-from tests.security import misc_attacks as attacks
+from tests.support.security import misc_attacks as attacks
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,10 @@ import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serving.server.launcher import ServerProcess
-from tests.security.attacks import start_server
-from tests.security.grpc_table import processes_load
+from tests.support.security.attacks import start_server
+from tests.support.security.grpc_table import processes_load
 from tests.support.load import open_loop, saturation
-from tests.security.models import nap_request
+from tests.support.security.models import nap_request
 
 pytestmark = pytest.mark.slow   # ~40 s: a server start, 2 s of saturation, 20 s of overload
 

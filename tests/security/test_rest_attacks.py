@@ -1,9 +1,9 @@
 """The REST front-end under attack: every case is refused or closed in bounded time, nothing crashes.
 
-Each case (``tests/security/rest_attacks.py``) runs against a real embedded
+Each case (``tests/support/security/rest_attacks.py``) runs against a real embedded
 server on 127.0.0.1, bounded in count and time, while a probe sends a good REST
 and a good gRPC Predict every 100 ms: each must be answered within 1 s, and the
-server's RSS must stay bounded. ``python tests/security/rest_attacks.py``
+server's RSS must stay bounded. ``python tests/support/security/rest_attacks.py``
 prints the same cases as a table.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.security import rest_attacks as attacks
-from tests.security.rest_attacks import MAX_CONCURRENT, MAX_CONNECTIONS, NOFILE_LIMIT, READ_TIMEOUT_S, Outcome
+from tests.support.security import rest_attacks as attacks
+from tests.support.security.rest_attacks import MAX_CONCURRENT, MAX_CONNECTIONS, NOFILE_LIMIT, READ_TIMEOUT_S, Outcome
 from tests.support.models import export_tiny
 
 pytestmark = pytest.mark.slow

@@ -21,9 +21,9 @@ import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serving.server.launcher import ServerProcess, port_open
-from tests.security.attacks import start_server
+from tests.support.security.attacks import start_server
 from tests.support.load import until_exit
-from tests.security.models import nap_request
+from tests.support.security.models import nap_request
 
 pytestmark = pytest.mark.slow   # each test starts a server
 

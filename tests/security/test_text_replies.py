@@ -14,7 +14,7 @@ import pytest
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
 from serving.server.launcher import free_port
-from tests.security.misc_attacks import python_text
+from tests.support.security.misc_attacks import python_text
 
 MONITORING_PATH = "/monitoring/prometheus/metrics"
 

@@ -52,7 +52,7 @@ cancelling what runs after ``grace`` seconds (CANCELLED: a drain that ran out
 of grace). Clients that kept sending a call every 10 ms on 16 connections
 through SIGTERM got 24 of 15,543 calls CANCELLED with steps 1-2 only, 464 of
 18,331 with steps 1-3 and GOAWAY, none with all four
-(``tests/security/test_sigterm.py``, ``tests/security/grpc_table.py``).
+(``tests/security/test_sigterm.py``, ``tests/support/security/grpc_table.py``).
 
 Every listener (TCP and UNIX socket) uses the same credentials, as
 ``server.cc`` does: plaintext, or those ``server_credentials`` builds from an

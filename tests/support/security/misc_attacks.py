@@ -24,8 +24,8 @@ Python text or were not JSON.
 Run as a script it prints the rows for whatever ``serving`` package is first on
 ``PYTHONPATH``; it imports only what the code before these fixes has too::
 
-    PYTHONPATH=/work/main .venv/bin/python tests/security/misc_attacks.py      # before
-    PYTHONPATH=$PWD .venv/bin/python tests/security/misc_attacks.py           # after
+    PYTHONPATH=/work/main .venv/bin/python tests/support/security/misc_attacks.py      # before
+    PYTHONPATH=$PWD .venv/bin/python tests/support/security/misc_attacks.py           # after
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from serving import codec
 from serving.server.launcher import ServerProcess, write_config_files
-from tests.security.rest_attacks import Probe, rss_kib
+from tests.support.security.rest_attacks import Probe, rss_kib
 from tests.support.models import export_tiny
 
 __all__ = ["Row", "CASES", "MODEL", "OUT_OF_RANGE_VERSION", "tiny_repo", "start", "case_labels", "case_reloads",

@@ -12,7 +12,7 @@ script, this module prints the attack table for whatever ``serving`` package
 is first on ``PYTHONPATH`` (so the same cases measure the code before a change
 and after it)::
 
-    PYTHONPATH=$PWD .venv/bin/python tests/security/rest_attacks.py
+    PYTHONPATH=$PWD .venv/bin/python tests/support/security/rest_attacks.py
 """
 from __future__ import annotations
 

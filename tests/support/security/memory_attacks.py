@@ -13,7 +13,7 @@ reply carried Python text.
 Run as a script it prints the table for whatever ``serving`` is first on
 ``PYTHONPATH``, so the same cases measure the code before a change and after::
 
-    PYTHONPATH=$PWD .venv/bin/python tests/security/memory_attacks.py --model-repo DIR [--case NAME ...]
+    PYTHONPATH=$PWD .venv/bin/python tests/support/security/memory_attacks.py --model-repo DIR [--case NAME ...]
 
 ``DIR`` holds digits, text and ranker (the tests' cached export,
 ``.cache/test-models/<hash>``). ``tests/security/test_memory_*.py`` assert on
@@ -43,7 +43,7 @@ from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_
 
 from serving import codec
 from serving.server.launcher import ServerProcess
-from tests.security.attacks import _kind as _grpc_kind   # ok | hang | 4xx | 5xx, as the gRPC attack table counts
+from tests.support.security.attacks import _kind as _grpc_kind   # ok | hang | 4xx | 5xx, as the gRPC attack table counts
 
 __all__ = ["CASES", "MODELS", "Row", "Probe", "start", "run_case", "table", "main"]
 

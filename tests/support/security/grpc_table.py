@@ -1,6 +1,6 @@
 """Before/after rows for the gRPC port's attacks: stalled streams, idle connections, 4x overload, SIGTERM.
 
-``python -m tests.security.grpc_table [--checkout DIR]`` starts the embedded
+``python -m tests.support.security.grpc_table [--checkout DIR]`` starts the embedded
 server of ``DIR``'s ``serving`` package (default: this checkout; flags an older
 checkout does not know are logged and ignored) and prints one row per case:
 sent, client-error and server-error statuses, crash, hang (no answer within
@@ -51,10 +51,10 @@ from typing import Optional, Sequence
 import grpc
 
 from serving import wire
-from tests.security.attacks import GoodProbe, ServerMemory, Stub, good_request, napping_repo, python_internals
-from tests.security.grpc_stall import idle_connections
+from tests.support.security.attacks import GoodProbe, ServerMemory, Stub, good_request, napping_repo, python_internals
+from tests.support.security.grpc_stall import idle_connections
 from tests.support.load import open_loop, saturation, until_exit
-from tests.security.models import MODEL, nap_request
+from tests.support.security.models import MODEL, nap_request
 
 __all__ = ["main", "processes_load"]
 
@@ -252,7 +252,7 @@ def processes_load(server, seconds: float = 10.0) -> tuple[int, dict[str, int], 
     """``CLIENT_PROCESSES`` open loops at 4x saturation together: (sent, codes, unanswered, replies leaking Python)."""
     with grpc.insecure_channel(server.grpc_target) as channel:
         rate = saturation(Stub(channel), good_request())
-    clients = [subprocess.Popen([sys.executable, "-m", "tests.security.grpc_table", "--client", server.grpc_target,
+    clients = [subprocess.Popen([sys.executable, "-m", "tests.support.security.grpc_table", "--client", server.grpc_target,
                                  str(4 * rate / CLIENT_PROCESSES), str(seconds)], stdout=subprocess.PIPE, text=True)
                for _ in range(CLIENT_PROCESSES)]
     sent = unanswered = leaks = 0

@@ -8,7 +8,7 @@ requests sent, client errors (a 4xx-equivalent gRPC code), server errors
 time), failed good requests (an error, or an answer slower than 1 s), plus the
 server's peak RSS growth and whether a message carried Python internals.
 
-``python -m tests.security.attacks`` starts its own servers and prints the
+``python -m tests.support.security.attacks`` starts its own servers and prints the
 table; it only uses the launcher, the codec and the tests' model, so it also
 runs against older checkouts (put them first on ``PYTHONPATH``) for a
 before/after comparison. The tests in ``test_grpc_attacks.py`` assert on the
@@ -31,7 +31,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from serving import codec, status
 from serving.server.launcher import ServerProcess
-from tests.security.models import MODEL
+from tests.support.security.models import MODEL
 from tests.support.models import export_tiny
 
 __all__ = [
