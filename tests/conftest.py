@@ -11,8 +11,11 @@ missing.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 from pathlib import Path
+from typing import Iterator, Optional
 
 import pytest
 
@@ -126,3 +129,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("docker") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
         item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
+    """Under pytest-xdist, a test marked ``alone`` runs while the other workers run no test: a peak-RSS
+    bound must not share the two cores with another test's load. Around each test's whole protocol
+    (the module and session fixtures it sets up or tears down included), every test takes a shared
+    lock and an ``alone`` one the exclusive lock; a turnstile, held by an ``alone`` test while it waits,
+    keeps new tests from overtaking it. Without xdist (one process) nothing is locked."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    locks = item.config.rootpath / ".cache"
+    locks.mkdir(exist_ok=True)
+    alone = item.get_closest_marker("alone") is not None
+    with open(locks / "tests.turnstile", "a") as turnstile, open(locks / "tests.lock", "a") as tests:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)

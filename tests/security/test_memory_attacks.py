@@ -18,7 +18,9 @@ from serving.server.launcher import ServerProcess
 from tests.support.security import memory_attacks as attacks
 from tests.support.security.attacks import napping_repo
 
-pytestmark = pytest.mark.slow   # starts a server with four models; cases take seconds
+# slow: starts a server with four models, and cases take seconds; alone: its peak-RSS bounds are measured
+# while no other test loads the machine (make test's second worker waits).
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 GIB = 1 << 30
 FLAGS = (f"--max_request_memory_bytes={3 * GIB // 2}", f"--rest_api_max_body_bytes_in_flight={256 << 20}",
