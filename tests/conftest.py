@@ -106,8 +106,9 @@ def compose_gateway_env() -> dict[str, str]:
 
 # Under pytest-xdist (make test runs ``-n 2 --dist loadgroup``), the tests that share a costly session
 # fixture from their folder's conftest stay on one worker, so it starts once: the folder is their group.
-# Everything that drives the Docker engine is one group too, so two compose projects never run at once.
-SHARED_SESSION_FOLDERS = frozenset({"client", "compose", "contract", "e2e", "gateway", "k8s", "security"})
+# Everything that drives the Docker engine (docker-marked tests and tests/e2e/) is one group too, so two
+# compose projects never run at once.
+SHARED_SESSION_FOLDERS = frozenset({"client", "compose", "contract", "gateway", "k8s", "security"})
 ENGINE_GROUP = "docker-engine"
 
 
