@@ -123,6 +123,7 @@ def xdist_group(item: pytest.Item) -> str:
     return f"tests/{folder}" if folder in SHARED_SESSION_FOLDERS else str(path)
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own, which turns each test's group into its node id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that needs a Docker engine is slow too: the fast tier (-m "not slow") needs no engine.
     Each test gets its worker group (``xdist_group``), read by ``--dist loadgroup`` and ignored otherwise."""
