@@ -27,7 +27,9 @@ from tests.support.security.grpc_table import processes_load
 from tests.support.load import open_loop, saturation
 from tests.support.security.models import nap_request
 
-pytestmark = pytest.mark.slow   # ~40 s: a server start, 2 s of saturation, 20 s of overload
+# slow: ~40 s, a server start, 2 s of saturation, 20 s of overload; alone: the overload is set from the saturation
+# measured on this machine, which another test's load on the other worker would move under it.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 NAP_SECONDS = 0.025
 BATCHING = {"max_batch_size": 2, "batch_timeout_micros": 0, "num_batch_threads": 1}
