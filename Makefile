@@ -62,7 +62,7 @@ debs:
 # started here (and stopped again when the run ends); then the local images (cached by content).
 # Without an engine the tests still run, and the compose tests skip with the reason.
 # The suite runs on TEST_WORKERS pytest-xdist workers (default 2, one per core here; 1 runs it in one process);
-# tests/conftest.py keeps the tests that share a session fixture, and all that drive the engine, on one worker.
+# tests/conftest.py keeps all that drive the engine on one worker, and runs the tests marked alone by themselves.
 TEST_WORKERS ?= 2
 test: $(STAMP) debs
 	$(PY) -m deploy.images run -- $(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)

@@ -104,33 +104,26 @@ def compose_gateway_env() -> dict[str, str]:
     return dict(model["services"]["gateway"]["environment"])
 
 
-# Under pytest-xdist (make test runs ``-n 2 --dist loadgroup``), the tests that share a costly session
-# fixture from their folder's conftest stay on one worker, so it starts once: the folder is their group.
-# Everything that drives the Docker engine (docker-marked tests and tests/e2e/) is one group too, so two
-# compose projects never run at once.
-SHARED_SESSION_FOLDERS = frozenset({"client", "compose", "contract", "gateway", "k8s", "security"})
+# Under pytest-xdist (make test runs ``-n 2 --dist loadgroup``), everything that drives the Docker engine
+# (docker-marked tests and tests/e2e/) is one group, on one worker: one compose stack, started once, and
+# never two compose projects at once. Every other test is sent to whichever worker is free.
 ENGINE_GROUP = "docker-engine"
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The worker group of ``item``: the engine's, its folder's (``SHARED_SESSION_FOLDERS``), else its file's."""
-    if item.get_closest_marker("docker") is not None:
-        return ENGINE_GROUP
-    path = Path(item.nodeid.split("::", 1)[0])
-    folder = path.parts[1] if len(path.parts) > 2 else ""
-    if folder == "e2e":
-        return ENGINE_GROUP
-    return f"tests/{folder}" if folder in SHARED_SESSION_FOLDERS else str(path)
+def on_the_engine(item: pytest.Item) -> bool:
+    """Whether ``item`` drives the Docker engine: marked ``docker``, or in ``tests/e2e/``."""
+    return item.get_closest_marker("docker") is not None or item.nodeid.startswith("tests/e2e/")
 
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own, which turns each test's group into its node id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that needs a Docker engine is slow too: the fast tier (-m "not slow") needs no engine.
-    Each test gets its worker group (``xdist_group``), read by ``--dist loadgroup`` and ignored otherwise."""
+    The engine's tests get their worker group (``xdist_group``), read by ``--dist loadgroup``."""
     for item in items:
         if item.get_closest_marker("docker") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+        if on_the_engine(item):
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -27,7 +27,8 @@ import pytest
 
 from tests.support.servers import REPO_ROOT, EmbeddedServer
 
-pytestmark = pytest.mark.slow
+# alone: the same config measured twice must pass, which noise from a test on the other worker can break.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SLOW_BATCHING = {"max_batch_size": 4096, "allowed_batch_sizes": [4096], "batch_timeout_micros": 0,
                  "num_batch_threads": 1, "max_enqueued_batches": 16}
