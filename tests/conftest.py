@@ -129,7 +129,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
     """Under pytest-xdist, a test marked ``alone`` runs while the other workers run no test: a peak-RSS
-    bound must not share the two cores with another test's load. Around each test's whole protocol
+    bound, a load set from a measured saturation or a noise bound must not share the two cores with
+    another test's load. Around each test's whole protocol
     (the module and session fixtures it sets up or tears down included), every test takes a shared
     lock and an ``alone`` one the exclusive lock; a turnstile, held by an ``alone`` test while it waits,
     keeps new tests from overtaking it. Without xdist (one process) nothing is locked."""

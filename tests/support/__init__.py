@@ -6,8 +6,8 @@ system shows), ``lifecycle`` and ``serving`` (manager and server helpers), ``cli
 as subprocesses), ``config``, ``compose``, ``compose_stack``, ``docker_cli``, ``gateway``, ``k8s``,
 ``prometheus``, ``promql``, ``pki``, ``arrays``, ``tf_serving_flags`` and ``contract``; ``fake_serving`` (the
 client suite's fake TF Serving over gRPC and REST), ``load`` (saturation, open loop and drain load on the one
-driver), ``processes`` (a logged program: start, wait until ready, stop), ``recorded`` (benchmark cells
-from given figures) and ``time_make_up`` (a script that times
-``make up`` from a fresh start and a second one).
+driver), ``processes`` (a logged program: start, wait until ready, stop), ``security`` (the security
+suite's attack cases), ``recorded`` (benchmark cells from given figures) and ``time_make_up`` (a script
+that times ``make up`` from a fresh start and a second one).
 """
 __all__: list[str] = []
