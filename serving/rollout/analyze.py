@@ -17,6 +17,13 @@ INCONCLUSIVE (the verdict is the worst of them: FAIL, then INCONCLUSIVE):
 - ``errors``: each side's error rate; FAIL when the canary's exceeds stable's
   by more than ``max_error_rate``, INCONCLUSIVE when stable itself fails that
   often (no baseline) or fewer than ``min_requests`` answers were compared.
+- ``gateway``: refusals by the gateway's limiter (``serving.stack.endpoint.
+  is_gateway_refusal``) are neither side's error: :func:`replay` paces itself
+  (one call in flight, an optional ``max_rate``, and a gap between calls that
+  doubles at each refusal and shrinks again with answers), waits and resends
+  a refused call, within a retry budget shared by both sides (``Pacing``).
+  Once the budget is spent, a refused call is left unanswered and the check is
+  INCONCLUSIVE, saying so: the limiter, not the canary, decided that run.
 
 Inputs (:func:`load_inputs`): the version's manifest golden rows, its warmup
 records (``assets.extra/tf_serving_warmup_requests``), or a file of the user's
@@ -37,13 +44,14 @@ import numpy as np
 from exporter.manifest import Manifest, load_manifest  # numpy only: the manifest reader imports no TensorFlow
 from serving import codec, status
 from serving.model_repo import warmup_path
+from serving.stack.endpoint import is_gateway_refusal
 from serving.wire import serving_apis_pb2 as apis
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Side", "Check", "Report", "Replay",
-           "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
+__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Pacing", "Side", "Check", "Report",
+           "Replay", "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
@@ -64,6 +72,31 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class Pacing:
+    """How :func:`replay` paces its calls through a gateway that limits each client's rate and concurrency.
+
+    One call is in flight at a time. ``max_rate`` (calls per second, None: no
+    fixed cap) spaces call starts; a gateway refusal doubles the gap between
+    calls (from ``initial_backoff`` up to ``max_backoff`` seconds), waits that
+    long and resends the call; each answer shrinks the gap by ``recovery``.
+    At most ``retry_budget`` refusals are resent in a whole replay (both sides);
+    after that a refused call stays unanswered and the analysis is INCONCLUSIVE.
+    """
+
+    max_rate: Optional[float] = None
+    retry_budget: int = 400
+    initial_backoff: float = 0.02
+    max_backoff: float = 2.0
+    recovery: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.max_rate is not None and self.max_rate <= 0:
+            raise ValueError(f"max_rate must be positive, got {self.max_rate}")
+        if self.retry_budget < 0:
+            raise ValueError(f"retry_budget must be at least 0, got {self.retry_budget}")
+
+
+@dataclass(frozen=True)
 class Side:
     """One side of the comparison (``stable`` or ``canary``): how to predict a batch on it (an SDK call)."""
 
@@ -73,12 +106,20 @@ class Side:
 
 @dataclass
 class Replay:
-    """What :func:`replay` recorded: per side, per round, the latencies; the answers; the errors."""
+    """What :func:`replay` recorded: per side, per round, the latencies; the answers; the errors.
+
+    ``refusals`` counts the gateway limiter's refusals per side (each resend
+    that was refused again counts again); ``unanswered`` the calls left
+    without an answer once the retry budget was spent. Neither is an error.
+    """
 
     latencies: dict[str, list[list[float]]] = field(default_factory=dict)
     outputs: dict[str, list[Optional[Mapping[str, np.ndarray]]]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
+    refusals: dict[str, int] = field(default_factory=dict)
+    unanswered: dict[str, int] = field(default_factory=dict)
+    retry_budget: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,7 +149,8 @@ class Report:
         rows += [(c.name, c.verdict, _fmt(c.value), _fmt(c.threshold), c.detail) for c in self.checks]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
-        return "\n".join([*lines, f"{self.model}: {self.verdict}"])
+        why = [f"  {c.verdict} {c.name}: {c.detail}" for c in self.checks if c.verdict == self.verdict != PASS]
+        return "\n".join([*lines, f"{self.model}: {self.verdict}" + (" because" if why else ""), *why])
 
 
 def _fmt(value: codec.JSON) -> str:
@@ -238,11 +280,44 @@ def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1
 
 # --- replay and verdict ---------------------------------------------------------------------------
 
+class _Pacer:
+    """The gap between call starts (:class:`Pacing`), and the retry budget left."""
+
+    def __init__(self, pacing: Pacing, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+        self.pacing, self.clock, self.sleep = pacing, clock, sleep
+        self.floor = 1.0 / pacing.max_rate if pacing.max_rate else 0.0
+        self.gap, self.budget, self.last_start = self.floor, pacing.retry_budget, None
+
+    def wait_turn(self) -> None:
+        if self.last_start is not None and self.gap > 0:
+            delay = self.last_start + self.gap - self.clock()
+            if delay > 0:
+                self.sleep(delay)
+        self.last_start = self.clock()
+
+    def answered(self) -> None:
+        self.gap = max(self.floor, self.gap * self.pacing.recovery)
+
+    def refused(self) -> bool:
+        """A refusal: slow down; True when the call may be resent (the budget is not spent)."""
+        self.gap = min(self.pacing.max_backoff, max(self.floor, self.pacing.initial_backoff, self.gap * 2))
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        return True
+
+
 def replay(sides: Sequence[Side], batches: Sequence[Mapping[str, np.ndarray]], rounds: int = 5,
-           clock: Callable[[], float] = time.perf_counter) -> Replay:
-    """Every batch to every side, ``rounds`` times; the side that goes first alternates per batch."""
-    out = Replay({s.name: [] for s in sides}, {s.name: [] for s in sides}, {s.name: [] for s in sides},
-                 {s.name: 0 for s in sides})
+           clock: Callable[[], float] = time.perf_counter, *, pacing: Pacing = Pacing(),
+           sleep: Callable[[float], None] = time.sleep) -> Replay:
+    """Every batch to every side, ``rounds`` times; the side that goes first alternates per batch.
+
+    Calls are paced by ``pacing``; a latency is that of the answered attempt only.
+    """
+    names = [s.name for s in sides]
+    out = Replay({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, dict.fromkeys(names, 0),
+                 dict.fromkeys(names, 0), dict.fromkeys(names, 0), pacing.retry_budget)
+    pacer = _Pacer(pacing, clock, sleep)
     for round_index in range(rounds):
         for s in sides:
             out.latencies[s.name].append([])
@@ -250,17 +325,32 @@ def replay(sides: Sequence[Side], batches: Sequence[Mapping[str, np.ndarray]], r
             order = sides if (i + round_index) % 2 == 0 else list(reversed(sides))
             for s in order:
                 out.requests[s.name] += 1
-                start = clock()
-                try:
-                    answer: Optional[Mapping[str, np.ndarray]] = s.predict(batch)
-                except status.ServingError as exc:
-                    out.errors[s.name].append(str(exc))
-                    answer = None
-                else:
-                    out.latencies[s.name][-1].append(clock() - start)
+                answer = _call(s, batch, out, pacer)
                 if round_index == 0:
                     out.outputs[s.name].append(answer)
     return out
+
+
+def _call(side: Side, batch: Mapping[str, np.ndarray], out: Replay, pacer: _Pacer
+          ) -> Optional[Mapping[str, np.ndarray]]:
+    """One call on ``side``, resent while the gateway refuses it and the budget lasts; None if unanswered."""
+    while True:
+        pacer.wait_turn()
+        start = pacer.clock()
+        try:
+            answer = side.predict(batch)
+        except status.ServingError as exc:
+            if is_gateway_refusal(exc.details):
+                out.refusals[side.name] += 1
+                if pacer.refused():
+                    continue
+                out.unanswered[side.name] += 1
+                return None
+            out.errors[side.name].append(str(exc))
+            return None
+        out.latencies[side.name][-1].append(pacer.clock() - start)
+        pacer.answered()
+        return answer
 
 
 def _output_checks(stable: list, canary: list, thresholds: Thresholds, tolerance: Mapping[str, float],
@@ -325,10 +415,17 @@ def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Chec
 
 def _error_check(replayed: Replay, thresholds: Thresholds, extra: Optional[Mapping[str, Mapping[str, float]]] = None
                  ) -> tuple[list[Check], dict[str, codec.JSON]]:
-    rates = {side: len(replayed.errors[side]) / max(replayed.requests[side], 1) for side in replayed.requests}
+    refusals, unanswered = replayed.refusals or {}, replayed.unanswered or {}
+    # A call the gateway never let through is no evidence either way: it is out of the rate's denominator.
+    judged = {side: replayed.requests[side] - unanswered.get(side, 0) for side in replayed.requests}
+    rates = {side: len(replayed.errors[side]) / max(judged[side], 1) for side in replayed.requests}
     numbers = {side: {"requests": replayed.requests[side], "errors": len(replayed.errors[side]), "rate": rates[side],
-                      "first": replayed.errors[side][:1]} for side in replayed.requests}
+                      "first": replayed.errors[side][:1], "gateway_refusals": refusals.get(side, 0),
+                      "unanswered": unanswered.get(side, 0)} for side in replayed.requests}
     checks = [_rate_check("errors", rates["stable"], rates["canary"], thresholds)]
+    gateway = _gateway_check(replayed)
+    if gateway is not None:
+        checks.append(gateway)
     for source, by_label in (extra or {}).items():
         numbers[source] = dict(by_label)
         if by_label.get("canary_requests", 0):
@@ -339,6 +436,22 @@ def _error_check(replayed: Replay, thresholds: Thresholds, extra: Optional[Mappi
         else:
             checks.append(Check(source, PASS, None, thresholds.max_error_rate, "no canary traffic seen: not judged"))
     return checks, numbers
+
+
+def _gateway_check(replayed: Replay) -> Optional[Check]:
+    """The gateway limiter's refusals: PASS while each was resent and answered, INCONCLUSIVE past the budget."""
+    refused = sum((replayed.refusals or {}).values())
+    if not refused:
+        return None
+    left = sum((replayed.unanswered or {}).values())
+    per_side = ", ".join(f"{side} {n}" for side, n in sorted((replayed.refusals or {}).items()))
+    if not left:
+        return Check("gateway", PASS, refused, replayed.retry_budget,
+                     f"the gateway's limiter refused {refused} calls ({per_side}); each was resent and answered")
+    return Check("gateway", INCONCLUSIVE, refused, replayed.retry_budget,
+                 f"the gateway's limiter refused {refused} calls ({per_side}) and the retry budget of "
+                 f"{replayed.retry_budget} was spent: {left} calls went unanswered, so the limiter, not the canary, "
+                 "decided this run (use the loadtest credential, raise GATEWAY_LOADTEST_RATE, or pass --max-rate)")
 
 
 def _rate_check(name: str, stable: float, canary: float, thresholds: Thresholds, detail: str = "") -> Check:

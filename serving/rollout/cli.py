@@ -198,8 +198,10 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
                                     args.max_p99_ratio, args.max_error_rate, args.min_requests)
 
+    pacing = analyze.Pacing(max_rate=args.max_rate, retry_budget=args.retry_budget)
+
     def run(gateway_errors: Optional[dict]) -> analyze.Report:
-        replayed = analyze.replay(sides, batches, rounds=args.rounds)
+        replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
         return analyze.analyze(args.model, replayed, thresholds,
                                tolerance=manifest.tolerance if manifest else {},
                                top1=args.top1_output or (manifest.top1_outputs.get(args.signature) if manifest else None),
@@ -258,6 +260,14 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--root-certificates", type=Path, metavar="FILE", default=None, help="PEM CA to trust")
     where.add_argument("--api-key", metavar="KEY", default=None, help="sent as x-api-key (default: $TFS_API_KEY)")
     where.add_argument("--request-timeout", type=float, default=30.0, help="seconds per call (default 30)")
+    pace = p.add_argument_group("pacing through a gateway (its limiter's refusals are resent, never counted as "
+                                "errors)")
+    pace.add_argument("--max-rate", type=float, default=None, metavar="CALLS_PER_S",
+                      help="at most this many calls a second (default: as fast as answers come, slowing down at "
+                           "each refusal of the gateway's limiter)")
+    pace.add_argument("--retry-budget", type=int, default=analyze.Pacing().retry_budget, metavar="N",
+                      help="refusals of the gateway's limiter resent in one analysis, both sides together; past it "
+                           f"the verdict is INCONCLUSIVE (default {analyze.Pacing().retry_budget})")
     what = p.add_argument_group("what is replayed")
     what.add_argument("--inputs", default="manifest",
                       help="manifest (the stable version's golden rows, default), warmup (its warmup records), "
