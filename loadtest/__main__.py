@@ -11,6 +11,7 @@ from loadtest import REPO_ROOT, compare, plan, sweep, tune
 from loadtest.options import UsageError, add_target_arguments, targets_from_args
 from loadtest.payloads import PayloadError
 from loadtest.preflight import check_served
+from loadtest.refusals import GATEWAY_LIMITED, SERVER, limiter_line
 from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
 from loadtest.slo import Gates, load_gates
 from serving.addresses import grpc_address, rest_address
@@ -59,6 +60,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"payload: {s['payload']['source']}")
     print(f"{s['scenario']} over {s['protocol']}: {s['requests']} requests, {s['failures']} failures, "
           f"{s['rps']:.1f} req/s, p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms")
+    if s["failures"]:
+        by_class = s["failures_by_class"]
+        print(f"failures by class: gateway limited {by_class[GATEWAY_LIMITED]}, server {by_class[SERVER]}")
+    limited = limiter_line(s["failures_by_class"][GATEWAY_LIMITED], s["requests"])
+    if limited:
+        print(limited)
     if s.get("generator_cpu_warning"):
         print("WARNING: locust reported its CPU above 90%: the generator may be the bottleneck; "
               "add --processes", file=sys.stderr)

@@ -64,6 +64,7 @@ def throughput_latency_figure(all_series: Sequence["Series"], *, title: str = "t
             latency_ax.annotate(f"{r.level:g}", (r.throughput_rps, r.p99_ms), textcoords="offset points",
                                 xytext=(5, 5), fontsize=10, color=color)
         level_ax.plot([r.level for r in series.levels], xs, "o-", color=color, label=name)
+        _mark_limiter(latency_ax, level_ax, series, color)
         levels.update(r.level for r in series.levels)
         mode = next((r.mode for r in series.levels), mode)
     latency_ax.set_xlabel("throughput (successful requests/s)", fontsize=11)
@@ -80,6 +81,18 @@ def throughput_latency_figure(all_series: Sequence["Series"], *, title: str = "t
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     return fig
+
+
+def _mark_limiter(latency_ax: Axes, level_ax: Axes, series: "Series", color: str) -> None:
+    """Where the gateway's limiter began refusing (``Series.limiter_began_at``): a dotted line at that level,
+    and a ring round that level's point; from there on the curve is the limiter's, not the server's."""
+    began = getattr(series, "limiter_began_at", None)
+    first = next((r for r in series.levels if r.level == began), None)
+    if first is None:
+        return
+    level_ax.axvline(began, color=color, linestyle=":", label=f"{series_name(series)}: gateway limiter began")
+    latency_ax.plot([first.throughput_rps], [first.p99_ms], "o", markersize=14, markerfacecolor="none",
+                    markeredgecolor=color, label=f"{series_name(series)}: gateway limiter began")
 
 
 def _level_axis(ax: Axes, levels: Sequence[float], mode: str) -> None:

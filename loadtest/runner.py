@@ -25,6 +25,7 @@ import numpy as np
 from loadtest import REPO_ROOT
 from loadtest.options import server_address
 from loadtest.payloads import Payload, Target, build_payload, write_payload
+from loadtest.refusals import GATEWAY_LIMITED, failures_by_class
 from loadtest.slo import GateResult, Gates, evaluate
 
 if TYPE_CHECKING:
@@ -226,7 +227,10 @@ def _cpu_warning(log_path: Path) -> bool:
 def summarize_csv(prefix: Path) -> dict[str, JSON]:
     """Totals and percentiles (ms) from locust's ``PREFIX_stats.csv``, failures, and latency drift.
 
-    Percentiles are exact when the locustfile recorded every response time
+    Failures are counted by error and by class (``loadtest.refusals``):
+    ``gateway_limited`` (the gateway's limiter refused) apart from ``server``
+    (every other failure); ``gateway_limited_ratio`` is the limited share of
+    all requests. Percentiles are exact when the locustfile recorded every response time
     (``loadtest.users.ExactLatencies``); otherwise locust's rounded ones.
     """
     row = _aggregated_row(Path(f"{prefix}_stats.csv"))
@@ -239,15 +243,19 @@ def summarize_csv(prefix: Path) -> dict[str, JSON]:
         pct = {f"p{k}_ms": float(v) for k, v in zip(("50", "90", "95", "99"), values)}
     else:  # locust's own, rounded to two significant digits
         pct = {f"p{k}_ms": _num(row.get(f"{k}%")) for k in ("50", "90", "95", "99")}
+    by_error = final.get("errors", _failures(Path(f"{prefix}_failures.csv")))
+    by_class = failures_by_class(by_error)
     return {
         "requests": requests, "failures": failures,
         "failure_ratio": failures / requests if requests else 0.0,
+        "failures_by_class": by_class,
+        "gateway_limited_ratio": by_class[GATEWAY_LIMITED] / requests if requests else 0.0,
         "rps": final.get("rps", _num(row.get("Requests/s"))),
         "avg_ms": final.get("avg_ms", _num(row.get("Average Response Time"))),
         **pct, "max_ms": final.get("max_ms", _num(row.get("Max Response Time"))),
         "percentiles": "exact" if exact is not None and exact.size else "locust (2 significant digits)",
         "latency_samples": int(exact.size) if exact is not None else 0,
-        "failures_by_error": final.get("errors", _failures(Path(f"{prefix}_failures.csv"))),
+        "failures_by_error": by_error,
         "totals": "final" if final else "locust CSV (written once a second; may miss the last second)",
         "drift": _drift(Path(f"{prefix}_stats_history.csv")),
     }

@@ -13,6 +13,12 @@ one, ``--grpc``/``--rest``, with no local model repository needed) and sweeps
 every (variant, protocol) pair against it. Each variant's payload is built
 once against that server (``loadtest.payloads``: a user file, the manifest,
 or the server's metadata) and its source is recorded with the series.
+
+Through the gateway, the limiter's refusals (``loadtest.refusals``) are
+counted per level as ``gateway_limited`` (and as the error kind ``gateway
+limited``); the first level with any is the series' ``limiter_began_at``,
+marked in the table, the JSON, the CSV and the plot: from there on the sweep
+measured the gateway's rate limit, not the server.
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ from loadtest.options import (
 )
 from loadtest.payloads import Target, build_payload
 from loadtest.procfs import process_cpu_seconds
+from loadtest.refusals import GATEWAY_LIMITED, failure_class, limiter_line
 from loadtest.plots import plot_throughput_latency
 from loadtest.preflight import check_level_time, check_served, stack_metrics_url
 from loadtest.servers import RunningServer, start_server
@@ -110,6 +117,7 @@ class LevelResult:
     server: dict[str, Optional[float]] = field(default_factory=dict)
     window_rps: list[float] = field(default_factory=list)       # each counted window's throughput
     window_p50_ms: list[float] = field(default_factory=list)    # and p50 (``loadtest.compare``'s spread)
+    gateway_limited: int = 0    # requests the gateway's limiter refused (counted in ``errors`` too)
 
 
 @dataclass
@@ -122,6 +130,12 @@ class Series:
     batching: str
     levels: list[LevelResult] = field(default_factory=list)
     payload: dict[str, JSON] = field(default_factory=dict)
+    limiter_began_at: Optional[float] = None   # the first level the gateway's limiter refused requests at
+
+
+def limiter_began_at(levels: Sequence[LevelResult]) -> Optional[float]:
+    """The first level at which the gateway's limiter refused any request, or None."""
+    return next((r.level for r in levels if r.gateway_limited), None)
 
 
 @dataclass
@@ -199,9 +213,13 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
     records = [rec for w in windows for rec in w.records]
     ok = np.array([r.latency for r in records if r.error is None]) * 1000.0
     kinds: dict[str, int] = {}
+    limited = 0
     for record in records:
         if record.error is not None:
-            kinds[record.error] = kinds.get(record.error, 0) + 1
+            kind = record.error
+            if failure_class(record.details) == GATEWAY_LIMITED:
+                kind, limited = "gateway limited", limited + 1
+            kinds[kind] = kinds.get(kind, 0) + 1
     pct = np.percentile(ok, [50, 90, 95, 99]) if ok.size else [float("nan")] * 4
     server_cpu = [w.server_cpu for w in windows]
     return LevelResult(
@@ -214,7 +232,7 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
         late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict(),
         window_rps=[round(w.throughput, 3) for w in windows],
         window_p50_ms=[round(float(np.percentile(w.ok_latencies, 50)) * 1000.0, 4) for w in windows if w.ok_latencies],
-        generator_limited=_generator_limited(windows, span, late, len(records)))
+        generator_limited=_generator_limited(windows, span, late, len(records)), gateway_limited=limited)
 
 
 def _generator_limited(windows: Sequence[_Window], span: float, late: int, requests: int) -> bool:
@@ -242,7 +260,7 @@ def sweep_levels(transport: Transport, settings: SweepSettings, *, metrics_url: 
 
 _COLUMNS = ("series", "level", "throughput_rps", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "avg_ms", "requests",
             "errors", "stable", "server_request_ms", "server_queue_ms", "server_runtime_ms",
-            "server_batch_size_mean", "client_cpu_pct", "server_cpu_pct", "generator_limited")
+            "server_batch_size_mean", "client_cpu_pct", "server_cpu_pct", "generator_limited", "gateway_limited")
 
 
 def _row(series: Series, result: LevelResult) -> dict[str, JSON]:
@@ -265,7 +283,14 @@ def format_table(series: Series) -> str:
                      f"{r.p99_ms:>7.2f} {r.errors:>5d} {f(s.get('server_request_ms'))} {f(s.get('server_queue_ms'))} "
                      f"{f(s.get('server_runtime_ms'))} {f(s.get('server_batch_size_mean'), '5.1f')} "
                      f"{r.client_cpu_pct:>5.0f} {f(r.server_cpu_pct, '5.0f')} {'yes' if r.stable else 'NO'}"
-                     + ("  GENERATOR-LIMITED" if r.generator_limited else ""))
+                     + ("  GENERATOR-LIMITED" if r.generator_limited else "")
+                     + (f"  GATEWAY-LIMITED {100.0 * r.gateway_limited / r.requests:.0f}%"
+                        if r.gateway_limited and r.requests else ""))
+    began = limiter_began_at(series.levels)
+    if began is not None:
+        first = next(r for r in series.levels if r.level == began)
+        lines.append(f"the gateway's limiter began at level {began:g}; there, "
+                     f"{limiter_line(first.gateway_limited, first.requests)}")
     return "\n".join(lines)
 
 
@@ -374,6 +399,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                         on_level=lambda r, s=series: print(f"  {s.label} level {r.level:g}: "
                                                            f"{r.throughput_rps:.1f}/s p99 {r.p99_ms:.2f} ms",
                                                            flush=True))
+                    series.limiter_began_at = limiter_began_at(series.levels)
                     all_series.append(series)
                     print(format_table(series), flush=True)
     meta = {"settings": asdict(settings), "model": args.model, "batch_size": args.batch_size,
