@@ -3,9 +3,11 @@
 - :func:`check_served`: one metadata call (``GetModelMetadata`` over gRPC,
   ``GET /v1/models/NAME[/versions/N|/labels/L]/metadata`` over REST) to the
   address the load will go to. It stops the command (``UsageError``, exit 2)
-  when nothing answers there, when the port speaks the other API (``--grpc``
-  at a REST port, ``--rest`` at a gRPC port), or when the model, version,
-  label or signature is not served.
+  when nothing answers there, when the port speaks TLS and the load was given
+  no CA (the gateway's ports: a ClientHello is answered by a TLS record, a
+  handshake 0x16 or an alert 0x15), when the port speaks the other API
+  (``--grpc`` at a REST port, ``--rest`` at a gRPC port), or when the model,
+  version, label or signature is not served.
 - :func:`check_level_time`: a sweep's ``--max-level-time`` must hold the
   warmup and the stable windows a level needs, or no level can be stable.
 - :func:`stack_metrics_url`: the Prometheus page of the stack ``make up``
@@ -14,6 +16,8 @@
 """
 from __future__ import annotations
 
+import socket
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,7 +30,7 @@ from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, read_state
 from serving.server.launcher import MONITORING_PATH
 from serving.status import Code
 
-__all__ = ["PREFLIGHT_TIMEOUT_S", "check_served", "check_level_time", "stack_metrics_url"]
+__all__ = ["PREFLIGHT_TIMEOUT_S", "check_served", "check_level_time", "speaks_tls", "stack_metrics_url"]
 
 PREFLIGHT_TIMEOUT_S = 5.0
 
@@ -46,6 +50,9 @@ def check_served(protocol: str, address: str, target: Target, *, timeout: float 
         with client:
             metadata = client.metadata(target.name, version=target.version, label=target.version_label)
     except ServingError as error:
+        tls = _tls_unconfigured(protocol, address)
+        if tls:  # nginx answers plain HTTP at a TLS port with a 400 page: not a model's fault
+            raise UsageError(tls) from None
         if error.code in (Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION):
             raise UsageError(f"{flag}: {_servable(target)} is not served there: {error.details}") from None
         raise UsageError(_unreachable(protocol, address, error)) from None
@@ -53,6 +60,14 @@ def check_served(protocol: str, address: str, target: Target, *, timeout: float 
         known = ", ".join(k for k in metadata.signatures if not k.startswith("__"))
         raise UsageError(f"{flag}: {_servable(target)} has no signature {target.signature_name!r}; "
                          f"its signatures: {known}")
+
+
+def _tls_unconfigured(protocol: str, address: str, tls: bool = False) -> Optional[str]:
+    """The message for a plaintext call (``tls`` False, not an https:// URL) to a port that speaks TLS, else None."""
+    if tls or address.startswith("https://") or not speaks_tls(_hostport(address)):
+        return None
+    return (f"--{protocol} {address}: this port speaks TLS: pass --root-certificates (make up's stack does this "
+            "for you)" + ("; and give --rest an https:// URL" if protocol == "rest" else ""))
 
 
 def _unreachable(protocol: str, address: str, error: ServingError) -> str:
@@ -66,6 +81,41 @@ def _unreachable(protocol: str, address: str, error: ServingError) -> str:
         return (f"{flag}: this port answers gRPC, not REST; load it with --grpc {hostport}, or give --rest "
                 "the server's REST URL")
     return f"{flag}: no server answers there ({error.code.name}: {error.details})"
+
+
+def _hostport(address: str) -> str:
+    return address.split("://", 1)[-1].split("/", 1)[0]
+
+
+def speaks_tls(hostport: str, timeout: float = 2.0) -> bool:
+    """True when ``HOST:PORT`` answers a TLS ClientHello with a TLS record (a handshake or an alert).
+
+    Only the first bytes of the answer are read: content type 0x16 (handshake: a ServerHello) or 0x15
+    (alert), then protocol major version 3. A plaintext HTTP/1.1 or HTTP/2 server answers otherwise, or
+    closes.
+    """
+    host, _, port = hostport.rpartition(":")
+    try:
+        hello = _client_hello(host.strip("[]"))
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            sock.sendall(hello)
+            head = sock.recv(2)
+    except (OSError, ValueError):
+        return False
+    return len(head) == 2 and head[0] in (0x15, 0x16) and head[1] == 0x03
+
+
+def _client_hello(server_name: str) -> bytes:
+    """The bytes of a TLS ClientHello (from the ssl module, into memory: nothing is sent here)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_name or None)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
 
 
 def _answers_http(hostport: str) -> bool:
