@@ -7,7 +7,13 @@ import grpc
 import grpc.aio
 
 from serving.client._api import AsyncTransport
-from serving.client._grpc import DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES, ChannelOption, ChannelPlan
+from serving.client._grpc import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    MAX_MESSAGE_BYTES,
+    ChannelOption,
+    ChannelPlan,
+)
 from serving.client._grpc_protocol import GrpcProtocol
 from serving.client._protocol import Call
 from serving.client._security import PemSource
@@ -29,13 +35,15 @@ class AsyncGrpcClient(AsyncTransport):
                  api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, options: Sequence[ChannelOption] = (),
-                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+                 metadata: Sequence[tuple[str, str]] = (), insecure: bool = False,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.target, self.timeout, self.retry = target, timeout, retry
         self._plan = ChannelPlan.build(
             target, root_certificates=root_certificates, client_cert=client_cert, client_key=client_key,
             server_name=server_name, api_key=api_key, bearer_token=bearer_token, credentials=credentials,
-            max_message_bytes=max_message_bytes, options=options, metadata=metadata)
-        self._protocol = GrpcProtocol()
+            max_message_bytes=max_message_bytes, options=options, metadata=metadata, insecure=insecure,
+            max_response_bytes=max_response_bytes)
+        self._protocol = GrpcProtocol(max_response_bytes=max_response_bytes)
         self._channel: Optional[grpc.aio.Channel] = None
         self._stubs: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
 

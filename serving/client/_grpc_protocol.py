@@ -86,8 +86,9 @@ def _fill_input(input_proto: apis.Input, examples: Examples, context: Optional[c
 class GrpcProtocol(Protocol):
     """Builds TF Serving gRPC calls; bodies are serialized messages."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_response_bytes: Optional[int] = None) -> None:
         super().__init__()
+        self.max_response_bytes = max_response_bytes
         self._unlabeled: dict[str, float] = {}  # model -> monotonic time until which it is called unlabeled
 
     def addressed(self, ref: ModelRef, build: Callable[[ModelRef], Call]) -> ApiGen[bytes]:

@@ -9,10 +9,17 @@ from urllib.parse import urlsplit
 
 from serving import status
 from serving.client._api import SyncTransport
-from serving.client._grpc import DEFAULT_TIMEOUT
+from serving.client._grpc import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
 from serving.client._protocol import Call
 from serving.client._rest_protocol import JSON_HEADERS, RestProtocol, error_from_http
-from serving.client._security import PemSource, TlsConfig, auth_metadata, http_status_tls_error, http_tls_error
+from serving.client._security import (
+    PemSource,
+    TlsConfig,
+    auth_metadata,
+    http_status_tls_error,
+    http_tls_error,
+    plaintext_refusal,
+)
 from serving.client.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -70,14 +77,20 @@ class HttpPlan:
     @classmethod
     def build(cls, base_url: str, *, root_certificates: Optional[PemSource], client_cert: Optional[PemSource],
               client_key: Optional[PemSource], server_name: Optional[str], api_key: Optional[str],
-              bearer_token: Optional[str], headers: Optional[Mapping[str, str]]) -> "HttpPlan":
+              bearer_token: Optional[str], headers: Optional[Mapping[str, str]],
+              insecure: bool = False) -> "HttpPlan":
         base_url = base_url.rstrip("/")
         tls = TlsConfig.from_args(root_certificates, client_cert, client_key, server_name)
-        if tls is not None and urlsplit(base_url).scheme != "https":
+        https = urlsplit(base_url).scheme == "https"
+        if tls is not None and not https:
             raise ValueError(f"TLS arguments need an https:// base_url, not {base_url!r} "
                              "(TF Serving's own REST port has no TLS: put a TLS gateway in front)")
+        auth = auth_metadata(api_key, bearer_token)
+        if auth and not https and not insecure:
+            given = [name for name, value in (("api_key", api_key), ("bearer_token", bearer_token)) if value]
+            raise ValueError(plaintext_refusal(given, base_url))
         return cls(base_url, True if tls is None else tls.ssl_context(load_httpx()),
-                   {**dict(auth_metadata(api_key, bearer_token)), **dict(headers or {})},
+                   {**dict(auth), **dict(headers or {})},
                    tls.http_extensions() if tls else None)
 
     def client_kwargs(self, max_connections: int, timeout: float) -> dict[str, Any]:
@@ -116,10 +129,11 @@ class RestClient(SyncTransport):
                  client_key: Optional[PemSource] = None, server_name: Optional[str] = None,
                  api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  max_connections: int = 64, headers: Optional[Mapping[str, str]] = None,
-                 cast_outputs: bool = True) -> None:
+                 cast_outputs: bool = True, insecure: bool = False,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self._plan = HttpPlan.build(base_url, root_certificates=root_certificates, client_cert=client_cert,
                                     client_key=client_key, server_name=server_name, api_key=api_key,
-                                    bearer_token=bearer_token, headers=headers)
+                                    bearer_token=bearer_token, headers=headers, insecure=insecure)
         self.base_url, self.timeout, self.retry = self._plan.base_url, timeout, retry
         self._httpx = load_httpx()
         self._http = self._httpx.Client(**self._plan.client_kwargs(max_connections, timeout))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from serving.client._api import AsyncTransport
-from serving.client._grpc import DEFAULT_TIMEOUT
+from serving.client._grpc import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
 from serving.client._protocol import Call
 from serving.client._rest import HttpPlan, answer_of, load_httpx
 from serving.client._rest_protocol import RestProtocol
@@ -23,10 +23,11 @@ class AsyncRestClient(AsyncTransport):
                  client_key: Optional[PemSource] = None, server_name: Optional[str] = None,
                  api_key: Optional[str] = None, bearer_token: Optional[str] = None,
                  max_connections: int = 64, headers: Optional[Mapping[str, str]] = None,
-                 cast_outputs: bool = True) -> None:
+                 cast_outputs: bool = True, insecure: bool = False,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self._plan = HttpPlan.build(base_url, root_certificates=root_certificates, client_cert=client_cert,
                                     client_key=client_key, server_name=server_name, api_key=api_key,
-                                    bearer_token=bearer_token, headers=headers)
+                                    bearer_token=bearer_token, headers=headers, insecure=insecure)
         self.base_url, self.timeout, self.retry = self._plan.base_url, timeout, retry
         self._httpx = load_httpx()
         self._http = self._httpx.AsyncClient(**self._plan.client_kwargs(max_connections, timeout))

@@ -26,13 +26,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import grpc
 
 from serving.client.errors import TlsError
 
-__all__ = ["PemSource", "TlsConfig", "auth_metadata", "grpc_tls_error", "http_tls_error", "http_status_tls_error"]
+__all__ = ["PemSource", "TlsConfig", "auth_metadata", "credential", "grpc_tls_error", "http_tls_error",
+           "http_status_tls_error", "plaintext_refusal", "redact"]
 
 PemSource = Union[bytes, str, "os.PathLike[str]"]
 """PEM bytes, PEM text, or the path of a PEM file."""
@@ -117,14 +118,66 @@ def _load_client_pair(context: ssl.SSLContext, cert: bytes, key: Optional[bytes]
                              f"{exc.reason or exc}") from exc
 
 
+_LINE_ENDINGS = ("\r\n", "\n", "\r")
+
+
+def credential(value: Optional[str], what: str) -> Optional[str]:
+    """``value`` (an API key or token) without one trailing line ending, as a key file holds it.
+
+    A key is printable ASCII without whitespace (what an HTTP header and gRPC
+    metadata carry); anything else is refused with a ValueError that names
+    ``what`` and the offending position, never the key itself. None or ""
+    stays None.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    for ending in _LINE_ENDINGS:
+        if value.endswith(ending):
+            value = value[:-len(ending)]
+            break
+    if not value:
+        raise ValueError(f"{what} is empty (only a line ending)")
+    for position, char in enumerate(value):
+        if not "!" <= char <= "~":
+            kind = ("whitespace" if char.isspace() else
+                    "a control character" if ord(char) < 0x20 or ord(char) == 0x7F else "a non-ASCII character")
+            raise ValueError(f"{what} holds {kind} at position {position} of {len(value)} (a key is printable "
+                             "ASCII without spaces; only one trailing line ending is stripped)")
+    return value
+
+
 def auth_metadata(api_key: Optional[str], bearer_token: Optional[str]) -> list[tuple[str, str]]:
-    """``(name, value)`` pairs for the credentials given: gRPC metadata and HTTP headers alike."""
+    """``(name, value)`` pairs for the credentials given: gRPC metadata and HTTP headers alike.
+
+    Each goes through ``credential`` (one trailing line ending stripped, other
+    whitespace and control characters refused).
+    """
     pairs = []
+    api_key, bearer_token = credential(api_key, "api_key"), credential(bearer_token, "bearer_token")
     if api_key:
         pairs.append((API_KEY_HEADER, api_key))
     if bearer_token:
         pairs.append((AUTHORIZATION_HEADER, f"Bearer {bearer_token}"))
     return pairs
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret in ``secrets`` (and its repr-escaped form) replaced by ``<redacted>``."""
+    for secret in secrets:
+        if secret:
+            for form in {secret, repr(secret)[1:-1], repr(secret.encode())[2:-1]}:
+                if form:
+                    text = text.replace(form, "<redacted>")
+    return text
+
+
+def plaintext_refusal(given: Sequence[str], where: str) -> str:
+    """The message refusing to send credentials ``given`` (argument names) in plaintext to ``where``."""
+    return (f"{' and '.join(given)} would be sent in plaintext to {where}: a credential needs TLS "
+            "(an https:// URL, or gRPC with TLS; the system's CAs unless root_certificates= is given); "
+            "pass insecure=True (CLI --insecure) to send it unencrypted anyway")
 
 
 # What each OpenSSL / gRPC reason means, first match wins; the transport's text follows.

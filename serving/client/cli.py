@@ -8,13 +8,17 @@
     python -m serving.client classify|regress (--grpc ... | --rest ...) --model NAME [--signature S]
                                       --input EXAMPLES.json
 
-Every command also takes TLS and credentials, as the SDK's clients do:
-``--root-certificates FILE`` (PEM of the CAs to trust), ``--client-cert FILE``
+Every command also takes TLS and credentials, as every tool of the stack
+does (``serving.client.connection``): ``--root-certificates FILE`` (PEM of
+the CAs to trust), ``--client-certificate FILE`` (alias ``--client-cert``)
 and ``--client-key FILE`` (mutual TLS), ``--server-name NAME`` (the name the
-server's certificate carries), ``--api-key KEY`` (default: the ``TFS_API_KEY``
-environment variable; sent as ``x-api-key``) and ``--bearer-token TOKEN``
-(sent as ``authorization: Bearer``). Over gRPC, any TLS flag turns TLS on;
-over REST they need an ``https://`` URL.
+server's certificate carries), ``--api-key-file FILE`` or ``--api-key KEY``
+(defaults: ``$TFS_API_KEY_FILE``, ``$TFS_API_KEY``; sent as ``x-api-key``;
+prefer the file or the environment: a flag is visible in ``/proc``),
+``--bearer-token TOKEN`` (sent as ``authorization: Bearer``) and
+``--insecure``. Over gRPC, any TLS flag turns TLS on, and so does a
+credential (with the system's CAs); over REST they need an ``https://`` URL.
+A credential over plaintext needs ``--insecure``.
 
 For predict, ``--input`` takes what curl would send: a TF Serving REST body
 (``.json`` with ``instances`` or ``inputs``; its ``signature_name`` is used
@@ -31,7 +35,6 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,7 @@ from serving.client._api import ClientApi
 from serving.client._grpc import GrpcClient
 from serving.client._rest import RestClient
 from serving.client._types import ModelMetadata, Signature, TensorSpec, VersionStatus
+from serving.client.connection import add_connection_arguments, connection_from_args
 from serving.client.errors import TlsError
 from serving.status import ServingError
 
@@ -85,25 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="predict: a REST body (.json), .npz, .npy or {name: array} (.json), see below; "
                              "classify, regress: examples (.json)")
     parser.add_argument("--timeout", type=float, default=30.0)
-    tls = parser.add_argument_group("TLS and credentials")
-    tls.add_argument("--root-certificates", type=Path, metavar="FILE",
-                     help="PEM of the CAs that may sign the server's certificate (default: the system's)")
-    tls.add_argument("--client-cert", type=Path, metavar="FILE", help="PEM client certificate (mutual TLS)")
-    tls.add_argument("--client-key", type=Path, metavar="FILE", help="PEM key of --client-cert")
-    tls.add_argument("--server-name", metavar="NAME",
-                     help="the name the server's certificate carries, if not the host dialled")
-    tls.add_argument("--api-key", metavar="KEY", help="sent as x-api-key (default: $TFS_API_KEY)")
-    tls.add_argument("--bearer-token", metavar="TOKEN", help="sent as authorization: Bearer TOKEN")
+    add_connection_arguments(parser)
     return parser
 
 
 def make_client(args: argparse.Namespace) -> ClientApi:
-    """The client the parsed arguments ask for; ``InputError`` for TLS files that cannot be used."""
-    security = {"root_certificates": args.root_certificates, "client_cert": args.client_cert,
-                "client_key": args.client_key, "server_name": args.server_name,
-                "api_key": args.api_key or os.environ.get("TFS_API_KEY") or None,
-                "bearer_token": args.bearer_token}
+    """The client the parsed arguments ask for; ``InputError`` for TLS files or keys that cannot be used."""
     try:
+        security = connection_from_args(args).client_kwargs()
         if args.grpc:
             return GrpcClient(args.grpc, timeout=args.timeout, **security)
         return RestClient(args.rest, timeout=args.timeout, **security)

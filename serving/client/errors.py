@@ -11,6 +11,10 @@ server that does not speak TLS). Its code is UNAVAILABLE, as gRPC reports
 it, but it is not an ``Unavailable``: it is never retried, since retrying
 cannot fix it. ``Unauthenticated`` and ``PermissionDenied`` (a missing,
 wrong or insufficient API key) are never retried either.
+
+``ResponseTooLarge`` is the SDK's own too: the server's answer passed the
+client's ``max_response_bytes`` (after decompression, or decoded tensors);
+a ``ResourceExhausted``, never retried by default.
 """
 from serving.status import (
     Aborted,
@@ -54,6 +58,7 @@ __all__ = [
     "DataLoss",
     "Unauthenticated",
     "TlsError",
+    "ResponseTooLarge",
     "error_for",
 ]
 
@@ -62,3 +67,7 @@ class TlsError(ServingError):
     """The TLS handshake failed; ``details`` says which side refused what. Never retried."""
 
     code = Code.UNAVAILABLE
+
+
+class ResponseTooLarge(ResourceExhausted):
+    """The answer passed the client's ``max_response_bytes``; ``details`` names the limit. Never retried."""

@@ -16,18 +16,21 @@ from tests.support.servers import REPO_ROOT
 def test_public_names_are_pinned():
     assert serving.client.__all__ == [
         "GrpcClient", "RestClient", "AsyncGrpcClient", "AsyncRestClient", "RetryPolicy", "NO_RETRY",
-        "ModelMetadata", "Signature", "TensorSpec", "VersionStatus", "ServingError", "errors"]
+        "ModelMetadata", "Signature", "TensorSpec", "VersionStatus", "ServingError", "errors",
+        "Connection", "add_connection_arguments", "connection_from_args"]
     for name in serving.client.__all__:
         assert getattr(serving.client, name) is not None
 
 
 def test_error_tree_is_serving_status_plus_the_sdks_tls_error():
     for name in serving.client.errors.__all__:
-        if name != "TlsError":
+        if name not in ("TlsError", "ResponseTooLarge"):
             assert getattr(serving.client.errors, name) is getattr(serving.status, name)
     tls_error = serving.client.errors.TlsError
     assert issubclass(tls_error, serving.status.ServingError) and not issubclass(tls_error, serving.status.Unavailable)
     assert tls_error("x").code == serving.status.Code.UNAVAILABLE  # what gRPC reports; never retried all the same
+    too_large = serving.client.errors.ResponseTooLarge
+    assert issubclass(too_large, serving.status.ResourceExhausted)
 
 
 SECURITY_ARGUMENTS = ["root_certificates", "client_cert", "client_key", "server_name", "api_key", "bearer_token"]
