@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from loadtest import REPO_ROOT, compare, plan, sweep, tune
-from loadtest.options import UsageError, add_target_arguments, targets_from_args
+from loadtest.options import UsageError, add_server_arguments, add_target_arguments, server_from_args, targets_from_args
 from loadtest.payloads import PayloadError
 from loadtest.preflight import check_served
 from loadtest.refusals import GATEWAY_LIMITED, SERVER, limiter_line
@@ -23,9 +23,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a locust scenario headless and check SLO gates",
                        epilog="Arguments after -- go to locust, e.g. -- --stages 5:2,10:8 or -- --user-rps 20.")
     p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} or a locustfile path")
-    server = p.add_mutually_exclusive_group(required=True)
+    server = p.add_mutually_exclusive_group()
     server.add_argument("--grpc", metavar="HOST:PORT", type=grpc_address,
-                        help="load the server's gRPC API at HOST:PORT (or grpc://HOST:PORT)")
+                        help="load the server's gRPC API at HOST:PORT (or grpc://HOST:PORT); default: the gRPC "
+                             "address of the stack make up started")
     server.add_argument("--rest", metavar="URL", type=rest_address,
                         help="load the server's REST API at URL (http:// or https://)")
     p.add_argument("--run-time", default="30s", help="e.g. 30s, 2m (default 30s)")
@@ -41,6 +42,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                        help="failures/requests at most this (default 0 unless the file sets it)")
     gates.add_argument("--min-rps", type=float, help="throughput at least this (requests/s)")
     add_target_arguments(p)
+    add_server_arguments(p)
     p.set_defaults(func=_cmd_run)
 
 
@@ -49,12 +51,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.slo_file:
         gates = gates.merged(load_gates(args.slo_file))
     gates = gates.merged(Gates(p99_ms=args.p99_ms, max_failure_ratio=args.max_failure_ratio, min_rps=args.min_rps))
-    protocol = "grpc" if args.grpc else "rest"
-    check_served(protocol, args.grpc or args.rest, targets_from_args(args)[0])
-    spec = RunSpec(scenario=args.scenario, host=args.grpc or args.rest, protocol=protocol,
+    server = server_from_args(args)
+    protocol = "grpc" if server.grpc else "rest"
+    address = server.address(protocol)
+    if server.source:
+        print(f"loading {address} over {protocol}: {server.source}")
+    check_served(protocol, address, targets_from_args(args)[0], connection=server.connection)
+    spec = RunSpec(scenario=args.scenario, host=address, protocol=protocol,
                    run_time=parse_duration(args.run_time), users=args.users,
                    spawn_rate=args.spawn_rate or float(args.users), target=targets_from_args(args)[0],
-                   out_dir=args.out, processes=args.processes, extra_args=tuple(args.locust_args))
+                   out_dir=args.out, processes=args.processes, extra_args=tuple(args.locust_args),
+                   connection=server.connection)
     outcome = run_scenario(spec, gates)
     s = outcome.summary
     print(f"payload: {s['payload']['source']}")

@@ -45,6 +45,7 @@ from loadtest.procfs import tree_cpu_seconds
 
 if TYPE_CHECKING:
     from loadtest.payloads import Payload
+    from serving.client import Connection
 
 __all__ = ["CallFailed", "Connection", "Done", "Load", "Record", "Transport", "Window", "call_transport", "clock",
            "future_done", "grpc_transport", "http_transport", "measure", "percentile", "transport_for"]
@@ -186,13 +187,49 @@ def call_transport(call: Callable[[], object], start: Optional[Callable[[Done], 
     return lambda: Connection(call, start=start)
 
 
-def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0) -> Transport:
-    """``payload``'s prebuilt request over ``grpc`` (``address`` = HOST:PORT) or ``rest`` (a base URL)."""
+def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0,
+                  connection: Optional[Connection] = None) -> Transport:
+    """``payload``'s prebuilt request over ``grpc`` (``address`` = HOST:PORT) or ``rest`` (a base URL), with
+    ``connection``'s TLS (gRPC: TLS when it names a CA or a client pair) and credential headers."""
+    headers = _auth_headers(connection)
     if protocol == "grpc":
-        return grpc_transport(address, payload.grpc_method, payload.grpc_request, timeout=timeout)
+        return grpc_transport(address, payload.grpc_method, payload.grpc_request, timeout=timeout,
+                              credentials=_grpc_credentials(connection), metadata=tuple(headers.items()))
     if protocol == "rest":
-        return http_transport(address, payload.rest_path, payload.rest_body, timeout=timeout)
+        return http_transport(address, payload.rest_path, payload.rest_body, timeout=timeout, headers=headers,
+                              ssl_context=_ssl_context(connection))
     raise ValueError(f"protocol must be grpc or rest, got {protocol!r}")
+
+
+def _pem(path: object) -> Optional[bytes]:
+    return open(path, "rb").read() if path else None
+
+
+def _grpc_credentials(connection: Optional[Connection]) -> Optional[grpc.ChannelCredentials]:
+    if connection is None or not (connection.root_certificates or connection.client_cert):
+        return None
+    return grpc.ssl_channel_credentials(_pem(connection.root_certificates), _pem(connection.client_key),
+                                        _pem(connection.client_cert))
+
+
+def _ssl_context(connection: Optional[Connection]) -> Optional[ssl.SSLContext]:
+    if connection is None or not (connection.root_certificates or connection.client_cert):
+        return None
+    context = ssl.create_default_context(cafile=str(connection.root_certificates) if connection.root_certificates
+                                         else None)
+    if connection.client_cert:
+        context.load_cert_chain(str(connection.client_cert), str(connection.client_key) if connection.client_key
+                                else None)
+    return context
+
+
+def _auth_headers(connection: Optional[Connection]) -> dict[str, str]:
+    headers = {}
+    if connection is not None and connection.api_key:
+        headers["x-api-key"] = connection.api_key
+    if connection is not None and connection.bearer_token:
+        headers["authorization"] = f"Bearer {connection.bearer_token}"
+    return headers
 
 
 # ---------------------------------------------------------------------------- the loops

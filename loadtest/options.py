@@ -9,21 +9,39 @@ A server address says its protocol, by the rule of ``serving.addresses``
 takes ``HOST:PORT`` or ``grpc://HOST:PORT`` (or a gRPC target such as
 ``unix:///path``). The flags parse with it (argparse ``type=``); a
 ``--protocol`` with no address of its kind is a ``UsageError`` naming both.
+
+TLS and credentials are the SDK's arguments (``serving.client.
+add_connection_arguments``: ``--root-certificates``, ``--api-key-file``,
+``--client-certificate``, ...). :func:`server_from_args` resolves what a load
+goes to: without ``--grpc``/``--rest``, the stack ``make up`` started (its
+``stack.json``, ``serving.stack.endpoint``) with its CA and the ``loadtest``
+credential (else ``client``); with an address and no credential given, the
+stack's connection when the address is the stack's.
 """
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from loadtest import DEFAULT_MODEL_REPO
 from loadtest.payloads import Target
 from serving import addresses
+from serving.client import Connection, add_connection_arguments, connection_from_args
 from serving.codec import parse_shape
+from serving.config.stack import DEFAULT_WORK_DIR
+from serving.stack.endpoint import stack_endpoint
 
 __all__ = [
+    "CONNECTION_ENV",
+    "LOAD_ROLE",
+    "connection_environment",
     "PROTOCOLS",
+    "Server",
     "UsageError",
+    "add_server_arguments",
+    "server_from_args",
     "add_target_arguments",
     "targets_from_args",
     "grpc_address",
@@ -34,6 +52,18 @@ __all__ = [
 ]
 
 PROTOCOLS = ("grpc", "rest")
+LOAD_ROLE = "loadtest"   # the gateway credential a load uses by default (make certs issues it)
+# The environment a locust process reads its connection from (loadtest.users); never its command line.
+CONNECTION_ENV = ("LOCUST_ROOT_CERTIFICATES", "LOCUST_CLIENT_CERTIFICATE", "LOCUST_CLIENT_KEY", "LOCUST_SERVER_NAME",
+                  "TFS_API_KEY", "TFS_BEARER_TOKEN")
+
+
+def connection_environment(connection: Connection) -> dict[str, str]:
+    """``connection`` as :data:`CONNECTION_ENV` values (unset ones left out): PEM file paths and the credentials."""
+    values = dict(zip(CONNECTION_ENV, (connection.root_certificates, connection.client_cert, connection.client_key,
+                                       connection.server_name, connection.api_key, connection.bearer_token)))
+    return {name: str(Path(value).resolve()) if isinstance(value, Path) else str(value)
+            for name, value in values.items() if value}
 
 
 class UsageError(ValueError):
@@ -68,6 +98,63 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
                          help="rows per request (default: 1, or the --input-data file's rows as they are)")
     payload.add_argument("--shape", type=_shape_argument, action="append", default=[], metavar="NAME:d1,d2",
                          help="dimensions after the batch of an input the metadata leaves unknown (repeatable)")
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The SDK's "TLS and credentials" group, and ``--work-dir`` (make up's, whose stack is the default server)."""
+    add_connection_arguments(parser)
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, metavar="DIR",
+                        help=f"make up's work directory: without --grpc/--rest, the stack its stack.json records "
+                             f"is loaded, with its CA and the loadtest key (default {DEFAULT_WORK_DIR})")
+
+
+@dataclass(frozen=True)
+class Server:
+    """What a load goes to: a gRPC target and/or a REST URL, and how to connect (``describe()`` says which)."""
+
+    grpc: Optional[str]
+    rest: Optional[str]
+    connection: Connection
+    source: str = ""
+
+    def address(self, protocol: str) -> Optional[str]:
+        return self.grpc if protocol == "grpc" else self.rest
+
+
+def server_from_args(args: argparse.Namespace, *, protocol: Optional[str] = "grpc",
+                     required: bool = True) -> Optional[Server]:
+    """The server of ``--grpc``/``--rest`` and the connection arguments, defaulting to make up's stack.
+
+    Without an address: the stack's ``protocol`` address (None: both), (``required``: a ``UsageError``
+    when no stack is recorded; else None). With an address and no TLS argument or credential: the stack's connection
+    when the address is the stack's, else none.
+    """
+    try:
+        connection = connection_from_args(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    grpc, rest = getattr(args, "grpc", None), getattr(args, "rest", None)
+    if grpc or rest:
+        if not connection.given:
+            stack = stack_endpoint(role=LOAD_ROLE, work_dir=args.work_dir)
+            if stack is not None and ((grpc and grpc == stack.grpc) or
+                                      (rest and rest.rstrip("/") == stack.rest.rstrip("/"))):
+                return Server(grpc, rest, stack.connection, _described(stack.backend, stack.role))
+        return Server(grpc, rest, connection)
+    stack = stack_endpoint(role=LOAD_ROLE, work_dir=args.work_dir)
+    if stack is None:
+        if required:
+            raise UsageError(f"give --grpc HOST:PORT or --rest URL: no stack is recorded in {args.work_dir} "
+                             "(make up records the one it starts)")
+        return None
+    chosen = stack.connection if not connection.given else connection
+    return Server(stack.grpc if protocol in ("grpc", None) else None, stack.rest if protocol in ("rest", None) else None,
+                  chosen,
+                  _described(stack.backend, stack.role if not connection.given else ""))
+
+
+def _described(backend: str, role: str) -> str:
+    return f"the stack make up started ({backend}" + (f", the {role} key)" if role else ")")
 
 
 def targets_from_args(args: argparse.Namespace) -> list[Target]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from exporter.manifest import MANIFEST_FILE, load_manifest
 from loadtest import DEFAULT_MODEL_REPO
-from serving.client import NO_RETRY, GrpcClient, RestClient, ServingError
+from serving.client import NO_RETRY, Connection, GrpcClient, RestClient, ServingError
 from serving.codec import (
     DEFAULT_SIGNATURE,
     Signature,
@@ -159,14 +159,15 @@ def _dtype_name(array: np.ndarray) -> str:
     return "string" if array.dtype.kind in "OSU" else array.dtype.name
 
 
-def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[str] = None) -> Payload:
+def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[str] = None,
+                  connection: Connection = Connection()) -> Payload:
     """Encode one request for ``target`` from the first source that applies (see the module docstring).
 
     ``grpc`` (``HOST:PORT``) or ``rest`` (a URL) is the server asked for the
-    metadata when a source needs it (gRPC when both are given). PayloadError
-    when no source gives inputs.
+    metadata when a source needs it (gRPC when both are given), over
+    ``connection`` (TLS and a credential). PayloadError when no source gives inputs.
     """
-    inputs, source = _inputs(target, grpc, rest)
+    inputs, source = _inputs(target, grpc, rest, connection)
     return Payload(
         model_name=target.name,
         signature_name=target.signature_name,
@@ -180,9 +181,10 @@ def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[
     )
 
 
-def _inputs(target: Target, grpc: Optional[str], rest: Optional[str]) -> tuple[dict[str, np.ndarray], str]:
+def _inputs(target: Target, grpc: Optional[str], rest: Optional[str],
+            connection: Connection) -> tuple[dict[str, np.ndarray], str]:
     if target.input_data is not None:
-        return _file_inputs(target, grpc, rest)
+        return _file_inputs(target, grpc, rest, connection)
     manifest_dir = target.manifest_dir()
     if manifest_dir is not None:
         manifest = load_manifest(manifest_dir)
@@ -191,7 +193,7 @@ def _inputs(target: Target, grpc: Optional[str], rest: Optional[str]) -> tuple[d
         except KeyError as error:
             raise PayloadError(error.args[0]) from None
         return inputs, f"manifest {manifest_dir / MANIFEST_FILE}"
-    signature = server_signature(target, grpc=grpc, rest=rest)
+    signature = server_signature(target, grpc=grpc, rest=rest, connection=connection)
     try:
         inputs = synthesize_inputs(signature, target.batch_size or 1, shapes=dict(target.shapes))
     except ValueError as error:
@@ -199,9 +201,11 @@ def _inputs(target: Target, grpc: Optional[str], rest: Optional[str]) -> tuple[d
     return inputs, f"synthesized from the metadata of {target.name!r} at {_server_name(grpc, rest)}"
 
 
-def _file_inputs(target: Target, grpc: Optional[str], rest: Optional[str]) -> tuple[dict[str, np.ndarray], str]:
+def _file_inputs(target: Target, grpc: Optional[str], rest: Optional[str],
+                 connection: Connection) -> tuple[dict[str, np.ndarray], str]:
     path = Path(target.input_data)
-    signature = server_signature(target, grpc=grpc, rest=rest) if path.suffix == ".json" else None
+    signature = (server_signature(target, grpc=grpc, rest=rest, connection=connection) if path.suffix == ".json"
+                 else None)
     try:
         inputs = load_inputs(path, signature)
     except ValueError as error:
@@ -216,13 +220,15 @@ def _file_inputs(target: Target, grpc: Optional[str], rest: Optional[str]) -> tu
     return inputs, f"input file {path}"
 
 
-def server_signature(target: Target, *, grpc: Optional[str] = None, rest: Optional[str] = None) -> Signature:
+def server_signature(target: Target, *, grpc: Optional[str] = None, rest: Optional[str] = None,
+                     connection: Connection = Connection()) -> Signature:
     """``target``'s signature as the server's ``GetModelMetadata`` describes it (gRPC when both are given)."""
     if not (grpc or rest):
         raise PayloadError(f"model {target.name!r} has no manifest under {target.model_repo} and no server was "
                            "given to read its metadata from; give --grpc or --rest, or --input-data FILE")
-    client = (GrpcClient(grpc, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S) if grpc
-              else RestClient(rest, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S))
+    kwargs = connection.client_kwargs()
+    client = (GrpcClient(grpc, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S, **kwargs) if grpc
+              else RestClient(rest, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S, **kwargs))
     try:
         with client:
             metadata = client.metadata(target.name, version=target.version, label=target.version_label)

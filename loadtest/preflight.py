@@ -25,7 +25,7 @@ from typing import Optional
 
 from loadtest.options import UsageError
 from loadtest.payloads import Target
-from serving.client import NO_RETRY, GrpcClient, RestClient, ServingError
+from serving.client import NO_RETRY, Connection, GrpcClient, RestClient, ServingError
 from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, read_state
 from serving.server.launcher import MONITORING_PATH
 from serving.status import Code
@@ -41,16 +41,22 @@ def _servable(target: Target) -> str:
     return f"model {target.name!r}{where}"
 
 
-def check_served(protocol: str, address: str, target: Target, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> None:
-    """One metadata call for ``target`` at ``address`` (``protocol`` grpc or rest); ``UsageError`` naming the fault."""
+def check_served(protocol: str, address: str, target: Target, *, timeout: float = PREFLIGHT_TIMEOUT_S,
+                 connection: Connection = Connection()) -> None:
+    """One metadata call for ``target`` at ``address`` (``protocol`` grpc or rest) over ``connection``;
+    ``UsageError`` naming the fault."""
     flag = f"--{protocol} {address}"
-    client = (GrpcClient(address, retry=NO_RETRY, timeout=timeout) if protocol == "grpc"
-              else RestClient(address, retry=NO_RETRY, timeout=timeout))
+    kwargs = connection.client_kwargs()
+    try:
+        client = (GrpcClient(address, retry=NO_RETRY, timeout=timeout, **kwargs) if protocol == "grpc"
+                  else RestClient(address, retry=NO_RETRY, timeout=timeout, **kwargs))
+    except ValueError as error:  # a credential over plaintext without --insecure, an unreadable PEM
+        raise UsageError(f"{flag}: {error}") from None
     try:
         with client:
             metadata = client.metadata(target.name, version=target.version, label=target.version_label)
     except ServingError as error:
-        tls = _tls_unconfigured(protocol, address)
+        tls = _tls_unconfigured(protocol, address, tls=bool(connection.root_certificates or connection.client_cert))
         if tls:  # nginx answers plain HTTP at a TLS port with a 400 page: not a model's fault
             raise UsageError(tls) from None
         if error.code in (Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION):

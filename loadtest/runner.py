@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import numpy as np
 
 from loadtest import REPO_ROOT
-from loadtest.options import server_address
+from loadtest.options import CONNECTION_ENV, connection_environment, server_address
 from loadtest.payloads import Payload, Target, build_payload, write_payload
 from loadtest.refusals import GATEWAY_LIMITED, failures_by_class
 from loadtest.slo import GateResult, Gates, evaluate
+from serving.client import Connection
 
 if TYPE_CHECKING:
     from serving.codec import JSON
@@ -76,7 +77,9 @@ def locustfile_path(scenario: str) -> Path:
 class RunSpec:
     """One headless locust run. ``host`` is ``HOST:PORT`` (or ``grpc://HOST:PORT``) for gRPC, a URL for REST.
 
-    A host whose scheme belongs to the other protocol is a ``UsageError``.
+    A host whose scheme belongs to the other protocol is a ``UsageError``. ``connection`` (TLS, a
+    credential) reaches locust through its environment (``loadtest.options.CONNECTION_ENV``), never its
+    command line.
     """
 
     scenario: str
@@ -90,6 +93,7 @@ class RunSpec:
     processes: int = 1
     stop_timeout: float = 5.0
     extra_args: tuple[str, ...] = ()
+    connection: Connection = field(default_factory=Connection)
 
     def __post_init__(self) -> None:
         if self.protocol not in _USER_CLASS:
@@ -124,8 +128,8 @@ def build_run_payload(spec: RunSpec) -> Payload:
     """The payload of ``spec``'s target; the metadata, when needed, is read over ``spec``'s protocol."""
     host = _host_for(spec)
     if spec.protocol == "grpc":
-        return build_payload(spec.target, grpc=host)
-    return build_payload(spec.target, rest=host)
+        return build_payload(spec.target, grpc=host, connection=spec.connection)
+    return build_payload(spec.target, rest=host, connection=spec.connection)
 
 
 def locust_command(spec: RunSpec, payload_file: Optional[Path] = None) -> list[str]:
@@ -170,7 +174,8 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
     payload_file = write_payload(payload, f"{spec.prefix}_payload.json")
     log_path = Path(f"{spec.prefix}.log")
     returncode, timed_out = _run_bounded(locust_command(spec, payload_file), log_path,
-                                         spec.run_time + spec.stop_timeout + grace)
+                                         spec.run_time + spec.stop_timeout + grace,
+                                         connection_environment(spec.connection))
     summary = _summary(spec, returncode, timed_out, log_path)
     summary["payload"] = payload.describe()
     results = evaluate(gates, summary) if summary["requests"] > 0 else []
@@ -185,8 +190,11 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
     return RunOutcome(summary, results, code, summary_path)
 
 
-def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float) -> tuple[int, bool]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float,
+                 connection_env: Optional[dict[str, str]] = None) -> tuple[int, bool]:
+    inherited = {k: v for k, v in os.environ.items() if k not in CONNECTION_ENV}  # the run's connection only
+    env = {**inherited, **(connection_env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
                                 start_new_session=True)

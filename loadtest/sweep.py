@@ -37,11 +37,13 @@ from loadtest import REPO_ROOT
 from loadtest.driver import Load, Record, Transport, transport_for
 from loadtest.metrics import Scrape, scrape, split_between
 from loadtest.options import (
+    add_server_arguments,
     add_target_arguments,
     grpc_address,
     parse_protocols,
     protocols_for,
     rest_address,
+    server_from_args,
     targets_from_args,
 )
 from loadtest.payloads import Target, build_payload
@@ -51,6 +53,7 @@ from loadtest.plots import plot_throughput_latency
 from loadtest.preflight import check_level_time, check_served, stack_metrics_url
 from loadtest.servers import RunningServer, start_server
 from serving import addresses
+from serving.client import Connection
 from serving.config import load_batching_parameters
 from serving.server.launcher import BatchingSpec
 
@@ -325,9 +328,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--warmup", type=float, default=1.0, help="seconds discarded at the start of a level")
     load.add_argument("--latency-threshold-ms", type=float, default=None, help="stop once p99 exceeds this")
     load.add_argument("--max-in-flight", type=int, default=64, help="open loop: worker threads (default 64)")
-    server = parser.add_argument_group("server (started here unless --grpc/--rest name a running one)")
-    server.add_argument("--batching", default="off",
-                        help="off, on or on,off: start the embedded server once per mode and compare")
+    server = parser.add_argument_group("server (default: the stack make up started, else one started here; "
+                                       "--grpc/--rest name a running one, --batching starts one here)")
+    server.add_argument("--batching", default=None,
+                        help="off, on or on,off: start the embedded server once per mode and compare (default "
+                             "off, when no stack is running)")
     server.add_argument("--batching-config", type=Path, default=None,
                         help="BatchingParameters text proto for 'on' (default: the server's defaults)")
     server.add_argument("--server-flag", action="append", default=[], help="extra TF Serving flag (repeatable)")
@@ -338,6 +343,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     server.add_argument("--metrics-url", default=None,
                         help="a running server's Prometheus page (default: the stack's, when --grpc/--rest is the "
                              "address make up recorded in stack.json)")
+    add_server_arguments(parser)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "sweep",
                         help="output directory for reports (default <checkout>/out/sweep)")
     parser.add_argument("--name", default="sweep", help="output file stem (default sweep)")
@@ -371,6 +377,18 @@ def run_sweep(args: argparse.Namespace) -> int:
                              max_in_flight=args.max_in_flight)
     check_level_time(window_s=args.window, stable_windows=args.stable_windows, warmup_s=args.warmup,
                      max_level_s=args.max_level_time)
+    connection = Connection()
+    starts_own = bool(args.batching or args.docker or args.server_flag or args.batching_config)
+    given = bool(args.grpc or args.rest)
+    reached = None if starts_own and not given else server_from_args(args, protocol=None, required=False)
+    if reached is not None:
+        if not given:  # make up's stack: its gRPC API unless --protocol says otherwise
+            wanted = parse_protocols(args.protocol or "grpc")
+            args.grpc = reached.grpc if "grpc" in wanted else None
+            args.rest = reached.rest if "rest" in wanted else None
+            print(f"sweeping {', '.join(filter(None, [args.grpc, args.rest]))}: {reached.source} (--batching "
+                  "starts a server here instead)", flush=True)
+        connection = reached.connection
     running = bool(args.grpc or args.rest)
     if running and args.metrics_url is None:
         args.metrics_url = stack_metrics_url(args.grpc, args.rest)
@@ -379,22 +397,23 @@ def run_sweep(args: argparse.Namespace) -> int:
                  else parse_protocols(args.protocol or "grpc"))
     all_series: list[Series] = []
     cold_starts: dict[str, float] = {}
-    for batching in (["running"] if running else args.batching.split(",")):
+    for batching in (["running"] if running else (args.batching or "off").split(",")):
         started = _server_for(args, batching, targets)
         with started as server:
             if started.cold_start_s is not None:
                 cold_starts[batching] = round(started.cold_start_s, 3)
             for target in targets:
                 for protocol in protocols:
-                    check_served(protocol, server.grpc_target if protocol == "grpc" else server.rest_url, target)
-                payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url)
+                    check_served(protocol, server.grpc_target if protocol == "grpc" else server.rest_url, target,
+                                 connection=connection)
+                payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url, connection=connection)
                 print(f"payload {payload.label}: {payload.source}", flush=True)
                 for protocol in protocols:
                     address = server.grpc_target if protocol == "grpc" else server.rest_url
                     series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching,
                                     payload=payload.describe())
                     series.levels = sweep_levels(
-                        transport_for(protocol, address, payload, settings.timeout_s), settings,
+                        transport_for(protocol, address, payload, settings.timeout_s, connection), settings,
                         metrics_url=server.metrics_url, model_name=target.name, server_pid=server.pid,
                         on_level=lambda r, s=series: print(f"  {s.label} level {r.level:g}: "
                                                            f"{r.throughput_rps:.1f}/s p99 {r.p99_ms:.2f} ms",

@@ -14,6 +14,15 @@ the metadata, when needed, is read from locust's ``--host`` (``HOST:PORT`` or
 ``grpc://HOST:PORT`` is gRPC, an ``http(s)://`` URL is REST). The version is
 ``--model-version`` here, not the project's ``--version``: locust's own
 ``--version`` prints locust's version.
+
+The connection comes from the environment, never the command line (a key
+there is visible to every user in ``/proc``): ``LOCUST_ROOT_CERTIFICATES``
+(a PEM CA: TLS; gRPC without it is plaintext, REST follows the URL's scheme),
+``LOCUST_CLIENT_CERTIFICATE`` and ``LOCUST_CLIENT_KEY`` (PEM files, mTLS),
+``LOCUST_SERVER_NAME`` (gRPC: the name the server's certificate carries), and the
+SDK's ``TFS_API_KEY`` (sent as ``x-api-key``) and ``TFS_BEARER_TOKEN``
+(``authorization: Bearer``). ``python -m loadtest run`` sets them from its
+connection arguments (:data:`CONNECTION_ENV`).
 """
 from __future__ import annotations
 
@@ -23,10 +32,11 @@ import functools
 import json
 import logging
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 import grpc
 import grpc.experimental.gevent as grpc_gevent
@@ -40,12 +50,13 @@ from locust.env import Environment
 from locust.event import Events
 
 from loadtest import DEFAULT_MODEL_REPO
-from loadtest.options import grpc_address, rest_address
+from loadtest.options import CONNECTION_ENV, grpc_address, rest_address
 from loadtest.payloads import Payload, Target, build_payload, read_payload
 from serving.codec import parse_shape
 from serving.status import ServingError, error_for, from_grpc_status
 
 __all__ = [
+    "CONNECTION_ENV",
     "GrpcPredictUser",
     "RestPredictUser",
     "ExactLatencies",
@@ -55,6 +66,43 @@ __all__ = [
     "prepare_locustfile",
     "target_from_options",
 ]
+
+
+def _read(path: str) -> Optional[bytes]:
+    return Path(path).read_bytes() if path else None
+
+
+def _auth_metadata(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The credential headers (gRPC metadata, HTTP headers) from ``TFS_API_KEY`` / ``TFS_BEARER_TOKEN``."""
+    metadata = []
+    if env.get("TFS_API_KEY"):
+        metadata.append(("x-api-key", env["TFS_API_KEY"].strip()))
+    if env.get("TFS_BEARER_TOKEN"):
+        metadata.append(("authorization", f"Bearer {env['TFS_BEARER_TOKEN'].strip()}"))
+    return metadata
+
+
+def _grpc_channel(target: str, options: list, env: Mapping[str, str]) -> grpc.Channel:
+    """A TLS channel when ``LOCUST_ROOT_CERTIFICATES`` is set (mTLS with the client pair), else plaintext."""
+    root = _read(env.get("LOCUST_ROOT_CERTIFICATES", ""))
+    if root is None:
+        return grpc.insecure_channel(target, options=options)
+    credentials = grpc.ssl_channel_credentials(root, _read(env.get("LOCUST_CLIENT_KEY", "")),
+                                               _read(env.get("LOCUST_CLIENT_CERTIFICATE", "")))
+    if env.get("LOCUST_SERVER_NAME"):
+        options = [*options, ("grpc.ssl_target_name_override", env["LOCUST_SERVER_NAME"])]
+    return grpc.secure_channel(target, credentials, options=options)
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """The REST user's TLS: trusts ``LOCUST_ROOT_CERTIFICATES`` (else the system's CAs), presents the client pair."""
+    import gevent.ssl
+
+    env = os.environ
+    context = gevent.ssl.create_default_context(cafile=env.get("LOCUST_ROOT_CERTIFICATES") or None)
+    if env.get("LOCUST_CLIENT_CERTIFICATE"):
+        context.load_cert_chain(env["LOCUST_CLIENT_CERTIFICATE"], env.get("LOCUST_CLIENT_KEY") or None)
+    return context
 
 
 def add_target_arguments(parser: LocustArgumentParser) -> None:
@@ -202,10 +250,11 @@ class GrpcPredictUser(_ThinkTime, User):
         init_grpc_gevent()
         self.payload = payload_for(environment)
         self.timeout = float(environment.parsed_options.request_timeout)
-        self.channel = grpc.insecure_channel(_grpc_target(self.host), options=[
+        self.channel = _grpc_channel(_grpc_target(self.host), [
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
-            ("grpc.use_local_subchannel_pool", 1)])  # its own TCP connection, like a separate client
+            ("grpc.use_local_subchannel_pool", 1)], os.environ)  # its own TCP connection, like a separate client
         self._call = self.channel.unary_unary(self.payload.grpc_method)  # bytes in, bytes out
+        self._metadata = tuple(_auth_metadata(os.environ)) or None
         self._name = f"Predict {self.payload.label}"
 
     def on_stop(self) -> None:
@@ -217,7 +266,7 @@ class GrpcPredictUser(_ThinkTime, User):
         response: Optional[bytes] = None
         exception: Optional[Exception] = None
         try:
-            response = self._call(self.payload.grpc_request, timeout=self.timeout)
+            response = self._call(self.payload.grpc_request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as error:
             exception = _status_error(error)
         self.environment.events.request.fire(
@@ -228,19 +277,23 @@ class GrpcPredictUser(_ThinkTime, User):
 
 
 class RestPredictUser(_ThinkTime, FastHttpUser):
-    """POSTs the prebuilt JSON body to ``/v1/models/NAME[...]:predict`` (``host`` is a URL)."""
+    """POSTs the prebuilt JSON body to ``/v1/models/NAME[...]:predict`` (``host`` is a URL; https:// verifies
+    the server against ``LOCUST_ROOT_CERTIFICATES`` or the system's CAs)."""
 
     abstract = True
+    insecure = False
+    ssl_context_factory = staticmethod(_ssl_context)
 
     def on_start(self) -> None:
         self.payload = payload_for(self.environment)
         self.body = self.payload.rest_body
         self.timeout = float(self.environment.parsed_options.request_timeout)
         self._name = f"POST {self.payload.rest_path}"
+        self._headers = {"Content-Type": "application/json", **dict(_auth_metadata(os.environ))}
 
     @task
     def predict(self) -> None:
-        headers = {"Content-Type": "application/json"}
+        headers = self._headers
         with self.client.post(self.payload.rest_path, data=self.body, headers=headers,
                               name=self._name, catch_response=True) as response:
             if response.status_code != 200:

@@ -1,16 +1,25 @@
 """``python -m loadtest`` through the real nginx gateway (compose's templates and values) with a LOW rate limit.
 
 The gateway runs in front of the package's digits server with 20 requests a
-second and a burst of 5 per client, so an unpaced load meets the limiter.
-Its gRPC and REST ports speak TLS only.
+second and a burst of 5 per client, so an unpaced load meets the limiter. Its
+gRPC and REST ports speak TLS only. A ``stack.json`` in a work directory of
+the test's own records the gateway as compose's ``make up`` does (its
+addresses, CA and secrets directory), so ``run`` with no address and no
+credential loads it the way a user's ``python -m loadtest run steady --model
+digits`` loads the compose stack.
 """
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
+from gateway.certs import Credentials, init_secrets, issue_client
 from loadtest.__main__ import main
+from serving.config.stack import STATE_FILE, StackState, write_state
+from tests.support.cli import run_loadtest
 from tests.support.gateway import compose_values, running_gateway, upstream_values
 
 pytestmark = pytest.mark.slow
@@ -19,12 +28,33 @@ _RUN = ["run", "steady", "--run-time", "60s", "-u", "1"]
 
 
 @pytest.fixture(scope="module")
-def limited_gateway(digits_server, nginx, nginx_version, gateway_secrets, compose_gateway_env, tmp_path_factory):
+def secrets(tmp_path_factory) -> Credentials:
+    """make certs' secrets, with a loadtest credential (issued here where make certs issued none)."""
+    creds = init_secrets(tmp_path_factory.mktemp("loadtest-secrets"))
+    if not creds.path("loadtest.api-key").is_file():
+        issue_client(creds.directory, "loadtest")
+    return creds
+
+
+@pytest.fixture(scope="module")
+def limited_gateway(digits_server, nginx, nginx_version, secrets, compose_gateway_env, tmp_path_factory):
     values = {**compose_values(compose_gateway_env, **upstream_values(digits_server)),
               "GATEWAY_RATE": LOW_RATE, "GATEWAY_BURST": LOW_BURST}
     with running_gateway(nginx, nginx_version, values, tmp_path_factory.mktemp("loadtest-gateway"),
-                         gateway_secrets, digits_server) as gateway:
+                         secrets, digits_server) as gateway:
         yield gateway
+
+
+@pytest.fixture(scope="module")
+def work_dir(limited_gateway, model_repo, tmp_path_factory) -> Path:
+    """A work directory whose stack.json records the gateway as compose's make up records its own."""
+    work = tmp_path_factory.mktemp("loadtest-work")
+    secrets = limited_gateway.secrets
+    write_state(StackState("compose-cpu", work / "models.config", limited_gateway.grpc_target,
+                           limited_gateway.rest_url, model_repo, {"/models": model_repo},
+                           root_certificates=secrets.ca_cert, admin_key_file=secrets.path("admin.api-key")),
+                work / STATE_FILE)
+    return work
 
 
 def _refused(capsys, argv: list[str]) -> str:
@@ -47,3 +77,33 @@ def test_plain_http_at_a_tls_rest_port_names_tls(limited_gateway, capsys):
     url = limited_gateway.rest_url.replace("https://", "http://")
     err = _refused(capsys, [*_RUN, "--rest", url])
     assert "this port speaks TLS: pass --root-certificates" in err and "https:// URL" in err
+
+
+def _identities(gateway, uri_part: str) -> set[str]:
+    return {(e.get("role"), e.get("client")) for e in gateway.access_entries() if uri_part in e.get("uri", "")}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_run_with_no_flags_loads_the_stack_through_the_gateway_with_the_loadtest_key_and_names_the_limiter(
+        limited_gateway, work_dir, model_repo, tmp_path, protocol):
+    where = ["--rest", limited_gateway.rest_url] if protocol == "rest" else []  # gRPC is the default
+    out = run_loadtest("run", "steady", "--model", "digits", "--model-repo", str(model_repo), "--work-dir",
+                       str(work_dir), *where, "--run-time", "4s", "-u", "2", "--out", str(tmp_path),
+                       "--max-failure-ratio", "1")
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / f"steady_{protocol}_summary.json").read_text())
+    limited = summary["failures_by_class"]["gateway_limited"]
+    assert summary["requests"] > 0 and limited > 0, summary
+    assert summary["failures_by_class"]["server"] == 0, summary["failures_by_error"]
+    assert summary["failures"] == limited
+    assert f"the gateway limited {100.0 * limited / summary['requests']:.1f} % of requests: this measured " \
+           "GATEWAY_RATE (use the loadtest credential, or raise GATEWAY_LOADTEST_RATE)" in out.stdout
+    assert f"failures by class: gateway limited {limited}, server 0" in out.stdout
+    assert "the loadtest key" in out.stdout
+    # Every call, refused or answered, carried the loadtest credential: the limiter counted it, not the client's.
+    uri = "/tensorflow.serving.PredictionService/Predict" if protocol == "grpc" else ":predict"
+    assert {client for _, client in _identities(limited_gateway, uri)} == {"loadtest"}
+    key = limited_gateway.secrets.path("loadtest.api-key").read_text().strip()
+    assert key not in out.stdout + out.stderr
+    assert key not in (tmp_path / f"steady_{protocol}.log").read_text(errors="replace")
