@@ -25,13 +25,14 @@ from __future__ import annotations
 import hashlib
 import re
 
+from serving.config.names import MODEL_NAME, model_name_problem
+
 __all__ = ["CANARY_DIR", "STABLE", "CANARY", "MODEL_NAME", "canary_route_files", "route_file_names"]
 
 CANARY_DIR = "canary.d"
 STABLE, CANARY = "stable", "canary"
-# What may appear in a model name the gateway routes (TF Serving's REST path segment is [^/:]+; this is
-# the subset that is safe inside an nginx config without quoting).
-MODEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# What may appear in a model name the gateway routes: serving.config.names' rule (TF Serving's REST path
+# segment is [^/:]+; the rule is the subset that is safe inside an nginx config without quoting).
 
 
 def _variable(model: str) -> str:
@@ -47,9 +48,9 @@ def route_file_names(model: str) -> tuple[str, str]:
 
 def canary_route_files(model: str, weight: float) -> dict[str, str]:
     """``{relative path: text}`` routing ``weight`` percent of ``model``'s unlabeled REST traffic to canary."""
-    if not MODEL_NAME.fullmatch(model):
-        raise ValueError(f"model name {model!r} cannot be routed by the gateway: it must match "
-                         f"{MODEL_NAME.pattern}")
+    problem = model_name_problem(model)
+    if problem is not None:
+        raise ValueError(f"the gateway cannot route this model: {problem}")
     if not 0 <= weight <= 100:
         raise ValueError(f"a canary weight is a percentage in [0, 100], got {weight:g}")
     conf, label_map = route_file_names(model)

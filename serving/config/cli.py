@@ -8,10 +8,17 @@
 - ``add NAME --base-path DIR [--policy latest:N|all|versions:1,2] [--label
   stable=1 ...]`` and ``remove NAME`` change the config the stack serves
   (``serving.config.stack``: the file ``make up`` recorded, else the compose
-  file ``serving/models.config``), for any model. Paths and labels are checked
-  first; where a server answers, the change is pushed with
-  ``HandleReloadConfigRequest`` (and waits until the versions are AVAILABLE),
-  then written atomically.
+  file ``serving/models.config``), for any model. Names (``serving.config.names``),
+  paths and labels are checked first. Then, holding the config's lock
+  (``serving.config.config_lock``), the file is written atomically if it is
+  still what was read (else the change is planned again on the new file,
+  keeping the other command's change), and, where a server answers, pushed
+  with ``HandleReloadConfigRequest`` (waiting until the versions are
+  AVAILABLE). A failed add or remove puts only its own model back. ``add``
+  serves the newest version that was not rolled back (``--version N`` names
+  one); ``remove`` of the last model needs ``--force``. Exit codes: 0 done,
+  1 refused (the reason is printed), 4 refused because the config's lock was
+  held past ``--timeout``.
 - ``render`` prints the config the stack serves, or writes ``models.config``
   from the zoo (``--zoo``, ``--all``) or from another config with its base
   paths remapped (``--from-config``).
@@ -42,21 +49,28 @@ from serving.config.models import (
     without_gpu_only,
     write_model_server_config,
 )
+from serving.config.config_lock import LockTimeout, StaleConfig
+from serving.config.names import model_name_problem
 from serving.config.reload import ReloadError
+from serving.config.rollbacks import ROLLED_BACK_FILE, reinstate, rolled_back_versions, stable_version
 from serving.config.stack import (
     COMPOSE_PAIR,
     DEFAULT_MODEL_REPO,
     DEFAULT_WORK_DIR,
     SERVING_DIR,
     ServedConfig,
-    apply_steps,
+    change_served_config,
     read_state,
     served_config,
     write_state,
 )
 from serving.model_repo import ZOO, model_versions
 
-__all__ = ["main", "build_parser", "check_serving_dir", "CONFIG_FILES"]
+__all__ = ["main", "build_parser", "check_serving_dir", "CONFIG_FILES", "EXIT_STALE"]
+
+# The exit code of an add or remove refused because another command changed the config first and it could
+# not be planned again (or held the config's lock past --timeout); 1 is every other refusal.
+EXIT_STALE = 4
 
 # Variant → (models config, batching config) in the serving directory.
 CONFIG_FILES = {
@@ -170,16 +184,35 @@ def _render(args: argparse.Namespace) -> int:
 
 def _new_entry(args: argparse.Namespace, served: ServedConfig):
     """The ``ModelConfig`` ``add`` asks for; ValueError naming what is wrong with it."""
+    problem = model_name_problem(args.name)
+    if problem is not None:
+        raise ValueError(problem)
     base_dir = args.base_path.resolve()
     on_disk = model_versions(base_dir)
     labels = parse_labels(args.labels)
-    if args.policy is not None:
+    rolled_back = rolled_back_versions(base_dir)
+    if args.version is not None:
+        if args.policy is not None or labels:
+            raise ValueError("--version N serves N with stable and canary on it: give it without --policy "
+                             "and --label")
+        policy, labels = VersionPolicy("specific", versions=(args.version,)), dict.fromkeys(LABELS, args.version)
+    elif args.policy is not None:
         policy = VersionPolicy.parse(args.policy)
     elif labels:
         policy = VersionPolicy("specific", versions=tuple(sorted(set(labels.values()))))
-    else:  # as make up serves every model: the newest version, stable and canary on it
-        policy = VersionPolicy("specific", versions=tuple(on_disk[-1:]))
-        labels = {label: on_disk[-1] for label in LABELS} if on_disk else {}
+    else:  # as make up serves every model: the newest version not rolled back, stable and canary on it
+        newest = stable_version(base_dir)
+        if newest is None and on_disk:
+            raise ValueError(f"every version of {base_dir} was rolled back ({sorted(rolled_back)}; "
+                             f"{base_dir / ROLLED_BACK_FILE}): name the one to serve with --version N")
+        policy = VersionPolicy("specific", versions=(newest,) if newest is not None else ())
+        labels = dict.fromkeys(LABELS, newest) if newest is not None else {}
+    if policy.kind != "specific":
+        again = sorted(set(policy.served(on_disk)) & set(rolled_back))
+        if again:
+            raise ValueError(f"policy {args.policy} would serve version(s) {again}, which were rolled back "
+                             f"({base_dir / ROLLED_BACK_FILE}); TF Serving would serve them as the newest: "
+                             "pin the versions with --version N or --policy versions:...")
     entry = model_entry(args.name, served.base_path_for(base_dir), policy, labels)
     problems = served.entry_problems(entry)
     if problems:
@@ -187,20 +220,44 @@ def _new_entry(args: argparse.Namespace, served: ServedConfig):
     return entry
 
 
+def _asked_for_by_number(args: argparse.Namespace, entry) -> None:
+    """A rolled-back version the operator named as stable is served again: its marker goes."""
+    if "stable" not in entry.version_labels or (args.version is None and not args.labels):
+        return
+    version, base_dir = entry.version_labels["stable"], args.base_path.resolve()
+    if reinstate(base_dir, version):
+        print(f"{args.name}: version {version} had been rolled back; served as stable as asked "
+              f"(its mark in {base_dir / ROLLED_BACK_FILE} is cleared)")
+
+
 def _edit(args: argparse.Namespace) -> int:
     served = _served(args)
     try:
-        config = served.load()
+        snapshot = served.snapshot()
         if args.command == "add":
             entry = _new_entry(args, served)
-            steps = add_steps(config, entry, served.versions_on_disk(entry))
+            on_disk = served.versions_on_disk(entry)
+
+            def plan(config):
+                return add_steps(config, entry, on_disk)
         else:
-            find_entry(config, args.name)
-            steps = remove_steps(config, args.name)
-        pushed = apply_steps(served, args.name, steps, timeout=args.timeout)
+            def plan(config):
+                find_entry(config, args.name)
+                _check_not_last(config, args)
+                return remove_steps(config, args.name)
+        # Another command's change since the read is kept: add and remove are planned again on it (an add
+        # of a name taken since, or a remove of a model gone since, is then refused by the plan itself).
+        pushed = change_served_config(served, args.name, plan, snapshot=snapshot, timeout=args.timeout,
+                                      who=f"serving.config {args.command} {args.name}")
+        if args.command == "add":
+            _asked_for_by_number(args, entry)
+    except (StaleConfig, LockTimeout) as exc:
+        print(f"{args.command} refused: {exc}", file=sys.stderr)
+        return EXIT_STALE
     except (ValueError, KeyError, OSError, ReloadError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) else exc
-        print(f"{args.command} refused: {message}; {served.path} unchanged", file=sys.stderr)
+        print(f"{args.command} refused: {message}; {served.path} unchanged by this command",
+              file=sys.stderr)
         return 1
     _record_removal(served, args.name, removed=args.command == "remove")
     where = (f"served by {served.grpc}" if pushed else
@@ -208,6 +265,18 @@ def _edit(args: argparse.Namespace) -> int:
     print(f"{'added' if args.command == 'add' else 'removed'} {args.name} "
           f"{'to' if args.command == 'add' else 'from'} {served.path} ({where})")
     return 0
+
+
+def _check_not_last(config, args: argparse.Namespace) -> None:
+    """Removing the last model leaves a server that serves nothing: refused without ``--force``."""
+    if len(config.model_config_list.config) > 1:
+        return
+    consequence = ("the server then serves no model: every request is NOT_FOUND and the stack's health check, "
+                   "which asks for the served config's models, fails")
+    if not args.force:
+        raise ValueError(f"{args.name} is the last model served; {consequence}. Add another model first, or "
+                         "remove it anyway with --force")
+    print(f"warning: removing the last model, {args.name}: {consequence}", file=sys.stderr)
 
 
 def _record_removal(served: ServedConfig, name: str, *, removed: bool) -> None:
@@ -258,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "or the newest version with stable and canary on it)")
     add.add_argument("--label", dest="labels", action="append", default=[], metavar="NAME=N",
                      help="version label, e.g. stable=1 (repeatable)")
+    add.add_argument("--version", type=int, metavar="N", default=None,
+                     help="serve version N with stable and canary on it (default: the newest version that "
+                          "was not rolled back; naming a rolled-back version serves it again)")
+    remove.add_argument("--force", action="store_true",
+                        help="remove the last model too (the server then serves nothing and the health "
+                             "check fails)")
     check.add_argument("--variant", choices=sorted(CONFIG_FILES), default="gpu",
                        help="whose models config --model-repo must satisfy (default: gpu)")
     render.add_argument("--zoo", action="store_true", help="render the zoo's models (what render --all writes)")

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from google.protobuf import text_format
 
+from serving.config.names import model_name_problem
+from serving.config.rollbacks import stable_version
 from serving.model_repo import ZOO, PublishedModel, model_versions
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is built
@@ -91,16 +93,17 @@ def render_model_server_config(models: Iterable[PublishedModel] = ZOO, *,
     """A ``ModelServerConfig`` serving ``models`` under ``base_path_prefix/<name>``.
 
     Each model serves one version, labelled ``stable`` and ``canary``: the
-    newest numeric version found in ``models_dir/<name>`` when given and
-    present, else 1 (what the exporter publishes first).
+    newest numeric version found in ``models_dir/<name>`` that was not rolled
+    back (``serving.config.rollbacks``) when given and present, else 1 (what
+    the exporter publishes first).
     """
     config = new_model_server_config()
     for model in models:
         if model.gpu_only and not include_gpu_only:
             continue
-        found = model_versions(models_dir / model.name) if models_dir else []
+        found = stable_version(models_dir / model.name) if models_dir else None
         served_entry(config, model.name, str(PurePosixPath(base_path_prefix) / model.name),
-                     found[-1] if found else 1)
+                     found if found is not None else 1)
     return config
 
 
@@ -116,14 +119,17 @@ def render_repository_config(model_repo: Path, names: Optional[Iterable[str]] = 
     """A ``ModelServerConfig`` serving what ``model_repo`` holds, with host base paths.
 
     Every model directory with a numeric version (or only ``names``) serves
-    its newest version with ``stable`` and ``canary`` on it, as the zoo's
-    models do in the compose files.
+    its newest version that was not rolled back (``serving.config.rollbacks``)
+    with ``stable`` and ``canary`` on it, as the zoo's models do in the compose
+    files; a model whose every version was rolled back is left out.
     """
     model_repo = Path(model_repo).resolve()
     config = new_model_server_config()
     config.model_config_list.SetInParent()  # an empty list is still a list (not "no config")
     for name in repository_models(model_repo) if names is None else names:
-        served_entry(config, name, str(model_repo / name), model_versions(model_repo / name)[-1])
+        version = stable_version(model_repo / name)
+        if version is not None:
+            served_entry(config, name, str(model_repo / name), version)
     return config
 
 
@@ -196,7 +202,7 @@ def check_model_server_config(config: ModelServerConfig, *, models_dir: Optional
                               zoo: Sequence[PublishedModel] = ZOO) -> list[str]:
     """Problems with ``config``; empty when fine.
 
-    Every model: listed once, platform ``tensorflow``, labels named
+    Every model: a name that keeps ``serving.config.names``' rule, listed once, platform ``tensorflow``, labels named
     ``[a-zA-Z0-9_]+`` on versions a ``specific`` policy serves. A zoo name
     must live where the exporter publishes it (``<dir>/<name>``). A model
     outside the zoo must hold a numeric version under its base path, where
@@ -218,6 +224,9 @@ def check_model_server_config(config: ModelServerConfig, *, models_dir: Optional
 
 def _check_entry(entry: ModelConfig, *, in_zoo: bool) -> list[str]:
     problems = []
+    name_problem = model_name_problem(entry.name)
+    if name_problem is not None:
+        problems.append(name_problem)
     base = PurePosixPath(entry.base_path)
     if in_zoo and base.name != entry.name:
         problems.append(f"{entry.name}: base_path {entry.base_path} is not {base.parent / entry.name}, "

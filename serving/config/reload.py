@@ -57,11 +57,14 @@ def version_states(client: GrpcClient, name: str) -> dict[int, VersionStatus]:
 
 
 class Reloader:
-    """Applies steps: push, write the config back, wait until AVAILABLE.
+    """Applies steps: write the config, push it, wait until AVAILABLE.
 
-    ``write`` (optional) is called with each accepted step's config, so the
-    file a server polls (``--model_config_file_poll_wait_seconds``) holds
-    the state that was pushed instead of reverting it.
+    ``write`` (optional) is called with each step's config *before* it is
+    pushed, so the file a server polls (``--model_config_file_poll_wait_seconds``)
+    never holds an older state than the one in flight, and a command killed
+    after a push leaves the file saying what the server serves. A file that
+    other commands change too needs their lock and a compare-and-swap:
+    ``serving.config.stack.change_served_config`` applies steps that way.
     """
 
     def __init__(self, client: GrpcClient, *, write: Optional[Callable[[ModelServerConfig], object]] = None,
@@ -79,12 +82,12 @@ class Reloader:
             self.log(f"{name}: nothing to do")
         for step in steps:
             self.log(f"{name}: {step.description}")
+            if self.write is not None:
+                self.write(step.config)
             try:
                 self.client.reload_config(step.config)
             except status.ServingError as exc:
                 raise ReloadError(f"the server rejected '{step.description}': {exc}") from exc
-            if self.write is not None:
-                self.write(step.config)
             self.wait_available(name, step.wait_for)
 
     def wait_available(self, name: str, versions: Sequence[int]) -> None:

@@ -21,7 +21,9 @@ and ``python -m serving.rollout`` work on (:class:`ServedConfig`):
    compose file pushed to the embedded server is refused: ``/models/NAME``
    does not exist on this host), else ``/models`` → the model repository.
 
-Writes are atomic (temp file + rename). The compose pair ``models.config`` /
+Every change holds the file's lock and compare-and-swaps on what it read
+(:func:`change_served_config`, ``serving.config.config_lock``); the file is
+written before each push. Writes are atomic (temp file + rename). The compose pair ``models.config`` /
 ``models.cpu.config`` stays in sync: writing one rewrites the other (the CPU
 file is the GPU file without its GPU-only models, as ``check`` requires).
 """
@@ -37,7 +39,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequenc
 
 from serving import status
 from serving.client import GrpcClient
-from serving.config import load_model_server_config
+from serving.config import load_model_server_config, parse_text_proto
+from serving.config.config_lock import ConfigLock, Snapshot, StaleConfig, read_snapshot
 from serving.config.edit import entry_problems
 from serving.config.models import (
     CONTAINER_MODELS_DIR,
@@ -67,6 +70,8 @@ __all__ = [
     "served_config",
     "stack_model_repo",
     "apply_steps",
+    "change_served_config",
+    "with_entry_of",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -219,6 +224,22 @@ class ServedConfig:
     def load(self) -> ModelServerConfig:
         return load_model_server_config(self.path)
 
+    def lock(self) -> ConfigLock:
+        """The lock every change of this file holds (``.<file>.lock`` beside it)."""
+        return ConfigLock(self.path)
+
+    def snapshot(self) -> Snapshot:
+        """The file's text and version now (for a compare-and-swap under :meth:`lock`)."""
+        return read_snapshot(self.path)
+
+    def parse(self, snapshot: Snapshot) -> ModelServerConfig:
+        """The ``ModelServerConfig`` of ``snapshot``; FileNotFoundError when the file was absent."""
+        if not snapshot.exists:
+            raise FileNotFoundError(f"{self.path} does not exist")
+        config = parse_text_proto(snapshot.text, new_model_server_config())
+        config.model_config_list.SetInParent()
+        return config
+
     def host_path(self, base_path: str) -> Path:
         """Where ``base_path`` (as the server sees it) is on this host."""
         pure = PurePosixPath(base_path)
@@ -308,29 +329,121 @@ def stack_model_repo(work_dir: Path = DEFAULT_WORK_DIR) -> Path:
 
 
 def apply_steps(served: ServedConfig, name: str, steps: Sequence[Step], *, timeout: float = 600.0,
-                log: Callable[[str], None] = print) -> bool:
-    """Apply ``steps`` (for model ``name``) to ``served``; True when a server took them.
+                log: Callable[[str], None] = print, snapshot: Optional[Snapshot] = None) -> bool:
+    """Apply ``steps`` (for model ``name``, planned on ``snapshot`` of the file, default: the file now) to
+    ``served`` under its lock; True when a server took them. See :func:`change_served_config`; a file
+    changed since ``snapshot`` raises StaleConfig (steps planned by a caller cannot be planned again)."""
+    return change_served_config(served, name, lambda config: steps, snapshot=snapshot,
+                                replan=lambda old, new: False, timeout=timeout, log=log)
 
-    Where a server answers at ``served.grpc``, each step is pushed with
-    ``HandleReloadConfigRequest`` and written once accepted (``Reloader``); if
-    one fails, the config from before is pushed and written back, and the
-    ``ReloadError`` propagates. Where none answers, the last step's config is
-    written for the server's next start.
+
+def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelServerConfig], Sequence[Step]], *,
+                         snapshot: Optional[Snapshot] = None,
+                         replan: Callable[[ModelServerConfig, ModelServerConfig], bool] = lambda old, new: True,
+                         write_file: bool = True, timeout: float = 600.0, log: Callable[[str], None] = print,
+                         who: str = "") -> bool:
+    """Change model ``name`` in ``served``: ``plan`` the steps on the file, then apply them under its lock.
+
+    1. ``plan`` runs on ``snapshot`` (default: the file now) before the lock is taken, so a refusal
+       (ValueError, KeyError, ReloadError...) waits for no one and changes nothing.
+    2. The lock (:class:`ConfigLock`, waited for up to ``timeout`` seconds) is held to the end. If the
+       file changed since the snapshot, ``replan(old, new)`` decides: True plans again on the fresh
+       file (the change keeps the other command's), False refuses with StaleConfig (nothing sent).
+    3. Each step's config is written first (compare-and-swap on what this command last read or wrote;
+       atomic), then pushed with ``HandleReloadConfigRequest`` and its versions awaited. A server's poll
+       of the file in between reads the new config, never a stale one, and a command killed after its
+       push leaves the file saying what the server serves.
+    4. A step that fails puts model ``name``'s entry back as the snapshot had it, on the file as it is
+       now (other models untouched: no config from before is pushed over anyone), written and pushed,
+       then the ReloadError propagates.
+
+    Where no server answers at ``served.grpc``, the last step's config is written for the server's next
+    start and False is returned. ``write_file=False`` pushes without writing (``--no-write-back``).
     """
+    snapshot = snapshot or served.snapshot()
+    steps = list(plan(served.parse(snapshot)))
     if not steps:
+        log(f"{name}: nothing to do")
         return False
-    if not served.server_answers():
-        served.write(steps[-1].config)
-        return False
-    before = served.load()
-    with served.connect() as client:
-        try:
-            Reloader(client, write=served.write, wait_timeout=timeout, log=log).apply(name, steps)
-        except ReloadError:
-            try:
-                client.reload_config(before)
-                served.write(before)
-            except status.ServingError as exc:
-                log(f"{name}: could not restore the previous config: {exc}")
-            raise
+    lock = served.lock()
+    with lock.hold(timeout, who=who, log=log):
+        current = served.snapshot()
+        if current.version != snapshot.version:
+            old, new = served.parse(snapshot), served.parse(current)
+            if not replan(old, new):
+                raise StaleConfig(f"{served.path} changed since this command read it, and the change "
+                                  f"concerns {name}: nothing was sent; read the config again "
+                                  "(`python -m serving.config render`) and rerun the command")
+            log(f"{name}: {served.path} changed since it was read (another command's change); "
+                "planning again on the current file, keeping that change")
+            snapshot, steps = current, list(plan(new))
+            if not steps:
+                log(f"{name}: nothing to do")
+                return False
+        if not served.server_answers():
+            if write_file:
+                lock.write_if(snapshot, lambda: served.write(steps[-1].config))
+            return False
+        _apply_locked(served, lock, name, snapshot, steps, write_file=write_file, timeout=timeout, log=log)
     return True
+
+
+def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: Snapshot, steps: Sequence[Step],
+                  *, write_file: bool, timeout: float, log: Callable[[str], None]) -> None:
+    """Write, push and await each step (the caller holds ``lock``); on a failure, undo ``name``'s part."""
+    written, pushed = snapshot, False
+    with served.connect() as client:
+        reloader = Reloader(client, wait_timeout=timeout, log=log)
+        try:
+            for step in steps:
+                log(f"{name}: {step.description}")
+                if write_file:
+                    written = lock.write_if(written, lambda: served.write(step.config))
+                pushed = True
+                try:
+                    client.reload_config(step.config)
+                except status.ServingError as exc:
+                    raise ReloadError(f"the server rejected '{step.description}': {exc}") from exc
+                reloader.wait_available(name, step.wait_for)
+        except ReloadError:
+            if pushed or written is not snapshot:
+                _undo(served, lock, client, name, snapshot, written, write_file=write_file, log=log)
+            raise
+
+
+def _undo(served: ServedConfig, lock: ConfigLock, client: GrpcClient, name: str, snapshot: Snapshot,
+          written: Snapshot, *, write_file: bool, log: Callable[[str], None]) -> None:
+    """Put ``name``'s entry back as ``snapshot`` had it, in the file as this command left it."""
+    now = served.parse(written) if write_file else None
+    if now is None:  # nothing written: the server holds the last step; undo on the snapshot itself
+        now = served.parse(snapshot)
+    restored = with_entry_of(now, served.parse(snapshot), name)
+    try:
+        if write_file:
+            lock.write_if(written, lambda: served.write(restored))
+        client.reload_config(restored)
+        log(f"{name}: put back as it was before this command (other models untouched)")
+    except StaleConfig as exc:
+        log(f"{name}: not put back: {exc}")
+    except status.ServingError as exc:
+        log(f"{name}: {served.path} has {name} as it was before this command, but the server did not take "
+            f"it back ({exc}); it reads the file at its next poll or start")
+
+
+def with_entry_of(config: ModelServerConfig, source: ModelServerConfig, name: str) -> ModelServerConfig:
+    """A copy of ``config`` whose entry for ``name`` is ``source``'s (dropped where ``source`` has none)."""
+    theirs = next((e for e in source.model_config_list.config if e.name == name), None)
+    out = new_model_server_config()
+    out.CopyFrom(config)
+    del out.model_config_list.config[:]
+    out.model_config_list.SetInParent()
+    placed = False
+    for entry in config.model_config_list.config:
+        if entry.name != name:
+            out.model_config_list.config.add().CopyFrom(entry)
+        elif theirs is not None:
+            out.model_config_list.config.add().CopyFrom(theirs)
+            placed = True
+    if theirs is not None and not placed:
+        out.model_config_list.config.add().CopyFrom(theirs)
+    return out

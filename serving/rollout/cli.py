@@ -3,9 +3,15 @@
 Every command that moves labels reads the current state from the models
 config the server runs, checks that every base path and version it names is
 on disk (TF Serving would wait for a missing one, and hold every later reload),
-pushes each planned step with ``HandleReloadConfigRequest``, waits for the
-versions to be AVAILABLE (``GetModelStatus``) and writes the pushed config
-back to the file.
+then, holding the config's lock (``serving.config.stack.change_served_config``),
+writes each planned step to the file (if it is still what was read) and
+pushes it with ``HandleReloadConfigRequest``, waiting for the versions to be
+AVAILABLE (``GetModelStatus``). A step that fails puts the model's entry back
+as it was; the other models are never touched. A move whose model's entry
+another command changed since it was read is refused with exit code 4.
+``rollback`` marks the canary's version rolled back in the model's directory
+(``serving.config.rollbacks``): no config writer serves it as stable again
+unless asked for by number.
 
 The config and the server default to what the running stack serves
 (``serving.config.stack``: the file and gRPC target ``make up`` recorded in
@@ -33,12 +39,15 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 from serving import status
 from serving.addresses import grpc_address, rest_address
 from serving.client import GrpcClient, RestClient
-from serving.config.reload import Reloader, ReloadError, version_states
+from serving.config.config_lock import LockTimeout, StaleConfig
+from serving.config.reload import ReloadError, version_states
+from serving.config.rollbacks import ROLLED_BACK_FILE, record_rollback, reinstate
 from serving.config.stack import (
     DEFAULT_WORK_DIR,
     REPO_ROOT,
     STATE_FILE,
     ServedConfig,
+    change_served_config,
     read_state,
     served_config,
     stack_model_repo,
@@ -56,9 +65,13 @@ from serving.rollout.plan import (
 from serving.rollout.publish import export_version, publish_saved_model
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
-    from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
+    from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "EXIT_STALE"]
+
+# The exit code of a label move refused because another command changed this model's entry since it was read
+# (or held the config's lock past --timeout): nothing was sent; read the config again and rerun.
+EXIT_STALE = 4
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -127,11 +140,17 @@ def _routes(args: argparse.Namespace) -> traffic.TrafficRoutes:
 
 def _move(args: argparse.Namespace) -> int:
     served = _served(args)
-    config = served.load()
-    labels = _labels_for(args, config)
-    _check_versions_exist(served, config, args.model, labels)
-    steps = plan_label_move(config, args.model, labels)
-    _check_paths(served, [config, *(step.config for step in steps)])
+    snapshot = served.snapshot()
+    config = served.parse(snapshot)
+
+    def plan(config: ModelServerConfig) -> list:
+        labels = _labels_for(args, config)
+        _check_versions_exist(served, config, args.model, labels)
+        steps = plan_label_move(config, args.model, labels)
+        _check_paths(served, [config, *(step.config for step in steps)])
+        return steps
+
+    labels, steps = _labels_for(args, config), plan(config)
     routes = _routes(args) if args.command in ("canary", "promote", "rollback") else None
     weight = getattr(args, "weight", 0.0)
     if args.dry_run:
@@ -141,13 +160,20 @@ def _move(args: argparse.Namespace) -> int:
             print(f"would route {weight:g}% of unlabeled traffic to canary ({routes.describe()})"
                   if args.command == "canary" else f"would remove the canary routes ({routes.describe()})")
         return 0
+    entry = find_model(config, args.model)
+    if args.command == "rollback":
+        _record_rollback(args, served, entry)
     if routes is not None and args.command in ("canary", "rollback"):
         # Unlabeled requests onto `stable` before a new version is loaded (TF Serving would give them the
         # latest), and off the canary before its version goes.
         routes.set_weight(args.model, 0)
-    with served.connect() as client:
-        Reloader(client, write=None if args.no_write_back else served.write,
-                 wait_timeout=args.timeout).apply(args.model, steps)
+    # Another command's change since the read is kept when it left this model's entry as it was (the plan
+    # is made again on the new file); a change of this model's entry refuses the move (StaleConfig).
+    change_served_config(served, args.model, plan, snapshot=snapshot, replan=_same_entry(args.model),
+                         write_file=not args.no_write_back, timeout=args.timeout,
+                         who=f"serving.rollout {args.command} {args.model}")
+    if args.command == "promote" or (args.command == "set-label" and args.label == "stable"):
+        _reinstate(served, entry, labels["stable"])
     if routes is not None:
         if args.command == "canary":
             routes.set_weight(args.model, weight)
@@ -156,6 +182,42 @@ def _move(args: argparse.Namespace) -> int:
     print(f"{args.model}: labels {dict(sorted(labels.items()))}"
           + (f", {weight:g}% of unlabeled traffic on canary ({routes.describe()})" if args.command == "canary" else ""))
     return 0
+
+
+def _same_entry(model: str) -> Callable[[ModelServerConfig, ModelServerConfig], bool]:
+    def same(old: ModelServerConfig, new: ModelServerConfig) -> bool:
+        try:
+            return find_model(old, model) == find_model(new, model)
+        except RolloutError:
+            return False
+    return same
+
+
+def _record_rollback(args: argparse.Namespace, served: ServedConfig, entry: ModelConfig) -> None:
+    """Mark the canary's version rolled back in the model's directory, before the labels move back."""
+    canary, stable = entry.version_labels.get("canary"), entry.version_labels.get("stable")
+    if canary is None or canary == stable:
+        return
+    model_dir = served.host_path(entry.base_path)
+    try:
+        record_rollback(model_dir, canary, by=getattr(args, "moved_by", f"serving.rollout {args.command}"))
+    except OSError as exc:
+        print(f"warning: {args.model} version {canary} is rolled back but could not be marked in {model_dir} "
+              f"({exc}): a later config add or make up could serve it as stable again", file=sys.stderr)
+        return
+    print(f"{args.model}: version {canary} marked rolled back ({model_dir / ROLLED_BACK_FILE}); no config "
+          "writer serves it as stable again unless asked for by number")
+
+
+def _reinstate(served: ServedConfig, entry: ModelConfig, version: int) -> None:
+    model_dir = served.host_path(entry.base_path)
+    try:
+        if reinstate(model_dir, version):
+            print(f"{entry.name}: version {version} had been rolled back; now stable as asked, its mark in "
+                  f"{model_dir / ROLLED_BACK_FILE} is cleared")
+    except OSError as exc:
+        print(f"warning: {entry.name} version {version}'s rollback mark could not be cleared ({exc})",
+              file=sys.stderr)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -228,7 +290,8 @@ def _auto(args: argparse.Namespace) -> int:
 
     def move(command: str) -> Callable[[], None]:
         def run() -> None:
-            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False}))
+            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False,
+                                        "moved_by": "serving.rollout auto"}))
         return run
 
     access_log: Optional[auto.AccessLog] = None
@@ -496,6 +559,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "auto":
             return _auto(args)
         return _move(args)
+    except (StaleConfig, LockTimeout) as exc:
+        print(f"rollout refused: {exc}", file=sys.stderr)
+        return 3 if args.command in ("analyze", "auto") else EXIT_STALE
     except (ReloadError, status.ServingError, FileNotFoundError, FileExistsError) as exc:
         print(f"rollout failed: {exc}", file=sys.stderr)
         return 3 if args.command in ("analyze", "auto") else 1

@@ -18,11 +18,12 @@ __all__ = ["connect", "version_states", "Rollout"]
 
 
 class Rollout(Reloader):
-    """Applies planned steps: push, write the config back, wait until AVAILABLE.
+    """Applies planned steps: write the config, push it, wait until AVAILABLE.
 
-    ``config_file`` (optional) is rewritten after every accepted step, so a
+    ``config_file`` (optional) is rewritten before every step is pushed, so a
     server polling that file (``--model_config_file_poll_wait_seconds``) reads
-    the state the rollout pushed instead of reverting it. A failed step raises
+    the state the rollout pushes instead of reverting it. (The CLI holds the
+    config's lock around its steps: ``serving.config.stack.change_served_config``.) A failed step raises
     ``serving.config.reload.ReloadError`` (``RolloutError`` is its subclass).
     """
 

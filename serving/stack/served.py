@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from serving.config import load_model_server_config
 from serving.config.edit import without_model
 from serving.config.models import new_model_server_config, repository_models, served_entry, write_model_server_config
+from serving.config.rollbacks import stable_version
 from serving.config.stack import ServedConfig
-from serving.model_repo import model_versions
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
@@ -60,7 +60,10 @@ def prepare_served_config(path: Path, model_repo: Path, *, removed: Sequence[str
     configured = {e.name for e in config.model_config_list.config}
     for name in repository_models(model_repo):
         if name not in configured and name not in removed:
-            newest = model_versions(model_repo / name)[-1]
+            newest = stable_version(model_repo / name)  # the newest version not rolled back
+            if newest is None:
+                log(f"make up: {name}: every version was rolled back; not served (serving.config add --version N)")
+                continue
             log(f"make up: {name}: found in the model repository; serving version {newest} (stable, canary)")
             served_entry(config, name, str(model_repo / name), newest)
             changed = True
