@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from serving import status
-from serving.client import NO_RETRY, GrpcClient, VersionStatus
+from serving.client import NO_RETRY, Connection, GrpcClient, VersionStatus
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-__all__ = ["ReloadError", "Step", "connect", "version_states", "Reloader"]
+__all__ = ["ReloadError", "Step", "connect", "connect_with", "version_states", "Reloader"]
 
 AVAILABLE = "AVAILABLE"
 # A reload waits for the server to load every new version: minutes for a large model.
@@ -49,6 +49,11 @@ def connect(target: str, *, root_certificates: Optional[Path] = None, api_key: O
     """
     return GrpcClient(target, timeout=RELOAD_TIMEOUT, retry=NO_RETRY, root_certificates=root_certificates,
                       api_key=api_key)
+
+
+def connect_with(target: str, connection: Connection) -> GrpcClient:
+    """``connect`` with every TLS argument and credential of ``connection`` (the CLI's arguments)."""
+    return GrpcClient(target, timeout=RELOAD_TIMEOUT, retry=NO_RETRY, **connection.client_kwargs())
 
 
 def version_states(client: GrpcClient, name: str) -> dict[int, VersionStatus]:

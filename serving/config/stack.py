@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 
 from serving import status
-from serving.client import GrpcClient
+from serving.client import Connection, GrpcClient
 from serving.config import load_model_server_config, parse_text_proto
 from serving.config.config_lock import ConfigLock, Snapshot, StaleConfig, read_snapshot
 from serving.config.edit import entry_problems
@@ -49,7 +49,7 @@ from serving.config.models import (
     without_gpu_only,
     write_model_server_config,
 )
-from serving.config.reload import Reloader, ReloadError, Step, connect
+from serving.config.reload import Reloader, ReloadError, Step, connect, connect_with
 from serving.model_repo import ZOO, model_versions
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
@@ -206,7 +206,8 @@ class ServedConfig:
     ``serving.config remove`` records removals there). ``root_certificates``
     and ``admin_key_file`` are the compose gateway's CA and admin API key
     (``make certs``): pushes go through the gateway, which admits reloads
-    only with the admin key.
+    only with the admin key. ``connection`` (the CLI's TLS and credential
+    arguments, when given) replaces both.
     """
 
     path: Path
@@ -215,9 +216,13 @@ class ServedConfig:
     state_file: Optional[Path] = None
     root_certificates: Optional[Path] = None
     admin_key_file: Optional[Path] = None
+    connection: Optional[Connection] = None
 
     def connect(self) -> GrpcClient:
-        """A client for config pushes to ``grpc``, with the gateway's CA and admin key when there is one."""
+        """A client for config pushes to ``grpc``: ``connection`` when given, else the gateway's CA and admin key
+        when there is one."""
+        if self.connection is not None:
+            return connect_with(self.grpc, self.connection)
         api_key = self.admin_key_file.read_text().strip() if self.admin_key_file else None
         return connect(self.grpc, root_certificates=self.root_certificates, api_key=api_key)
 

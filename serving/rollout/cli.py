@@ -30,15 +30,15 @@ NAME``. Default paths are anchored on the checkout, not the current directory.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from serving import status
 from serving.addresses import grpc_address, rest_address
-from serving.client import GrpcClient, RestClient
+from serving.client import Connection, GrpcClient, RestClient, add_connection_arguments, connection_from_args
 from serving.config.config_lock import LockTimeout, StaleConfig
 from serving.config.reload import ReloadError, version_states
 from serving.config.rollbacks import ROLLED_BACK_FILE, record_rollback, reinstate
@@ -63,11 +63,15 @@ from serving.rollout.plan import (
     served_versions,
 )
 from serving.rollout.publish import export_version, publish_saved_model
+from serving.stack.endpoint import stack_endpoint
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
 __all__ = ["main", "build_parser", "EXIT_STALE"]
+
+# The gateway credential the canary analysis uses by default (its own, high, rate limit; make certs issues it).
+ANALYSIS_ROLE = "loadtest"
 
 # The exit code of a label move refused because another command changed this model's entry since it was read
 # (or held the config's lock past --timeout): nothing was sent; read the config again and rerun.
@@ -97,8 +101,14 @@ def _labels_for(args: argparse.Namespace, config: ModelServerConfig) -> dict[str
 
 
 def _served(args: argparse.Namespace) -> ServedConfig:
-    return served_config(args.config_file, grpc=args.grpc, model_repo=getattr(args, "model_repo", None),
-                         work_dir=args.work_dir)
+    """The config and the server pushes go to; the label moves' and ``status``'s connection arguments, when
+    given, replace the stack's CA and admin key (``analyze``/``auto`` give theirs to the analysis only)."""
+    served = served_config(args.config_file, grpc=args.grpc, model_repo=getattr(args, "model_repo", None),
+                           work_dir=args.work_dir)
+    connection: Optional[Connection] = getattr(args, "connection", None)
+    if args.command not in ("analyze", "auto") and connection is not None and connection.given:
+        served = dataclasses.replace(served, connection=connection)
+    return served
 
 
 def _check_versions_exist(served: ServedConfig, config: ModelServerConfig, model: str,
@@ -231,15 +241,27 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(args: argparse.Namespace, served: Optional[ServedConfig], grpc: Optional[str],
+def _client(args: argparse.Namespace, served: ServedConfig, grpc: Optional[str],
             rest: Optional[str]) -> Union[GrpcClient, RestClient]:
-    credentials = {"root_certificates": args.root_certificates, "api_key": args.api_key}
+    """An analysis side's client: the address given (else the stack's server) with the connection arguments
+    given, else, at the stack's own address, the stack's CA and its ``loadtest`` key (else ``client``)."""
+    connection: Connection = args.connection
+    stack = stack_endpoint(role=ANALYSIS_ROLE, work_dir=args.work_dir)
+    if not (grpc or rest):
+        if stack is None or stack.grpc != served.grpc:
+            if not connection.given:
+                return served.connect()  # a server no stack records: as the pushes reach it
+            grpc = served.grpc
+        else:
+            grpc = stack.grpc
+    at_stack = stack is not None and ((grpc and grpc == stack.grpc) or
+                                      (rest and rest.rstrip("/") == stack.rest.rstrip("/")))
+    if at_stack and not connection.given:
+        connection = stack.connection
+    kwargs = connection.client_kwargs()
     if rest:
-        return RestClient(rest, timeout=args.request_timeout, **credentials)
-    if grpc:
-        return GrpcClient(grpc, timeout=args.request_timeout, **credentials)
-    assert served is not None
-    return served.connect()  # the stack's server, with the gateway's CA and admin key when there is one
+        return RestClient(rest, timeout=args.request_timeout, **kwargs)
+    return GrpcClient(grpc, timeout=args.request_timeout, **kwargs)
 
 
 def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optional[dict]], analyze.Report]:
@@ -290,8 +312,9 @@ def _auto(args: argparse.Namespace) -> int:
 
     def move(command: str) -> Callable[[], None]:
         def run() -> None:
+            # auto's connection arguments are the analysis'; its moves push with the stack's admin key
             _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False,
-                                        "moved_by": "serving.rollout auto"}))
+                                        "moved_by": "serving.rollout auto", "connection": None}))
         return run
 
     access_log: Optional[auto.AccessLog] = None
@@ -320,8 +343,6 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--canary-grpc", metavar="HOST:PORT", default=None, type=grpc_address,
                        help="the canary on a server of its own (Kubernetes: the canary Service), unlabeled")
     where.add_argument("--canary-rest", metavar="URL", default=None, type=rest_address, help="the same over REST")
-    where.add_argument("--root-certificates", type=Path, metavar="FILE", default=None, help="PEM CA to trust")
-    where.add_argument("--api-key", metavar="KEY", default=None, help="sent as x-api-key (default: $TFS_API_KEY)")
     where.add_argument("--request-timeout", type=float, default=30.0, help="seconds per call (default 30)")
     pace = p.add_argument_group("pacing through a gateway (its limiter's refusals are resent, never counted as "
                                 "errors)")
@@ -447,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config-file", type=Path, default=None,
                        help="models config the server runs (default: the one the stack serves; without "
                             "make up's stack.json, <checkout>/serving/models.config)")
+        add_connection_arguments(p)  # default: the stack's CA and admin key (make certs)
     for p in [publish, *movers, stat]:
         p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
                        help=f"make up's work directory, whose stack.json says what the stack serves, "
@@ -486,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="make up's work directory")
         p.add_argument("--model-repo", type=Path, metavar="DIR", default=None, help="host model repository")
         _add_analysis_options(p)
+        # The analysis' clients only (pushes use the stack's admin key); default at the stack's address: its CA
+        # and the loadtest key, else client.
+        add_connection_arguments(p)
     analysis.add_argument("--json", action="store_true", help="print the report as JSON")
     analysis.add_argument("--report", type=Path, default=None, help="also write the report as JSON to FILE")
     progressive.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
@@ -545,8 +570,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _positionals(args, parser)
-    if getattr(args, "command", None) in ("analyze", "auto") and args.api_key is None:
-        args.api_key = os.environ.get("TFS_API_KEY")
+    if hasattr(args, "root_certificates"):
+        try:
+            args.connection = connection_from_args(args)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         if args.command == "publish":
             return _publish(args)

@@ -20,7 +20,7 @@ API = {
     "serving.config.protos": ["batching_parameters_class", "monitoring_config_class", "ssl_config_class"],
     "serving.config.edit": ["VersionPolicy", "parse_labels", "model_entry", "find_entry", "entry_problems",
                             "with_model", "without_model", "add_steps", "remove_steps"],
-    "serving.config.reload": ["ReloadError", "Step", "connect", "version_states", "Reloader"],
+    "serving.config.reload": ["ReloadError", "Step", "connect", "connect_with", "version_states", "Reloader"],
     "serving.config.stack": ["REPO_ROOT", "SERVING_DIR", "DEFAULT_WORK_DIR", "DEFAULT_MODEL_REPO", "DEFAULT_GRPC",
                              "STATE_FILE", "COMPOSE_PAIR", "StackState", "read_state", "write_state",
                              "ServedConfig", "served_config", "stack_model_repo", "apply_steps",
@@ -45,6 +45,7 @@ API = {
     "serving.stack.banner": ["say", "batching_summary", "print_usage", "print_gateway_usage"],
     "serving.stack.down": ["stack_process_alive", "stop_embedded", "stop_stack"],
     "serving.stack.cli": ["build_parser", "main"],
+    "serving.stack.endpoint": ["GATEWAY_LIMIT_MESSAGE", "StackEndpoint", "is_gateway_refusal", "stack_endpoint"],
 }
 
 

@@ -8,7 +8,9 @@ identical copy) and 3 (classes shuffled, ``tests.rollout.v2_models``); the
 analysis goes over REST through the gateway with the client's key. Paced and
 resending the limiter's refusals, analyze PASSes the copy and FAILs the
 shuffled one, and the limiter's refusals are reported apart from the sides'
-errors.
+errors. A ``stack.json`` of the test's own records the gateway as compose's
+``make up`` does, so ``analyze digits`` with no flags goes over gRPC through
+the gateway with its CA and the ``loadtest`` key.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import shutil
 
 import pytest
 
+from gateway.certs import init_secrets, issue_client
+from serving.config.stack import STATE_FILE, StackState, write_state
 from serving.rollout.cli import main
 from tests.rollout.v2_models import build_wrapped
 from tests.support.canary_stack import MODEL, canary_server
@@ -30,7 +34,16 @@ IDENTICAL, SHUFFLED = 2, 3
 
 
 @pytest.fixture(scope="module")
-def limited(model_repo, nginx, nginx_version, gateway_secrets, compose_gateway_env, tmp_path_factory):
+def secrets(tmp_path_factory):
+    """make certs' secrets, with a loadtest credential (issued here where make certs issued none)."""
+    creds = init_secrets(tmp_path_factory.mktemp("analyze-secrets"))
+    if not creds.path("loadtest.api-key").is_file():
+        issue_client(creds.directory, "loadtest")
+    return creds
+
+
+@pytest.fixture(scope="module")
+def limited(model_repo, nginx, nginx_version, secrets, compose_gateway_env, tmp_path_factory):
     root = tmp_path_factory.mktemp("analyze-limiter")
     repo, work = root / "models", root / "server"
     work.mkdir()
@@ -41,14 +54,16 @@ def limited(model_repo, nginx, nginx_version, gateway_secrets, compose_gateway_e
     with canary_server(repo, work, labels) as server:
         values = {**compose_values(compose_gateway_env, **upstream_values(server)),
                   "GATEWAY_RATE": LOW_RATE, "GATEWAY_BURST": LOW_BURST}
-        with running_gateway(nginx, nginx_version, values, root / "gateway", gateway_secrets, server) as gateway:
+        with running_gateway(nginx, nginx_version, values, root / "gateway", secrets, server) as gateway:
             yield repo, work, server, gateway
 
 
-def rollout(limited, command, *args):
+def rollout(limited, command, *args, stack_dir=None):
     repo, work, server, gateway = limited
     where = ["--grpc", server.grpc_target, "--config-file", str(work / "models.config"), "--model-repo", str(repo)]
-    if command == "analyze":
+    if stack_dir is not None:
+        where = ["--work-dir", str(stack_dir)]
+    elif command == "analyze":
         where += ["--rest", gateway.rest_url, "--root-certificates", str(gateway.secrets.ca_cert),
                   "--api-key", gateway.key("client")]
     out = io.StringIO()
@@ -85,3 +100,21 @@ def test_analyze_fails_a_shuffled_version_through_a_low_rate_limit(limited, tmp_
     failed = {c["name"] for c in report["checks"] if c["verdict"] == "FAIL"}
     assert any(name.startswith("agreement:") for name in failed), table
     assert "errors" not in failed
+
+
+def test_analyze_with_no_flags_goes_through_the_gateway_with_the_loadtest_key(limited, tmp_path):
+    repo, work, server, gateway = limited
+    secrets = gateway.secrets
+    write_state(StackState("compose-cpu", work / "models.config", gateway.grpc_target, gateway.rest_url, repo, {},
+                           root_certificates=secrets.ca_cert, admin_key_file=secrets.path("admin.api-key")),
+                tmp_path / STATE_FILE)
+    assert rollout(limited, "set-label", MODEL, "--label", "canary", "--version", str(IDENTICAL))[0] == 0
+    before = len(gateway.access_entries())
+    report_path = tmp_path / "analyze.json"
+    code, table = rollout(limited, "analyze", MODEL, "--report", str(report_path), stack_dir=tmp_path)
+    print(table)
+    report = json.loads(report_path.read_text())
+    assert (code, report["verdict"]) == (0, "PASS"), table
+    assert refusals(report) > 0
+    predicts = [e for e in gateway.access_entries()[before:] if e["uri"].endswith("/Predict")]
+    assert predicts and {e["client"] for e in predicts} == {"loadtest"}
