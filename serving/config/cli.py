@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -33,6 +34,7 @@ from typing import Callable, Optional, Sequence
 from google.protobuf.message import Message
 
 from serving.addresses import grpc_address
+from serving.client import add_connection_arguments, connection_from_args
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters, check_monitoring_config, check_warmup_fits
 from serving.config.edit import VersionPolicy, add_steps, find_entry, model_entry, parse_labels, remove_steps
@@ -152,8 +154,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _served(args: argparse.Namespace) -> ServedConfig:
-    return served_config(args.config_file, grpc=getattr(args, "grpc", None), model_repo=args.model_repo,
-                         work_dir=args.work_dir)
+    served = served_config(args.config_file, grpc=getattr(args, "grpc", None), model_repo=args.model_repo,
+                           work_dir=args.work_dir)
+    connection = getattr(args, "connection", None)  # add/remove: the TLS and credential arguments given
+    return dataclasses.replace(served, connection=connection) if connection is not None and connection.given \
+        else served
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -320,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the server to push to (default: the stack's, else 127.0.0.1:8500)")
         p.add_argument("--timeout", type=float, default=600.0,
                        help="seconds to wait for the versions to load (default: 600)")
+        add_connection_arguments(p)  # default: the stack's CA and admin key (make certs)
     add.add_argument("--base-path", type=Path, required=True, metavar="DIR",
                      help="the model's directory on this host (numeric version subdirectories)")
     add.add_argument("--policy", metavar="POLICY",
@@ -346,7 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if hasattr(args, "root_certificates"):
+        try:
+            args.connection = connection_from_args(args)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.command == "check":
         return _check(args)
     if args.command == "render":

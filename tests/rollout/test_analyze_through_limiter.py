@@ -118,3 +118,19 @@ def test_analyze_with_no_flags_goes_through_the_gateway_with_the_loadtest_key(li
     assert refusals(report) > 0
     predicts = [e for e in gateway.access_entries()[before:] if e["uri"].endswith("/Predict")]
     assert predicts and {e["client"] for e in predicts} == {"loadtest"}
+
+
+def test_label_moves_push_with_the_connection_arguments_given(limited, capsys):
+    """set-label through the gateway's TLS gRPC port: the admin key file is admitted, the client's key is not."""
+    repo, work, server, gateway = limited
+    secrets = gateway.secrets
+    where = ["--grpc", gateway.grpc_target, "--config-file", str(work / "models.config"), "--model-repo", str(repo),
+             "--root-certificates", str(secrets.ca_cert)]
+    admin, client = ("--api-key-file", str(secrets.path("admin.api-key"))), ("--api-key-file",
+                                                                              str(secrets.path("client.api-key")))
+    to = {v: ["set-label", MODEL, "--label", "canary", "--version", str(v)] for v in (IDENTICAL, SHUFFLED)}
+    assert main([*to[SHUFFLED], *where, *admin]) == 0
+    capsys.readouterr()
+    assert main([*to[IDENTICAL], *where, *client]) != 0  # a change to push: the client's key may not reload
+    assert "PERMISSION_DENIED" in capsys.readouterr().err
+    assert main([*to[IDENTICAL], *where, *admin]) == 0
