@@ -260,7 +260,8 @@ def host_paths(plan: ComposePlan, root: Path) -> list[HostPath]:
     if "gateway" in plan.started:
         ids = _service_ids(plan.services["gateway"])
         for source in _gateway_secret_files(plan.services["gateway"]):
-            paths.setdefault(source, HostPath(source, *ids, False))
+            # access/ (api-keys.map, revoked-serials.map) is a folder: chowned with what is in it.
+            paths.setdefault(source, HostPath(source, *ids, source.is_dir()))
     return list(paths.values())
 
 
