@@ -442,7 +442,14 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "revoke":
         revoke_client(args.out, args.name)
         return f"revoked {args.name}: its key and certificate are refused; {RELOAD_HINT}"
+    before = Credentials(args.out)
+    kept = before.ca_cert.exists() and not args.force
+    missing = [name for name in DEFAULT_CLIENTS if not before.cert(name).exists()]
     creds = init_secrets(args.out, server_names=getattr(args, "server_name", []), force=args.force)
+    if kept:
+        return (f"{creds.directory} has a CA: kept it and every existing file (`--force init` makes everything "
+                f"anew); added: {', '.join(missing) or 'nothing'}"
+                + (f"\n  {RELOAD_HINT}" if missing else ""))
     return (f"the local CA, server, client, admin and loadtest credentials are in {creds.directory}\n"
             f"  CA for clients:  {creds.ca_cert}\n"
             f"  API keys:        {creds.api_key_file('client')} (admin: {creds.api_key_file('admin')}, "
