@@ -85,15 +85,13 @@ up: $(STAMP) $(if $(filter local,$(IMAGES)),images)
 down: $(STAMP)
 	$(PY) -m serving.stack down
 
-# The compose gateway's secrets: a local CA, the server certificate, client and admin certificates and
-# API keys (openssl; python -m gateway.certs --help). Never overwrites: `python -m gateway.certs
-# --out DIR --force` makes them anew, `python -m gateway.certs --out DIR issue NAME [--admin]` adds a client.
+# The compose gateway's secrets: a local CA, the server certificate, client, admin and loadtest
+# certificates and API keys (openssl; python -m gateway.certs --help). Never overwrites: on a folder
+# with a CA it adds only what is missing (a loadtest credential an older make certs did not issue).
+# `python -m gateway.certs --out DIR --force init` makes them anew; `rotate NAME`, `revoke NAME`,
+# `issue NAME [--role client|admin|loadtest]` change one client (docs/security.md).
 certs:
-	@if [ -f $(GATEWAY_SECRETS)/ca.crt ]; then \
-	  echo "$(GATEWAY_SECRETS) already has a CA; python -m gateway.certs --help to renew or add clients"; \
-	else \
-	  $(PYTHON) -m gateway.certs --out $(GATEWAY_SECRETS) init $(foreach n,$(SERVER_NAMES),--server-name $(n)); \
-	fi
+	$(PYTHON) -m gateway.certs --out $(GATEWAY_SECRETS) init $(foreach n,$(SERVER_NAMES),--server-name $(n))
 
 # Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
 bench: $(STAMP)

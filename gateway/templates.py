@@ -33,8 +33,10 @@ __all__ = ["TEMPLATE_DIR", "TEMPLATES", "SECRET_FILES", "HTTP2_DIRECTIVE_SINCE",
 TEMPLATE_DIR = Path(__file__).resolve().parent
 # Rendered next to each other: nginx.conf includes routes.conf by a relative path.
 TEMPLATES = ("nginx.conf.template", "routes.conf.template")
-# What nginx reads from ${GATEWAY_SECRETS_DIR} (make certs writes them; gateway/README.md).
-SECRET_FILES = ("ca.crt", "server.crt", "server.key", "api-keys.map")
+# What nginx reads from ${GATEWAY_SECRETS_DIR} (make certs writes them; gateway/README.md). `access` is a
+# folder (api-keys.map, revoked-serials.map), mounted whole: `gateway.certs rotate` replaces its files by
+# rename, which a single-file bind mount would never show the container.
+SECRET_FILES = ("ca.crt", "server.crt", "server.key", "access")
 
 NginxVersion = tuple[int, int, int]
 # The first nginx with the `http2` directive; from it on, `listen ... http2` is deprecated (a warning).

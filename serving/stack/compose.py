@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from gateway.certs import write_grafana_password
 from serving.config import load_model_server_config
 from serving.config.compose import (
     GRAFANA_PASSWORD,
@@ -260,7 +261,8 @@ def host_paths(plan: ComposePlan, root: Path) -> list[HostPath]:
     if "gateway" in plan.started:
         ids = _service_ids(plan.services["gateway"])
         for source in _gateway_secret_files(plan.services["gateway"]):
-            paths.setdefault(source, HostPath(source, *ids, False))
+            # access/ (api-keys.map, revoked-serials.map) is a folder: chowned with what is in it.
+            paths.setdefault(source, HostPath(source, *ids, source.is_dir()))
     return list(paths.values())
 
 
@@ -314,6 +316,8 @@ def run_compose(choice: Choice, *, images: str, docker: str, state_file: Path, r
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if "grafana" in plan.started:  # compose's Grafana reads its password from a secret file, not the environment
+        write_grafana_password(_gateway_secrets(plan.services["gateway"]), os.environ[GRAFANA_PASSWORD])
     for line in prepare_host_paths(paths, as_root=as_root):
         print(f"make up: {line}", flush=True)
     print("+", command, flush=True)

@@ -8,7 +8,7 @@ import pytest
 
 __all__ = ["SECRETS", "CPU_ENGINE", "READ_FROM_ENV", "fake_docker_cli", "environ", "set_environ"]
 
-SECRETS = ["server.crt", "server.key", "ca.crt", "api-keys.map"]  # what the gateway service mounts
+SECRETS = ["server.crt", "server.key", "ca.crt", "access"]  # what the gateway service mounts (access/ is a folder)
 
 
 # `docker info` of an engine without the NVIDIA runtime.
