@@ -70,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if s["failures"]:
         by_class = s["failures_by_class"]
         print(f"failures by class: gateway limited {by_class[GATEWAY_LIMITED]}, server {by_class[SERVER]}")
-    limited = limiter_line(s["failures_by_class"][GATEWAY_LIMITED], s["requests"])
+    limited = limiter_line(s["failures_by_class"][GATEWAY_LIMITED], s["requests"], server.role)
     if limited:
         print(limited)
     if s.get("generator_cpu_warning"):

@@ -116,6 +116,7 @@ class Server:
     rest: Optional[str]
     connection: Connection
     source: str = ""
+    role: str = ""   # the stack credential's role when the connection is the stack's ("" otherwise)
 
     def address(self, protocol: str) -> Optional[str]:
         return self.grpc if protocol == "grpc" else self.rest
@@ -139,7 +140,7 @@ def server_from_args(args: argparse.Namespace, *, protocol: Optional[str] = "grp
             stack = stack_endpoint(role=LOAD_ROLE, work_dir=args.work_dir)
             if stack is not None and ((grpc and grpc == stack.grpc) or
                                       (rest and rest.rstrip("/") == stack.rest.rstrip("/"))):
-                return Server(grpc, rest, stack.connection, _described(stack.backend, stack.role))
+                return Server(grpc, rest, stack.connection, _described(stack.backend, stack.role), stack.role)
         return Server(grpc, rest, connection)
     stack = stack_endpoint(role=LOAD_ROLE, work_dir=args.work_dir)
     if stack is None:
@@ -147,10 +148,9 @@ def server_from_args(args: argparse.Namespace, *, protocol: Optional[str] = "grp
             raise UsageError(f"give --grpc HOST:PORT or --rest URL: no stack is recorded in {args.work_dir} "
                              "(make up records the one it starts)")
         return None
-    chosen = stack.connection if not connection.given else connection
+    chosen, role = (stack.connection, stack.role) if not connection.given else (connection, "")
     return Server(stack.grpc if protocol in ("grpc", None) else None, stack.rest if protocol in ("rest", None) else None,
-                  chosen,
-                  _described(stack.backend, stack.role if not connection.given else ""))
+                  chosen, _described(stack.backend, role), role)
 
 
 def _described(backend: str, role: str) -> str:

@@ -34,9 +34,15 @@ def failures_by_class(failures: Mapping[str, int]) -> dict[str, int]:
     return classes
 
 
-def limiter_line(limited: int, requests: int) -> Optional[str]:
-    """The line a load command prints when the gateway limited any request, else None."""
+def limiter_line(limited: int, requests: int, role: str = "") -> Optional[str]:
+    """The line a load command prints when the gateway limited any request, else None.
+
+    ``role`` is the credential's (``loadtest`` has limits of its own: ``GATEWAY_LOADTEST_*``).
+    """
     if not limited or not requests:
         return None
-    return (f"the gateway limited {100.0 * limited / requests:.1f} % of requests: this measured GATEWAY_RATE "
-            "(use the loadtest credential, or raise GATEWAY_LOADTEST_RATE)")
+    share = f"the gateway limited {100.0 * limited / requests:.1f} % of requests"
+    if role == "loadtest":
+        return (f"{share}: this measured GATEWAY_LOADTEST_RATE, the loadtest credential's limit "
+                "(raise GATEWAY_LOADTEST_RATE or GATEWAY_LOADTEST_CONN in .env)")
+    return f"{share}: this measured GATEWAY_RATE (use the loadtest credential, or raise GATEWAY_LOADTEST_RATE)"

@@ -84,11 +84,37 @@ def _identities(gateway, uri_part: str) -> set[str]:
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "rest"])
-def test_run_with_no_flags_loads_the_stack_through_the_gateway_with_the_loadtest_key_and_names_the_limiter(
+def test_run_with_no_flags_loads_the_stack_through_the_gateway_with_the_loadtest_key_unlimited(
         limited_gateway, work_dir, model_repo, tmp_path, protocol):
+    """The loadtest credential has limits of its own (GATEWAY_LOADTEST_*, high): the load measures the server."""
     where = ["--rest", limited_gateway.rest_url] if protocol == "rest" else []  # gRPC is the default
     out = run_loadtest("run", "steady", "--model", "digits", "--model-repo", str(model_repo), "--work-dir",
-                       str(work_dir), *where, "--run-time", "4s", "-u", "2", "--out", str(tmp_path),
+                       str(work_dir), *where, "--run-time", "4s", "-u", "2", "--out", str(tmp_path))
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / f"steady_{protocol}_summary.json").read_text())
+    # Two unpaced users: the client key meets the limiter at once (the next test); the loadtest key does not.
+    assert summary["requests"] > 0, summary
+    assert summary["failures"] == 0 and summary["failures_by_class"] == {"gateway_limited": 0, "server": 0}
+    assert "the loadtest key" in out.stdout and "the gateway limited" not in out.stdout
+    uri = "/tensorflow.serving.PredictionService/Predict" if protocol == "grpc" else ":predict"
+    assert {client for _, client in _identities(limited_gateway, uri)} == {"loadtest"}
+    key = limited_gateway.secrets.path("loadtest.api-key").read_text().strip()
+    assert key not in out.stdout + out.stderr
+    assert key not in (tmp_path / f"steady_{protocol}.log").read_text(errors="replace")
+
+
+def _client_key(gateway) -> list[str]:
+    return ["--root-certificates", str(gateway.secrets.ca_cert),
+            "--api-key-file", str(gateway.secrets.path("client.api-key"))]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_run_with_the_client_key_names_the_limiter_apart_from_the_servers_failures(
+        limited_gateway, model_repo, tmp_path, protocol):
+    where = (["--grpc", limited_gateway.grpc_target] if protocol == "grpc" else ["--rest", limited_gateway.rest_url])
+    out = run_loadtest("run", "steady", "--model", "digits", "--model-repo", str(model_repo), *where,
+                       *_client_key(limited_gateway), "--run-time", "4s", "-u", "2", "--out", str(tmp_path),
                        "--max-failure-ratio", "1")
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -97,13 +123,19 @@ def test_run_with_no_flags_loads_the_stack_through_the_gateway_with_the_loadtest
     assert summary["requests"] > 0 and limited > 0, summary
     assert summary["failures_by_class"]["server"] == 0, summary["failures_by_error"]
     assert summary["failures"] == limited
-    assert f"the gateway limited {100.0 * limited / summary['requests']:.1f} % of requests: this measured " \
-           "GATEWAY_RATE (use the loadtest credential, or raise GATEWAY_LOADTEST_RATE)" in out.stdout
+    assert (f"the gateway limited {100.0 * limited / summary['requests']:.1f} % of requests: this measured "
+            "GATEWAY_RATE (use the loadtest credential, or raise GATEWAY_LOADTEST_RATE)") in out.stdout
     assert f"failures by class: gateway limited {limited}, server 0" in out.stdout
-    assert "the loadtest key" in out.stdout
-    # Every call, refused or answered, carried the loadtest credential: the limiter counted it, not the client's.
-    uri = "/tensorflow.serving.PredictionService/Predict" if protocol == "grpc" else ":predict"
-    assert {client for _, client in _identities(limited_gateway, uri)} == {"loadtest"}
-    key = limited_gateway.secrets.path("loadtest.api-key").read_text().strip()
-    assert key not in out.stdout + out.stderr
-    assert key not in (tmp_path / f"steady_{protocol}.log").read_text(errors="replace")
+
+
+def test_a_sweep_through_the_limiter_marks_where_it_began(limited_gateway, model_repo, tmp_path):
+    out = run_loadtest("sweep", "--model", "digits", "--model-repo", str(model_repo), "--grpc",
+                       limited_gateway.grpc_target, *_client_key(limited_gateway), "--concurrency", "1,4",
+                       "--window", "0.5", "--stable-windows", "2", "--max-level-time", "3", "--warmup", "0.3",
+                       "--out", str(tmp_path))
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    series = json.loads((tmp_path / "sweep.json").read_text())["series"][0]
+    began = series["limiter_began_at"]
+    assert began is not None and any(level["gateway_limited"] for level in series["levels"])
+    assert f"the gateway's limiter began at level {began:g}" in out.stdout

@@ -87,7 +87,7 @@ def refusals(report):
 
 def test_analyze_passes_an_identical_copy_through_a_low_rate_limit(limited, tmp_path):
     code, table, report = analysis(limited, tmp_path, IDENTICAL)
-    assert report["verdict"] == "PASS", table
+    assert report["verdict"] == "PASS", (table, report["errors"])
     assert code == 0
     assert refusals(report) > 0, "the limiter never refused: the rate is not low enough to test anything"
     assert report["errors"]["stable"]["errors"] == report["errors"]["canary"]["errors"] == 0
@@ -103,6 +103,7 @@ def test_analyze_fails_a_shuffled_version_through_a_low_rate_limit(limited, tmp_
 
 
 def test_analyze_with_no_flags_goes_through_the_gateway_with_the_loadtest_key(limited, tmp_path):
+    """The loadtest credential's own limits (GATEWAY_LOADTEST_*) are high: the client's 20 r/s does not bind it."""
     repo, work, server, gateway = limited
     secrets = gateway.secrets
     write_state(StackState("compose-cpu", work / "models.config", gateway.grpc_target, gateway.rest_url, repo, {},
@@ -115,7 +116,6 @@ def test_analyze_with_no_flags_goes_through_the_gateway_with_the_loadtest_key(li
     print(table)
     report = json.loads(report_path.read_text())
     assert (code, report["verdict"]) == (0, "PASS"), table
-    assert refusals(report) > 0
     predicts = [e for e in gateway.access_entries()[before:] if e["uri"].endswith("/Predict")]
     assert predicts and {e["client"] for e in predicts} == {"loadtest"}
 
