@@ -149,8 +149,9 @@ def server_from_args(args: argparse.Namespace, *, protocol: Optional[str] = "grp
                              "(make up records the one it starts)")
         return None
     chosen, role = (stack.connection, stack.role) if not connection.given else (connection, "")
-    return Server(stack.grpc if protocol in ("grpc", None) else None, stack.rest if protocol in ("rest", None) else None,
-                  chosen, _described(stack.backend, role), role)
+    grpc = stack.grpc if protocol in ("grpc", None) else None
+    rest = stack.rest if protocol in ("rest", None) else None
+    return Server(grpc, rest, chosen, _described(stack.backend, role), role)
 
 
 def _described(backend: str, role: str) -> str:
