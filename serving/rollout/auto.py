@@ -78,7 +78,10 @@ class Decision:
 
     def line(self) -> str:
         checks = "; ".join(f"{c['name']} {c['verdict']} {_short(c['value'])}" for c in self.report.get("checks", []))
-        return f"[{self.step}] weight {self.weight:g}%: {self.verdict} -> {self.action}" + (f" ({checks})" if checks else "")
+        why = "; ".join(f"{c['name']}: {c['detail']}" for c in self.report.get("checks", [])
+                        if c["verdict"] == self.verdict != PASS and c.get("detail"))
+        return (f"[{self.step}] weight {self.weight:g}%: {self.verdict} -> {self.action}" + (f" ({checks})" if checks else "")
+                + (f"\n  because {why}" if why else ""))
 
 
 def _short(value: JSON) -> str:

@@ -130,3 +130,12 @@ def test_the_servers_own_resource_exhausted_is_an_error():
     ("", False), (None, False)])
 def test_is_gateway_refusal_reads_the_gateways_message(text, expected):
     assert is_gateway_refusal(text) is expected
+
+
+def test_autos_decision_line_says_why_it_was_not_a_pass():
+    """auto prints each decision: an INCONCLUSIVE one names the checks that made it so, with their reasons."""
+    from serving.rollout.auto import Decision
+    report, _, _ = run(rate=2.0, burst=1, pacing=analyze.Pacing(retry_budget=3))
+    line = Decision("before traffic", 0, report.verdict, "roll back", report.to_json()).line()
+    assert line.splitlines()[1].startswith("  because gateway: the gateway's limiter refused")
+    assert "retry budget of 3 was spent" in line
