@@ -1,7 +1,7 @@
 """The synchronous gRPC client, and the channel settings both gRPC clients share."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
 import grpc
@@ -47,7 +47,7 @@ class ChannelPlan:
     target: str
     credentials: Optional[grpc.ChannelCredentials]
     options: list[ChannelOption]
-    metadata: tuple[tuple[str, str], ...]
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)  # holds the credentials
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     tls_for_credentials: bool = False
 

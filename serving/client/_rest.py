@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 from urllib.parse import urlsplit
@@ -81,7 +81,7 @@ class HttpPlan:
 
     base_url: str
     verify: Union["ssl.SSLContext", bool]
-    headers: dict[str, str]
+    headers: dict[str, str] = field(repr=False)  # holds the credentials
     extensions: Optional[dict[str, str]]
 
     @classmethod

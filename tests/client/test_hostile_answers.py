@@ -37,6 +37,7 @@ def trickle():
     server.stop()
 
 
+@pytest.mark.slow
 def test_a_trickling_rest_server_cannot_hold_a_call_past_its_timeout(trickle):
     with RestClient(trickle.url, timeout=2, retry=NO_RETRY) as client:
         started = time.monotonic()
@@ -46,6 +47,7 @@ def test_a_trickling_rest_server_cannot_hold_a_call_past_its_timeout(trickle):
     assert trickle.first_request.is_set()
 
 
+@pytest.mark.slow
 def test_a_trickling_rest_server_cannot_hold_an_async_call_past_its_timeout(trickle):
     async def call() -> float:
         async with AsyncRestClient(trickle.url, timeout=2, retry=NO_RETRY) as client:
@@ -56,6 +58,7 @@ def test_a_trickling_rest_server_cannot_hold_an_async_call_past_its_timeout(tric
     assert asyncio.run(call()) < 3.0
 
 
+@pytest.mark.slow
 def test_grpc_metadata_and_predict_share_one_deadline():
     server = hs.FlakyGrpcServer({GET_META: b"", PREDICT: hs.tensor_bomb_predict_response((2,), (1.0, 2.0))},
                                 delays={GET_META: 1.5, PREDICT: 1.5}).start()
@@ -107,7 +110,8 @@ _SETUPS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(_SETUPS))
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case == "rest_gzip_bomb" else case
+                                  for case in sorted(_SETUPS)])   # the bomb takes seconds to build
 def test_an_oversized_answer_is_refused_with_bounded_memory(case):
     setup, kwargs = _SETUPS[case]
     code = _MEASURE.format(root=str(REPO_ROOT), setup=setup, kwargs=kwargs)
@@ -220,3 +224,22 @@ def test_a_rest_transport_error_never_prints_the_key():
             pytest.raises(status.ServingError) as failed:
         client.status("m")
     assert "SECRET" not in str(failed.value)
+
+
+@pytest.mark.parametrize("cls", [GrpcClient, RestClient])
+def test_no_repr_of_a_client_shows_its_key(cls):
+    where = "127.0.0.1:1" if cls is GrpcClient else "https://127.0.0.1:1"
+    with cls(where, api_key=SECRET, bearer_token="t0k-SECRET") as client:
+        shown = repr(client) + repr(vars(client)) + repr(vars(client).get("_plan"))
+    assert "SECRET" not in shown
+
+
+def test_the_cli_refuses_a_key_over_plaintext_unless_insecure(rest_url, backend, capsys, monkeypatch):
+    from serving.client.cli import main
+
+    monkeypatch.setenv("TFS_API_KEY", SECRET + "\n")
+    assert main(["status", "--rest", rest_url, "--model", "digits"]) == 2
+    err = capsys.readouterr().err
+    assert "--insecure" in err and SECRET not in err
+    assert main(["status", "--rest", rest_url, "--model", "digits", "--insecure"]) == 0
+    assert backend.headers[-1]["x-api-key"] == SECRET
