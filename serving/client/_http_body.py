@@ -32,6 +32,7 @@ class BoundedBody:
         self.url, self.limit, self.deadline = url, limit, deadline
         self.parts: list[bytes] = []
         self.size = 0
+        self._fed = False
         encodings = [e.strip().lower() for e in headers.get("content-encoding", "").split(",")
                      if e.strip() and e.strip().lower() != "identity"]
         if len(encodings) > 1 or (encodings and encodings[0] not in _WBITS):
@@ -54,6 +55,7 @@ class BoundedBody:
         if self._inflater is None:
             self._add(chunk)
             return
+        self._fed = self._fed or bool(chunk)
         data = chunk
         while True:
             try:
@@ -62,6 +64,10 @@ class BoundedBody:
                 raise status.Internal(f"the {self.encoding} answer from {self.url} is corrupt: {exc}") from exc
             self._add(piece)
             data = self._inflater.unconsumed_tail
+            if self._inflater.eof and self._inflater.unused_data and self.encoding != "deflate":
+                data = self._inflater.unused_data   # the next gzip member (RFC 1952 allows several)
+                self._inflater = zlib.decompressobj(_WBITS[self.encoding])
+                continue
             if not data and len(piece) < _PIECE:
                 return
 
@@ -74,6 +80,8 @@ class BoundedBody:
             self.parts.append(piece)
 
     def content(self) -> bytes:
-        """The whole decoded body."""
+        """The whole decoded body; ``status.Internal`` if a compressed body ended before its end."""
+        if self._inflater is not None and self._fed and not self._inflater.eof:
+            raise status.Internal(f"the {self.encoding} answer from {self.url} is truncated")
         return b"".join(self.parts)
 

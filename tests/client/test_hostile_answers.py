@@ -245,3 +245,34 @@ def test_the_cli_refuses_a_key_over_plaintext_unless_insecure(rest_url, backend,
     assert "--insecure" in err and SECRET not in err
     assert main(["status", "--rest", rest_url, "--model", "digits", "--insecure"]) == 0
     assert backend.headers[-1]["x-api-key"] == SECRET
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_answer_within_the_limit_decodes_whole(encoding):
+    import gzip
+    import zlib
+
+    doc = json.dumps({"predictions": [float(i) for i in range(5000)]}).encode()
+    if encoding == "gzip":   # two gzip members, as RFC 1952 allows: both are the answer
+        half = len(doc) // 2
+        body = gzip.compress(doc[:half]) + gzip.compress(doc[half:])
+    else:
+        body = zlib.compress(doc)
+    server = hs.BigHttpServer(body, {"Content-Encoding": encoding}).start()
+    try:
+        with RestClient(server.url, retry=NO_RETRY) as client:
+            assert client.predict("m", INPUT)["predictions"].tolist() == list(range(5000))
+    finally:
+        server.stop()
+
+
+def test_a_truncated_gzip_answer_is_a_serving_error():
+    import gzip
+
+    body = gzip.compress(json.dumps({"predictions": [1.0] * 1000}).encode())[:-20]
+    server = hs.BigHttpServer(body, {"Content-Encoding": "gzip"}).start()
+    try:
+        with RestClient(server.url, retry=NO_RETRY) as client, pytest.raises(errors.Internal, match="gzip"):
+            client.predict("m", INPUT)
+    finally:
+        server.stop()
