@@ -6,6 +6,7 @@ it. Argument names and return values are the same everywhere.
 """
 from __future__ import annotations
 
+import time
 from typing import Awaitable, Optional, Sequence, TypeVar, Union
 
 import numpy as np
@@ -33,8 +34,9 @@ class ClientApi:
     """predict / classify / regress / metadata / status / reload_config.
 
     ``version`` and ``label`` choose the servable (at most one; neither means
-    the latest available version). ``timeout`` (seconds) bounds the whole
-    call, retries included; None means the client's default. Failures raise
+    the latest available version). ``timeout`` (seconds) is a deadline for the
+    whole call: the metadata lookup a predict may need, the predict, reading
+    the answer and every retry share it; None means the client's default. Failures raise
     ``serving.client.errors.ServingError`` subclasses.
     """
 
@@ -101,7 +103,9 @@ class SyncTransport(ClientApi):
     """Blocking I/O shared by the sync clients: retries within one deadline, ``with`` support.
 
     Subclasses set ``timeout`` and ``retry`` and provide ``_send_once(call, timeout) -> bytes``
-    and ``close()``. Only idempotent calls are retried.
+    and ``close()``; ``_send_once`` must return or fail within ``timeout`` seconds. One API call
+    (a metadata lookup, the predict, their retries) shares one deadline. Only idempotent calls
+    (reads) are retried.
     """
 
     timeout: float
@@ -115,10 +119,12 @@ class SyncTransport(ClientApi):
 
     def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> T:
         budget = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget  # one deadline for every call of this API call
 
         def send(call: Call) -> bytes:
             policy = self.retry if call.idempotent else NO_RETRY
-            return call_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
+            return call_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget,
+                                   deadline=deadline)
         return finish(gen, send)
 
     def __enter__(self):
@@ -142,10 +148,12 @@ class AsyncTransport(ClientApi):
 
     async def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> T:
         budget = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget  # one deadline for every call of this API call
 
         async def send(call: Call) -> bytes:
             policy = self.retry if call.idempotent else NO_RETRY
-            return await acall_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget)
+            return await acall_with_retry(lambda remaining: self._send_once(call, remaining), policy, budget,
+                                          deadline=deadline)
         return await afinish(gen, send)
 
     async def __aenter__(self):

@@ -1,7 +1,7 @@
 """The synchronous gRPC client, and the channel settings both gRPC clients share."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
 import grpc
@@ -47,7 +47,7 @@ class ChannelPlan:
     target: str
     credentials: Optional[grpc.ChannelCredentials]
     options: list[ChannelOption]
-    metadata: tuple[tuple[str, str], ...]
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)  # holds the credentials
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     tls_for_credentials: bool = False
 
@@ -86,7 +86,7 @@ class ChannelPlan:
             return tls_error if not self.tls_for_credentials else TlsError(
                 f"{tls_error.details} TLS is on because a credential was given without TLS arguments; "
                 "pass insecure=True (CLI --insecure) to send it in plaintext")
-        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith("Received message larger"):
+        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "Received message larger than max" in details:
             return ResponseTooLarge(f"the answer is larger than max_response_bytes={self.max_response_bytes} "
                                     f"bytes ({details})")
         return error_from_rpc(_Details(exc.code(), details))

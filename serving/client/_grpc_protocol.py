@@ -21,6 +21,7 @@ from serving.client._protocol import (
     ModelServerConfigLike,
     Protocol,
     examples_list,
+    reading_answer,
 )
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.wire import methods
@@ -109,13 +110,15 @@ class GrpcProtocol(Protocol):
         return (yield from self.inference(ref, build(ref)))
 
     def metadata(self, ref: ModelRef) -> ApiGen[ModelMetadata]:
-        meta = self.parse_metadata((yield from self.addressed(ref, self.metadata_call)))
+        answer = yield from self.addressed(ref, self.metadata_call)
+        with reading_answer("GetModelMetadata"):
+            meta = self.parse_metadata(answer)
         self._metadata_cache[ref] = meta
         return meta
 
     def metadata_call(self, ref: ModelRef) -> Call:
         request = apis.GetModelMetadataRequest(model_spec=model_spec(ref), metadata_field=["signature_def"])
-        return Call(methods.GET_MODEL_METADATA, request.SerializeToString())
+        return Call(methods.GET_MODEL_METADATA, request.SerializeToString(), idempotent=True)
 
     def parse_metadata(self, answer: bytes) -> ModelMetadata:
         response = apis.GetModelMetadataResponse.FromString(answer)
@@ -132,8 +135,9 @@ class GrpcProtocol(Protocol):
         named = yield from self.named_inputs(ref, inputs, signature)
         answer = yield from self.addressed(ref, lambda to: Call(methods.PREDICT, codec.encode_predict_request(
             to.name, named, version=to.version, version_label=to.label, signature_name=signature,
-            output_filter=output_filter or ())))
-        return codec.decode_predict_response(answer)
+            output_filter=output_filter or ()), idempotent=True))
+        with reading_answer("Predict", self.max_response_bytes):
+            return codec.decode_predict_response(answer, max_bytes=self.max_response_bytes)
 
     def classify(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                  signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
@@ -142,9 +146,10 @@ class GrpcProtocol(Protocol):
 
         def build(to: ModelRef) -> Call:
             request.model_spec.CopyFrom(model_spec(to, signature))
-            return Call(methods.CLASSIFY, request.SerializeToString())
+            return Call(methods.CLASSIFY, request.SerializeToString(), idempotent=True)
         answer = yield from self.addressed(ref, build)
-        return codec.classification_result_to_list(apis.ClassificationResponse.FromString(answer).result)
+        with reading_answer("Classify"):
+            return codec.classification_result_to_list(apis.ClassificationResponse.FromString(answer).result)
 
     def regress(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                 signature: Optional[str]) -> ApiGen[np.ndarray]:
@@ -153,20 +158,23 @@ class GrpcProtocol(Protocol):
 
         def build(to: ModelRef) -> Call:
             request.model_spec.CopyFrom(model_spec(to, signature))
-            return Call(methods.REGRESS, request.SerializeToString())
+            return Call(methods.REGRESS, request.SerializeToString(), idempotent=True)
         answer = yield from self.addressed(ref, build)
-        return codec.regression_result_to_array(apis.RegressionResponse.FromString(answer).result)
+        with reading_answer("Regress"):
+            return codec.regression_result_to_array(apis.RegressionResponse.FromString(answer).result)
 
     def status(self, ref: ModelRef) -> ApiGen[list[VersionStatus]]:
         request = apis.GetModelStatusRequest(model_spec=model_spec(ref))
-        answer = yield Call(methods.GET_MODEL_STATUS, request.SerializeToString())
-        response = apis.GetModelStatusResponse.FromString(answer)
-        return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
+        answer = yield Call(methods.GET_MODEL_STATUS, request.SerializeToString(), idempotent=True)
+        with reading_answer("GetModelStatus"):
+            response = apis.GetModelStatusResponse.FromString(answer)
+            return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
 
     def reload_config(self, config: ModelServerConfigLike) -> ApiGen[None]:
         request = apis.ReloadConfigRequest(config=config_message(config))
-        answer = yield Call(methods.RELOAD_CONFIG, request.SerializeToString())
-        result = apis.ReloadConfigResponse.FromString(answer).status
+        answer = yield Call(methods.RELOAD_CONFIG, request.SerializeToString())  # changes state: never retried
+        with reading_answer("HandleReloadConfigRequest"):
+            result = apis.ReloadConfigResponse.FromString(answer).status
         if result.error_code != status.Code.OK:
             raise status.error_for(result.error_code, result.error_message)
         return None

@@ -8,11 +8,12 @@ bare input and casting inputs to the signature's dtypes are written once.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Generator, Iterable, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from numpy.typing import ArrayLike
 
 from serving import codec, status
@@ -20,7 +21,7 @@ from serving.client._types import ModelMetadata
 from serving.codec import DEFAULT_SIGNATURE, Signature
 
 __all__ = ["Call", "Protocol", "ApiGen", "Inputs", "Examples", "ModelServerConfigLike", "ModelRef",
-           "cast_inputs", "examples_list", "finish", "afinish"]
+           "cast_inputs", "examples_list", "finish", "afinish", "reading_answer"]
 
 T = TypeVar("T")
 
@@ -38,13 +39,16 @@ ModelServerConfigLike = Union[Message, str]
 class Call:
     """One transport request: gRPC ``(method, body)`` or REST ``(method, path, body)``.
 
-    ``idempotent`` calls may be retried on transient failures.
+    Only ``idempotent`` calls (reads: inference, metadata, status) may be
+    retried on transient failures; a call that changes the server's state
+    (``HandleReloadConfigRequest``) is sent once, since a failure may come after
+    the server acted on it. Calls are not idempotent unless marked.
     """
 
     method: str
     body: Optional[bytes]
     path: str = ""
-    idempotent: bool = True
+    idempotent: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,8 @@ class Protocol:
     # --- shared -------------------------------------------------------------
     def metadata(self, ref: ModelRef) -> ApiGen[ModelMetadata]:
         answer = yield self.metadata_call(ref)
-        meta = self.parse_metadata(answer)
+        with reading_answer("GetModelMetadata"):
+            meta = self.parse_metadata(answer)
         self._metadata_cache[ref] = meta
         return meta
 
@@ -149,6 +154,30 @@ def cast_inputs(sig: Optional[Signature], inputs: Inputs, name: Optional[str] = 
 
 _STALE_SIGNATURE_CODES = frozenset({status.Code.INVALID_ARGUMENT, status.Code.NOT_FOUND,
                                     status.Code.FAILED_PRECONDITION})
+
+
+# What decoding a malformed answer raises inside numpy, protobuf and the codec.
+_MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, DecodeError)
+
+
+@contextmanager
+def reading_answer(what: str, max_response_bytes: Optional[int] = None) -> Iterator[None]:
+    """Decode the server's ``what`` answer inside: a malformed answer (wrong types, undecodable tensors,
+    bad shapes, not JSON) raises ``status.Internal`` naming ``what``, never a bare ValueError; tensors past
+    ``max_response_bytes`` once decoded raise ``errors.ResponseTooLarge``."""
+    from serving.client.errors import ResponseTooLarge
+
+    try:
+        yield
+    except ResponseTooLarge:
+        raise
+    except status.ResourceExhausted as exc:
+        raise ResponseTooLarge(f"the {what} answer is larger than max_response_bytes={max_response_bytes}: "
+                               f"{exc.details}") from exc
+    except status.InvalidArgument as exc:   # the codec's words for a malformed document
+        raise status.Internal(f"the server's {what} answer is malformed: {exc.details}") from exc
+    except _MALFORMED as exc:
+        raise status.Internal(f"the server's {what} answer is malformed: {exc}") from exc
 
 
 def examples_list(examples: Examples) -> Sequence[codec.Features]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 from urllib.parse import urlsplit
@@ -12,13 +12,17 @@ from serving.client._api import SyncTransport
 from serving.client._grpc import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
 from serving.client._protocol import Call
 from serving.client._rest_protocol import JSON_HEADERS, RestProtocol, error_from_http
+from serving.client._http_body import ACCEPT_ENCODING, BoundedBody
 from serving.client._security import (
+    API_KEY_HEADER,
+    AUTHORIZATION_HEADER,
     PemSource,
     TlsConfig,
     auth_metadata,
     http_status_tls_error,
     http_tls_error,
     plaintext_refusal,
+    redact,
 )
 from serving.client.retry import RetryPolicy
 
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
 
     import httpx
 
-__all__ = ["RestClient", "HttpPlan", "transport_error", "answer_of", "load_httpx", "limits"]
+__all__ = ["RestClient", "HttpPlan", "transport_error", "answer_of", "load_httpx", "load_deadlines", "limits"]
 
 
 def load_httpx() -> ModuleType:
@@ -49,15 +53,21 @@ def transport_error(exc: "httpx.HTTPError", url: str) -> status.ServingError:
     return status.Unavailable(f"failed to reach {url}: {exc or type(exc).__name__}")
 
 
-def answer_of(response: "httpx.Response") -> bytes:
-    """The body of a 2xx response; the mapped ``ServingError`` otherwise (``TlsError`` for a TLS
-    gateway refusing the client certificate)."""
+def answer_of(response: "httpx.Response", body: Optional[bytes] = None) -> bytes:
+    """The body (``body``, else the response's content) of a 2xx response; the mapped ``ServingError``
+    otherwise (``TlsError`` for a TLS gateway refusing the client certificate)."""
+    content = response.content if body is None else body
     if 200 <= response.status_code < 300:
-        return response.content
-    tls_error = http_status_tls_error(response.status_code, response.content, str(response.request.url))
+        return content
+    tls_error = http_status_tls_error(response.status_code, content, str(response.request.url))
     if tls_error is not None:
         raise tls_error
-    raise error_from_http(response.status_code, response.content)
+    raise error_from_http(response.status_code, content)
+
+
+def load_deadlines() -> ModuleType:
+    """``serving.client._http_deadline`` (it imports httpcore), on first use as ``load_httpx``."""
+    return importlib.import_module("serving.client._http_deadline")
 
 
 def limits(max_connections: int) -> "httpx.Limits":
@@ -71,7 +81,7 @@ class HttpPlan:
 
     base_url: str
     verify: Union["ssl.SSLContext", bool]
-    headers: dict[str, str]
+    headers: dict[str, str] = field(repr=False)  # holds the credentials
     extensions: Optional[dict[str, str]]
 
     @classmethod
@@ -95,8 +105,8 @@ class HttpPlan:
 
     def client_kwargs(self, max_connections: int, timeout: float) -> dict[str, Any]:
         """Keyword arguments of ``httpx.Client`` / ``httpx.AsyncClient``."""
-        return {"base_url": self.base_url, "limits": limits(max_connections), "headers": self.headers,
-                "timeout": timeout, "verify": self.verify}
+        return {"base_url": self.base_url, "limits": limits(max_connections), "timeout": timeout,
+                "headers": {"Accept-Encoding": ACCEPT_ENCODING, **self.headers}, "verify": self.verify}
 
     def request_kwargs(self, call: Call, timeout: float) -> dict[str, Any]:
         """Keyword arguments of one ``request``."""
@@ -104,7 +114,17 @@ class HttpPlan:
                 "timeout": timeout, "extensions": self.extensions}
 
     def transport_error(self, exc: "httpx.HTTPError", call: Call) -> status.ServingError:
-        return transport_error(exc, self.base_url + call.path)
+        """``transport_error``, with the credential headers' values never in the text."""
+        error = transport_error(exc, self.base_url + call.path)
+        secrets = [value for name, value in self.headers.items()
+                   if name.lower() in (API_KEY_HEADER, AUTHORIZATION_HEADER)]
+        secrets += [value.split(" ", 1)[1] for value in list(secrets) if value.startswith("Bearer ")]
+        details = redact(error.details, secrets)
+        return error if details == error.details else type(error)(details)
+
+    def body(self, response: "httpx.Response", call: Call, limit: int, deadline: Optional[float]) -> BoundedBody:
+        """An empty ``BoundedBody`` for ``response``'s answer to ``call``."""
+        return BoundedBody(self.base_url + call.path, response.headers, limit, deadline)
 
 
 class RestClient(SyncTransport):
@@ -120,8 +140,14 @@ class RestClient(SyncTransport):
     ``client_cert``/``client_key``, ``server_name``); they need an
     ``https://`` ``base_url``, which otherwise uses httpx's default trust.
     ``api_key`` / ``bearer_token`` go with every request as ``x-api-key`` /
-    ``Authorization: Bearer`` headers. A failed handshake raises
-    ``errors.TlsError``; it is never retried.
+    ``Authorization: Bearer`` headers, and only over ``https://`` unless
+    ``insecure=True``. A failed handshake raises ``errors.TlsError``; it is
+    never retried.
+
+    ``timeout`` is a deadline for the whole call, however slowly the server
+    sends. ``max_response_bytes`` bounds an answer after decompression (the
+    body is read in chunks and refused with ``errors.ResponseTooLarge`` once
+    past it).
     """
 
     def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
@@ -135,16 +161,25 @@ class RestClient(SyncTransport):
                                     client_key=client_key, server_name=server_name, api_key=api_key,
                                     bearer_token=bearer_token, headers=headers, insecure=insecure)
         self.base_url, self.timeout, self.retry = self._plan.base_url, timeout, retry
+        if max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be at least 1")
+        self.max_response_bytes = max_response_bytes
         self._httpx = load_httpx()
+        self._deadlines = load_deadlines()
         self._http = self._httpx.Client(**self._plan.client_kwargs(max_connections, timeout))
+        self._deadlines.enforce_deadlines(self._http)
         self._protocol = RestProtocol(cast_outputs=cast_outputs)
 
     def _send_once(self, call: Call, timeout: float) -> bytes:
         try:
-            response = self._http.request(call.method, call.path, **self._plan.request_kwargs(call, timeout))
+            with self._deadlines.deadline(timeout) as end, \
+                    self._http.stream(call.method, call.path, **self._plan.request_kwargs(call, timeout)) as response:
+                body = self._plan.body(response, call, self.max_response_bytes, end)
+                for chunk in response.iter_raw():
+                    body.feed(chunk)
         except self._httpx.HTTPError as exc:
             raise self._plan.transport_error(exc, call) from exc
-        return answer_of(response)
+        return answer_of(response, body.content())
 
     def close(self) -> None:
         """Close pooled connections."""

@@ -1,7 +1,11 @@
 """The asyncio REST client (``httpx.AsyncClient``): same methods and arguments as ``RestClient``, awaited."""
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Mapping, Optional
+
+from serving import status
 
 from serving.client._api import AsyncTransport
 from serving.client._grpc import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT
@@ -15,8 +19,8 @@ __all__ = ["AsyncRestClient"]
 
 
 class AsyncRestClient(AsyncTransport):
-    """TF Serving's REST API with asyncio; ``async with`` or ``await close()``. TLS and credentials as
-    ``RestClient``."""
+    """TF Serving's REST API with asyncio; ``async with`` or ``await close()``. TLS, credentials,
+    the deadline and ``max_response_bytes`` as ``RestClient``."""
 
     def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = RetryPolicy(),
                  root_certificates: Optional[PemSource] = None, client_cert: Optional[PemSource] = None,
@@ -29,16 +33,31 @@ class AsyncRestClient(AsyncTransport):
                                     client_key=client_key, server_name=server_name, api_key=api_key,
                                     bearer_token=bearer_token, headers=headers, insecure=insecure)
         self.base_url, self.timeout, self.retry = self._plan.base_url, timeout, retry
+        if max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be at least 1")
+        self.max_response_bytes = max_response_bytes
         self._httpx = load_httpx()
         self._http = self._httpx.AsyncClient(**self._plan.client_kwargs(max_connections, timeout))
         self._protocol = RestProtocol(cast_outputs=cast_outputs)
 
     async def _send_once(self, call: Call, timeout: float) -> bytes:
+        end = time.monotonic() + timeout
         try:
-            response = await self._http.request(call.method, call.path, **self._plan.request_kwargs(call, timeout))
+            response, body = await asyncio.wait_for(self._exchange(call, timeout, end), timeout)
+        except asyncio.TimeoutError:
+            raise status.DeadlineExceeded(f"Deadline Exceeded: no answer from {self.base_url}{call.path} "
+                                          f"within {timeout:g}s") from None
         except self._httpx.HTTPError as exc:
             raise self._plan.transport_error(exc, call) from exc
-        return answer_of(response)
+        return answer_of(response, body)
+
+    async def _exchange(self, call: Call, timeout: float, end: float) -> tuple[object, bytes]:
+        """Send ``call``; its response and bounded body (the caller bounds the time)."""
+        async with self._http.stream(call.method, call.path, **self._plan.request_kwargs(call, timeout)) as response:
+            body = self._plan.body(response, call, self.max_response_bytes, end)
+            async for chunk in response.aiter_raw():
+                body.feed(chunk)
+        return response, body.content()
 
     async def close(self) -> None:
         """Close pooled connections."""

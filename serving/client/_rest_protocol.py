@@ -20,6 +20,7 @@ from serving.client._protocol import (
     Protocol,
     cast_inputs,
     examples_list,
+    reading_answer,
 )
 from serving.client._types import ModelMetadata, VersionStatus
 from serving.codec import Signature
@@ -79,7 +80,7 @@ class RestProtocol(Protocol):
         self.cast_outputs = cast_outputs
 
     def metadata_call(self, ref: ModelRef) -> Call:
-        return Call("GET", None, path=model_path(ref) + "/metadata")
+        return Call("GET", None, path=model_path(ref) + "/metadata", idempotent=True)
 
     def parse_metadata(self, answer: bytes) -> ModelMetadata:
         doc = codec.json_loads(answer)
@@ -93,11 +94,12 @@ class RestProtocol(Protocol):
         sig: Optional[Signature] = yield from self.signature(ref, signature)
         body = codec.inputs_to_rest_request(cast_inputs(sig, inputs, signature), signature_name=signature,
                                             row_format=False)
-        answer = yield from self.inference(ref, Call("POST", body, path=model_path(ref) + ":predict"))
+        answer = yield from self.inference(ref, Call("POST", body, path=model_path(ref) + ":predict", idempotent=True))
         specs = sig.outputs if sig else {}
         dtypes = ({name: spec.dtype for name, spec in specs.items() if spec.dtype_supported}
                   if self.cast_outputs else {})
-        outputs = codec.rest_response_to_outputs(answer, output_names=list(specs), output_dtypes=dtypes)
+        with reading_answer("Predict"):
+            outputs = codec.rest_response_to_outputs(answer, output_names=list(specs), output_dtypes=dtypes)
         if output_filter:  # TF Serving's REST API has no output filter: drop the rest here
             missing = [name for name in output_filter if name not in outputs]
             if missing:
@@ -108,22 +110,25 @@ class RestProtocol(Protocol):
     def _examples_call(self, ref: ModelRef, verb: str, examples: Examples,
                        context: Optional[codec.Features], signature: Optional[str]) -> Call:
         body = codec.examples_to_rest_request(examples_list(examples), context=context, signature_name=signature)
-        return Call("POST", body, path=f"{model_path(ref)}:{verb}")
+        return Call("POST", body, path=f"{model_path(ref)}:{verb}", idempotent=True)
 
     def classify(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                  signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
         answer = yield self._examples_call(ref, "classify", examples, context, signature)
-        return codec.rest_response_to_results(answer, method="classify")
+        with reading_answer("Classify"):
+            return codec.rest_response_to_results(answer, method="classify")
 
     def regress(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
                 signature: Optional[str]) -> ApiGen[np.ndarray]:
         answer = yield self._examples_call(ref, "regress", examples, context, signature)
-        return codec.rest_response_to_results(answer, method="regress")
+        with reading_answer("Regress"):
+            return codec.rest_response_to_results(answer, method="regress")
 
     def status(self, ref: ModelRef) -> ApiGen[list[VersionStatus]]:
-        answer = yield Call("GET", None, path=model_path(ref))
-        response = _parse(apis.GetModelStatusResponse(), codec.json_loads(answer))
-        return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
+        answer = yield Call("GET", None, path=model_path(ref), idempotent=True)
+        with reading_answer("GetModelStatus"):
+            response = _parse(apis.GetModelStatusResponse(), codec.json_loads(answer))
+            return [VersionStatus.from_wire(entry) for entry in response.model_version_status]
 
     def reload_config(self, config: ModelServerConfigLike) -> ApiGen[None]:
         raise status.Unimplemented(

@@ -73,9 +73,14 @@ def _deadline_error(timeout: float) -> status.DeadlineExceeded:
 
 
 def call_with_retry(attempt_fn: Callable[[float], T], policy: RetryPolicy, timeout: float,
-                    *, sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run ``attempt_fn(remaining_seconds)`` under ``policy`` within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+                    *, sleep: Callable[[float], None] = time.sleep, deadline: Optional[float] = None) -> T:
+    """Run ``attempt_fn(remaining_seconds)`` under ``policy`` within ``timeout`` seconds.
+
+    ``deadline`` (``time.monotonic()`` seconds), when given, is the end of the
+    whole API call this transport call belongs to (``timeout`` then only names
+    it in the error): every call of one API call shares it.
+    """
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     attempt = 0
     while True:
         attempt += 1
@@ -92,9 +97,9 @@ def call_with_retry(attempt_fn: Callable[[float], T], policy: RetryPolicy, timeo
 
 
 async def acall_with_retry(attempt_fn: Callable[[float], Awaitable[T]], policy: RetryPolicy,
-                           timeout: float) -> T:
+                           timeout: float, *, deadline: Optional[float] = None) -> T:
     """``call_with_retry`` for coroutines; sleeps with ``asyncio.sleep``."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     attempt = 0
     while True:
         attempt += 1

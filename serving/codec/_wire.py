@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Union
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
+from serving import status
 from serving.codec._dtypes import DT_STRING, dtype_from_enum, enum_from_dtype
-from serving.codec._tensor import as_bytes, tensor_proto_to_ndarray
+from serving.codec._limits import element_count
+from serving.codec._tensor import as_bytes, tensor_proto_shape, tensor_proto_to_ndarray
 from serving.wire.serving_apis_pb2 import PredictRequest, PredictResponse, TensorProto
 
 if TYPE_CHECKING:
@@ -198,6 +200,34 @@ def _dims(view: memoryview) -> list[int]:
     return dims
 
 
+class _ByteLimit:
+    """The bytes the decoded tensors of one message may take, charged from shapes before allocation."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def take(self, name: str, dims: Iterable[int], dtype_enum: int) -> None:
+        """Charge tensor ``name``; ``status.ResourceExhausted`` once the message passes the limit."""
+        dims = [int(d) for d in dims]
+        itemsize = max(dtype_from_enum(dtype_enum).numpy.itemsize, 1)
+        size = element_count(dims) * itemsize if all(d >= 0 for d in dims) else 0
+        self.used += size
+        if self.used > self.limit:
+            raise status.ResourceExhausted(
+                f"the decoded tensors take at least {self.used} bytes (tensor {name!r} of shape {dims}: "
+                f"{size} bytes), more than the limit of {self.limit} bytes")
+
+
+def _tensor_header(view: memoryview) -> tuple[int, list[int]]:
+    dtype, dims = 0, []
+    for field, _, value in _Reader(view).fields():
+        if field == 1:
+            dtype = value
+        elif field == 2:
+            dims = _dims(value)
+    return dtype, dims
+
+
 def _decode_tensor(view: memoryview) -> np.ndarray:
     dtype, dims, content, simple = 0, [], None, True
     for field, _, value in _Reader(view).fields():
@@ -219,7 +249,7 @@ def _decode_tensor(view: memoryview) -> np.ndarray:
     return data.astype(row.numpy, copy=False).reshape(dims)
 
 
-def _decode_tensor_map(data: WireBytes, map_field: int) -> dict[str, np.ndarray]:
+def _decode_tensor_map(data: WireBytes, map_field: int, limit: Optional[_ByteLimit] = None) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for field, wire_type, value in _Reader(memoryview(data).cast("B")).fields():
         if field != map_field or wire_type != _LEN:
@@ -230,28 +260,42 @@ def _decode_tensor_map(data: WireBytes, map_field: int) -> dict[str, np.ndarray]
                 key = bytes(entry_value).decode("utf-8")
             elif entry_field == 2:
                 tensor = entry_value
-        out[key] = _decode_tensor(tensor if tensor is not None else memoryview(b""))
+        view = tensor if tensor is not None else memoryview(b"")
+        if limit is not None:
+            dtype, dims = _tensor_header(view)
+            limit.take(key, dims, dtype)
+        out[key] = _decode_tensor(view)
     return out
 
 
-def _parse_tensor_map(data: WireBytes, message_class: type[Message], map_name: str) -> dict[str, np.ndarray]:
+def _parse_tensor_map(data: WireBytes, message_class: type[Message], map_name: str,
+                      limit: Optional[_ByteLimit] = None) -> dict[str, np.ndarray]:
     """A small message parsed whole; its tensors decoded (``tensor_content`` from one copy, read-only)."""
     try:
         message = message_class.FromString(bytes(data))
     except DecodeError as exc:
         raise ValueError(f"truncated or malformed {message_class.__name__}: {exc}") from exc
-    return {name: tensor_proto_to_ndarray(proto) for name, proto in getattr(message, map_name).items()}
+    tensors = getattr(message, map_name)
+    if limit is not None:
+        for name, proto in tensors.items():
+            limit.take(name, tensor_proto_shape(proto), proto.dtype)
+    return {name: tensor_proto_to_ndarray(proto) for name, proto in tensors.items()}
 
 
-def decode_predict_response(data: WireBytes) -> dict[str, np.ndarray]:
+def decode_predict_response(data: WireBytes, *, max_bytes: Optional[int] = None) -> dict[str, np.ndarray]:
     """The ``outputs`` of serialized PredictResponse bytes.
 
     Numeric arrays are read-only; from a message of ``ZERO_COPY_BYTES`` or more
-    they share ``data``'s buffer (no copy).
+    they share ``data``'s buffer (no copy). ``max_bytes`` bounds what the
+    outputs take once decoded, counted from their shapes (elements times item
+    size, broadcast fills included) before anything is allocated: a few bytes
+    of ``float_val`` shaped ``[600000000, 2]`` are refused with
+    ``status.ResourceExhausted`` rather than padded to gigabytes.
     """
+    limit = _ByteLimit(max_bytes) if max_bytes is not None else None
     if memoryview(data).nbytes < ZERO_COPY_BYTES:
-        return _parse_tensor_map(data, PredictResponse, "outputs")
-    return _decode_tensor_map(data, 1)
+        return _parse_tensor_map(data, PredictResponse, "outputs", limit)
+    return _decode_tensor_map(data, 1, limit)
 
 
 def decode_predict_request(data: WireBytes) -> dict[str, np.ndarray]:
