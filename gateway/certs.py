@@ -42,9 +42,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-__all__ = ["DEFAULT_DIR", "DEFAULT_SERVER_NAMES", "ROLES", "DEFAULT_CLIENTS", "ACCESS_DIR", "Credentials",
-           "CertsError", "init_secrets", "issue_client", "rotate_client", "revoke_client", "edit_key_map",
-           "build_parser", "main"]
+__all__ = ["DEFAULT_DIR", "DEFAULT_SERVER_NAMES", "ROLES", "DEFAULT_CLIENTS", "ACCESS_DIR", "GRAFANA_PASSWORD_FILE",
+           "Credentials", "CertsError", "init_secrets", "issue_client", "rotate_client", "revoke_client",
+           "edit_key_map", "write_grafana_password", "build_parser", "main"]
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "secrets"
 # The compose service name, and what a client on the host dials.
@@ -59,6 +59,8 @@ DEFAULT_CLIENTS = {"client": "client", "admin": "admin", "loadtest": "loadtest"}
 # The folder of the files the gateway's admission reads (compose mounts it whole, read-only).
 ACCESS_DIR = "access"
 RESERVED_NAMES = ("ca", "server")
+# Grafana's admin password, a compose secret file (GF_SECURITY_ADMIN_PASSWORD__FILE): never in an environment.
+GRAFANA_PASSWORD_FILE = "grafana-admin-password"
 ORGANIZATION = "tfs-stack"
 CA_DAYS, LEAF_DAYS = 3650, 825
 
@@ -404,6 +406,20 @@ def _make_everything(creds: Credentials, server_names: Sequence[str]) -> None:
         _sign(creds, work, "server", "server", "server", _EXTENSIONS.format(san=san), common_name="gateway")
 
 
+def write_grafana_password(directory: Path, password: str) -> Path:
+    """``password`` into the folder's :data:`GRAFANA_PASSWORD_FILE` (replaced atomically), for compose's secret.
+
+    Mode 0644 in the 0700 folder: the host's other users cannot reach it, and Grafana (uid 472 in its
+    container, where compose bind-mounts the file itself) can read it.
+    """
+    if not password or any(c in password for c in "\r\n\0"):
+        raise CertsError("a Grafana password is one line, not empty")
+    path = Path(directory) / GRAFANA_PASSWORD_FILE
+    _replace_file(path, password)
+    os.chmod(path, 0o644)
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway.certs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR, metavar="DIR",
@@ -423,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     rotate.add_argument("name")
     revoke = sub.add_parser("revoke", help="remove the client NAME: its key and certificate stop working")
     revoke.add_argument("name")
+    sub.add_parser("grafana-password", help=f"write $GRAFANA_ADMIN_PASSWORD into {GRAFANA_PASSWORD_FILE} "
+                                            "(compose's Grafana reads it; make up does this itself)")
     return parser
 
 
@@ -431,6 +449,11 @@ def _client_files(creds: Credentials, name: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> str:
+    if args.command == "grafana-password":
+        password = os.environ.get("GRAFANA_ADMIN_PASSWORD", "")
+        if not password:
+            raise CertsError("export GRAFANA_ADMIN_PASSWORD first (the stack has no default Grafana password)")
+        return f"wrote {write_grafana_password(args.out, password)}"
     if args.command == "issue":
         if args.admin and args.role not in (None, "admin"):
             raise CertsError("--admin and --role name two roles")

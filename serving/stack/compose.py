@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from gateway.certs import write_grafana_password
 from serving.config import load_model_server_config
 from serving.config.compose import (
     GRAFANA_PASSWORD,
@@ -315,6 +316,8 @@ def run_compose(choice: Choice, *, images: str, docker: str, state_file: Path, r
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if "grafana" in plan.started:  # compose's Grafana reads its password from a secret file, not the environment
+        write_grafana_password(_gateway_secrets(plan.services["gateway"]), os.environ[GRAFANA_PASSWORD])
     for line in prepare_host_paths(paths, as_root=as_root):
         print(f"make up: {line}", flush=True)
     print("+", command, flush=True)

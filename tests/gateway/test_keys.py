@@ -257,3 +257,17 @@ def test_the_loadtest_key_may_not_call_admin_routes(gateway):
                            headers={"x-api-key": gateway.key("loadtest")})
         assert metrics.status_code == 403
         assert http.get(gateway.rest_url + STATUS, headers={"x-api-key": gateway.key("loadtest")}).status_code == 200
+
+
+def test_the_grafana_password_file_is_written_from_the_environment_and_readable_by_grafana_only_through_the_folder(
+        secrets, monkeypatch, capsys):
+    monkeypatch.delenv("GRAFANA_ADMIN_PASSWORD", raising=False)
+    assert certs_main(["--out", str(secrets.directory), "grafana-password"]) == 1
+    assert "export GRAFANA_ADMIN_PASSWORD" in capsys.readouterr().err
+    monkeypatch.setenv("GRAFANA_ADMIN_PASSWORD", "s3cret pass")
+    assert certs_main(["--out", str(secrets.directory), "grafana-password"]) == 0
+    path = secrets.path("grafana-admin-password")
+    assert path.read_text() == "s3cret pass"  # no line ending: Grafana takes the file's bytes
+    assert path.stat().st_mode & 0o777 == 0o644 and secrets.directory.stat().st_mode & 0o077 == 0
+    monkeypatch.setenv("GRAFANA_ADMIN_PASSWORD", "two\nlines")
+    assert certs_main(["--out", str(secrets.directory), "grafana-password"]) == 1

@@ -247,3 +247,13 @@ def test_the_gpu_stacks_cuda_caches_are_created_though_compose_would_not(checkou
     for service in ("tfserving", "exporter"):
         (cache,) = [v for v in plan.services[service]["volumes"] if v["target"] == "/var/cache/cuda"]
         assert not (cache.get("bind") or {}).get("create_host_path")  # compose refuses it missing: make up makes it
+
+
+def test_make_up_writes_grafanas_password_file_from_the_environment(checkout, tmp_path, monkeypatch):
+    """Grafana reads its password from a compose secret file (never an environment variable of the container)."""
+    fake = fake_docker_cli(tmp_path / "bin", tmp_path / "calls")
+    set_environ(monkeypatch, PATH=f"{fake.parent}:{os.environ['PATH']}", GRAFANA_ADMIN_PASSWORD="test-only-password")
+    assert main(["--backend", "compose-cpu", "--images", "upstream", "--work-dir", str(tmp_path / "work")],
+                root=checkout) == 0
+    assert (checkout / "gateway" / "secrets" / "grafana-admin-password").read_text() == "test-only-password"
+    assert "test-only-password" not in (tmp_path / "calls").read_text()
