@@ -5,7 +5,7 @@
   ``envsubst`` (only ``${GATEWAY_*}`` variables; nginx's own ``$variables``
   stay); the tests render the same files with :func:`render_template`.
 - :mod:`gateway.certs` (``make certs``): a local CA, the gateway's server
-  certificate, client and admin certificates, and the API keys, into a
+  certificate, client, admin and loadtest credentials (rotate, revoke), into a
   git-ignored folder that compose mounts read-only.
 
 Importing this package has no side effects.

@@ -390,7 +390,7 @@ def init_secrets(directory: Path = DEFAULT_DIR, *, server_names: Sequence[str] =
             _make_everything(creds, server_names)
         _migrate_access(creds)
         for name, role in DEFAULT_CLIENTS.items():
-            if not creds.cert(name).exists() and not _key_roles(creds, name):
+            if not creds.cert(name).exists():  # a key line left without its files is replaced
                 _install_client(creds, name, role)
     return creds
 
