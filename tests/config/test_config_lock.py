@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from serving.client import GrpcClient
 from serving.config import load_model_server_config
 from serving.config.cli import main as config_main
 from serving.config.config_lock import ConfigLock, LockTimeout, StaleConfig, read_snapshot
 from serving.config.edit import VersionPolicy, add_steps, model_entry, remove_steps
 from serving.config.stack import apply_steps, change_served_config, served_config
-from tests.support.config import embedded_stack, user_model
+from tests.support.config import Listener, embedded_stack, user_model
 
 
 def names_in(path: Path) -> list[str]:
@@ -145,3 +146,28 @@ def test_an_add_waiting_for_the_lock_plans_again_on_what_the_holder_wrote(stack,
 def test_the_lock_file_sits_beside_the_served_config(stack):
     served = served_config(work_dir=stack["work"])
     assert served.lock().path == stack["config"].with_name(".models.config.lock")
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL right after a push: no handler of the command runs."""
+
+
+def test_the_file_is_written_before_each_push_so_a_killed_add_leaves_it_in_the_file(stack, monkeypatch):
+    """Before: the push came first and the file was written after it; a command killed in between left the
+    model served but not in the file (and a poll in between re-applied the old file)."""
+    listener = Listener()  # something answers at the stack's address; the push itself is intercepted
+    stack["work"].joinpath("stack.json").write_text(
+        stack["work"].joinpath("stack.json").read_text().replace("127.0.0.1:1", listener.target))
+    at_push = []
+
+    def reload_config(self, config, *args, **kwargs):
+        at_push.append((names_in(stack["config"]), [e.name for e in config.model_config_list.config]))
+        raise Killed()
+
+    monkeypatch.setattr(GrpcClient, "reload_config", reload_config)
+    with pytest.raises(Killed):
+        config_main(["add", "alpha", "--base-path", str(stack["elsewhere"] / "alpha"), "--work-dir",
+                     str(stack["work"])])
+    listener.close()
+    assert at_push == [(["first", "alpha"], ["first", "alpha"])]  # the file said what was pushed, first
+    assert names_in(stack["config"]) == ["first", "alpha"]
