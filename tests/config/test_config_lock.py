@@ -16,6 +16,8 @@ from serving.config.cli import main as config_main
 from serving.config.config_lock import ConfigLock, LockTimeout, StaleConfig, read_snapshot
 from serving.config.edit import VersionPolicy, add_steps, model_entry, remove_steps
 from serving.config.stack import apply_steps, change_served_config, served_config
+from serving.rollout.cli import EXIT_STALE as ROLLOUT_EXIT_STALE
+from serving.rollout.cli import main as rollout_main
 from tests.support.config import Listener, embedded_stack, user_model
 
 
@@ -171,3 +173,54 @@ def test_the_file_is_written_before_each_push_so_a_killed_add_leaves_it_in_the_f
     listener.close()
     assert at_push == [(["first", "alpha"], ["first", "alpha"])]  # the file said what was pushed, first
     assert names_in(stack["config"]) == ["first", "alpha"]
+
+
+def _promote_while_another_command_writes(stack, monkeypatch, change) -> int:
+    """`rollout promote m` reads the file, then waits for the lock a holder has; the holder ``change``s the file."""
+    work = str(stack["work"])
+    base = user_model(stack["elsewhere"], "m", versions=(1, 2))
+    assert config_main(["add", "m", "--base-path", str(base), "--work-dir", work, "--version", "1"]) == 0
+    assert rollout_main(["canary", "m", "2", "--work-dir", work, "--timeout", "30"]) == 0
+    served = served_config(work_dir=stack["work"])
+    holding, release, waiting = threading.Event(), threading.Event(), threading.Event()
+    holder = ConfigLock.holder
+    monkeypatch.setattr(ConfigLock, "holder", lambda self: (waiting.set(), holder(self))[1])
+    code = {}
+
+    def first():
+        with served.lock().hold(30):
+            holding.set()
+            release.wait(30)
+            served.write(change(served.load()))
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert holding.wait(30)
+    two = threading.Thread(target=lambda: code.setdefault("promote", rollout_main(
+        ["promote", "m", "--work-dir", work, "--timeout", "30"])))
+    two.start()
+    assert waiting.wait(30)
+    release.set()
+    one.join()
+    two.join()
+    return code["promote"]
+
+
+def test_a_move_whose_model_another_command_changed_meanwhile_is_refused_with_exit_4(stack, monkeypatch, capsys):
+    def roll_back_m(config):
+        entry = next(e for e in config.model_config_list.config if e.name == "m")
+        entry.version_labels["canary"] = 1
+        return config
+
+    assert _promote_while_another_command_writes(stack, monkeypatch, roll_back_m) == ROLLOUT_EXIT_STALE
+    assert "nothing was sent" in capsys.readouterr().err
+    entry = next(e for e in load_model_server_config(stack["config"]).model_config_list.config if e.name == "m")
+    assert dict(entry.version_labels) == {"stable": 1, "canary": 1}  # the other command's change stands
+
+
+def test_a_move_planned_again_keeps_another_models_change(stack, monkeypatch):
+    assert _promote_while_another_command_writes(
+        stack, monkeypatch, lambda config: remove_steps(config, "first")[-1].config) == 0
+    config = load_model_server_config(stack["config"])
+    assert [e.name for e in config.model_config_list.config] == ["m"]
+    assert dict(config.model_config_list.config[0].version_labels) == {"stable": 2, "canary": 2}
