@@ -341,7 +341,7 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
                          snapshot: Optional[Snapshot] = None,
                          replan: Callable[[ModelServerConfig, ModelServerConfig], bool] = lambda old, new: True,
                          write_file: bool = True, timeout: float = 600.0, log: Callable[[str], None] = print,
-                         who: str = "") -> bool:
+                         who: str = "", on_done: Optional[Callable[[], None]] = None) -> bool:
     """Change model ``name`` in ``served``: ``plan`` the steps on the file, then apply them under its lock.
 
     1. ``plan`` runs on ``snapshot`` (default: the file now) before the lock is taken, so a refusal
@@ -359,6 +359,8 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
 
     Where no server answers at ``served.grpc``, the last step's config is written for the server's next
     start and False is returned. ``write_file=False`` pushes without writing (``--no-write-back``).
+    ``on_done`` runs once the change is applied, still under the lock (bookkeeping that must not race
+    another change, such as ``stack.json``'s removed models).
     """
     snapshot = snapshot or served.snapshot()
     steps = list(plan(served.parse(snapshot)))
@@ -380,12 +382,15 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
             if not steps:
                 log(f"{name}: nothing to do")
                 return False
-        if not served.server_answers():
+        pushed = served.server_answers()
+        if not pushed:
             if write_file:
                 lock.write_if(snapshot, lambda: served.write(steps[-1].config))
-            return False
-        _apply_locked(served, lock, name, snapshot, steps, write_file=write_file, timeout=timeout, log=log)
-    return True
+        else:
+            _apply_locked(served, lock, name, snapshot, steps, write_file=write_file, timeout=timeout, log=log)
+        if on_done is not None:
+            on_done()
+    return pushed
 
 
 def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: Snapshot, steps: Sequence[Step],
