@@ -13,6 +13,9 @@ stdout/stderr; their order is set by events, never by sleeps):
 - ``canary+failing-add``: ``config add`` of a model whose version cannot load, and ``rollout canary`` of
   another model started once the add's first push is on its way (an event set by that push); the
   canary is counted (the add is meant to fail: its failures are shown apart);
+- ``failing-add+canary``: the same two, in the order of the defect report: the add reads the config, the
+  canary runs to its end (or waits for the add's lock, where there is one: an event either way), then
+  the add pushes and fails;
 - ``add+poller``: ``config add`` of a new model while the server polls its config file every second
   (``--model_config_file_poll_wait_seconds=1``).
 
@@ -276,6 +279,58 @@ def race_canary_failing_add(stack: RaceStack, trial: int, tally: Tally) -> None:
     stack.clean(broken, canaried)
 
 
+def race_failing_add_read_before_canary(stack: RaceStack, trial: int, tally: Tally) -> None:
+    """The add reads the config, then the canary runs to its end (or, where commands take the config's lock,
+    waits for the add's lock), then the add pushes and fails: the order of the defect report."""
+    canaried, broken = f"d{trial}", f"g{trial}"
+    stack.model(canaried, versions=(1, 2)), stack.model(broken, broken=True)
+    if _has_version_flag():
+        assert stack.config("add", canaried, "--base-path", str(stack.elsewhere / canaried), "--version", "1")().code == 0
+    else:
+        assert stack.config("add", canaried, "--base-path", str(stack.elsewhere / canaried), "--policy", "versions:1",
+                            "--label", "stable=1", "--label", "canary=1")().code == 0
+    canary_done_or_waiting = threading.Event()
+    undo_push = on_push(lambda thread: canary_done_or_waiting.wait(300) if thread == "race-0" else None)
+    undo_wait = _on_lock_wait(lambda thread: canary_done_or_waiting.set() if thread == "race-1" else None)
+    canary = stack.rollout("canary", canaried, "2")
+
+    def canary_then_tell() -> Result:
+        try:
+            return canary()
+        finally:
+            canary_done_or_waiting.set()
+
+    try:
+        results = _together(stack.add(broken), canary_then_tell)
+    finally:
+        undo_push()
+        undo_wait()
+    entry = stack.in_file(canaried)
+    labelled = entry is not None and entry.version_labels.get("canary") == 2 and \
+        stack.label_version(canaried, "canary") == 2
+    tally.count(results[1], lost=not labelled)
+    tally.failing_add_failed += int(results[0].code != 0)
+    if results[0].code == 0 or stack.in_file(broken) is not None:
+        tally.reasons.append(f"the failing add of {broken} left it in the file (exit {results[0].code})")
+    stack.clean(broken, canaried)
+
+
+def _on_lock_wait(hook: Callable[[str], None]) -> Callable[[], None]:
+    """Call ``hook(thread name)`` when a thread finds the config's lock taken (code that has one); returns undo."""
+    try:
+        from serving.config.config_lock import ConfigLock
+    except ImportError:  # code from before the lock: nothing waits
+        return lambda: None
+    original = ConfigLock.holder
+
+    def holder(self):
+        hook(threading.current_thread().name)
+        return original(self)
+
+    ConfigLock.holder = holder
+    return lambda: setattr(ConfigLock, "holder", original)
+
+
 def race_add_poller(stack: RaceStack, trial: int, tally: Tally) -> None:
     name = f"p{trial}"
     stack.model(name)
@@ -299,6 +354,7 @@ RACES: dict[str, tuple[Callable[[RaceStack, int, Tally], None], int]] = {
     "add+add": (race_add_add, 0),
     "add+remove": (race_add_remove, 0),
     "canary+failing-add": (race_canary_failing_add, 0),
+    "failing-add+canary": (race_failing_add_read_before_canary, 0),
     "add+poller": (race_add_poller, 1),
 }
 """Each race and the server's config poll interval it runs with (0: no poll)."""

@@ -37,6 +37,14 @@ def test_a_failing_add_never_reverts_a_canary(ranker_dir, tmp_path):
     assert tally.failing_add_failed == 3 and not [r for r in tally.reasons if "left it" in r]
 
 
+def test_a_failing_add_that_read_before_a_canary_never_reverts_it(ranker_dir, tmp_path):
+    """The defect report's order: the add reads, the canary completes (or waits for the add's lock), the add
+    pushes and fails. Before: 2 of 2 canaries that had reported success were reverted (858d702)."""
+    tally = run_race("failing-add+canary", 3, tmp_path, ranker_dir)
+    assert (tally.succeeded, tally.lost_or_reverted) == (3, 0), tally.reasons
+    assert tally.failing_add_failed == 3
+
+
 def test_adds_while_the_server_polls_its_config_file_are_never_aborted_nor_lost(ranker_dir, tmp_path):
     """The file is written before the push, so a poll during the load reads the new config. Before: the CLI
     wrote it after the server had loaded, and a poll in between re-applied the old file (ABORTED)."""
