@@ -396,7 +396,7 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
 def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: Snapshot, steps: Sequence[Step],
                   *, write_file: bool, timeout: float, log: Callable[[str], None]) -> None:
     """Write, push and await each step (the caller holds ``lock``); on a failure, undo ``name``'s part."""
-    written, pushed = snapshot, False
+    written = snapshot
     with served.connect() as client:
         reloader = Reloader(client, wait_timeout=timeout, log=log)
         try:
@@ -404,24 +404,21 @@ def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: S
                 log(f"{name}: {step.description}")
                 if write_file:
                     written = lock.write_if(written, lambda: served.write(step.config))
-                pushed = True
                 try:
                     client.reload_config(step.config)
                 except status.ServingError as exc:
                     raise ReloadError(f"the server rejected '{step.description}': {exc}") from exc
                 reloader.wait_available(name, step.wait_for)
-        except ReloadError:
-            if pushed or written is not snapshot:
-                _undo(served, lock, client, name, snapshot, written, write_file=write_file, log=log)
+        except ReloadError:  # (a StaleConfig, someone else's write, is left alone)
+            _undo(served, lock, client, name, snapshot, written, write_file=write_file, log=log)
             raise
 
 
 def _undo(served: ServedConfig, lock: ConfigLock, client: GrpcClient, name: str, snapshot: Snapshot,
           written: Snapshot, *, write_file: bool, log: Callable[[str], None]) -> None:
     """Put ``name``'s entry back as ``snapshot`` had it, in the file as this command left it."""
-    now = served.parse(written) if write_file else None
-    if now is None:  # nothing written: the server holds the last step; undo on the snapshot itself
-        now = served.parse(snapshot)
+    # Without writes (--no-write-back) the file is still the snapshot: pushing it puts the model back.
+    now = served.parse(written if write_file else snapshot)
     restored = with_entry_of(now, served.parse(snapshot), name)
     try:
         if write_file:
@@ -431,8 +428,8 @@ def _undo(served: ServedConfig, lock: ConfigLock, client: GrpcClient, name: str,
     except StaleConfig as exc:
         log(f"{name}: not put back: {exc}")
     except status.ServingError as exc:
-        log(f"{name}: {served.path} has {name} as it was before this command, but the server did not take "
-            f"it back ({exc}); it reads the file at its next poll or start")
+        log(f"{name}: the server did not take {name} back as it was before this command ({exc}); "
+            f"{served.path} says how it should be, which the server reads at its next poll or start")
 
 
 def with_entry_of(config: ModelServerConfig, source: ModelServerConfig, name: str) -> ModelServerConfig:
