@@ -50,7 +50,7 @@ def canary_route_files(model: str, weight: float) -> dict[str, str]:
     """``{relative path: text}`` routing ``weight`` percent of ``model``'s unlabeled REST traffic to canary."""
     problem = model_name_problem(model)
     if problem is not None:
-        raise ValueError(f"the gateway cannot route this model: {problem}")
+        raise ValueError(f"the gateway cannot route this model: names must match the model-name rule: {problem}")
     if not 0 <= weight <= 100:
         raise ValueError(f"a canary weight is a percentage in [0, 100], got {weight:g}")
     conf, label_map = route_file_names(model)

@@ -6,9 +6,12 @@ files: ``models.config`` (``ModelServerConfig``), ``batching.config``
 ``--ssl_config_file`` (``SSLConfig``) where TLS is on.
 
 Submodules: ``models`` (rendering ``models.config`` from the zoo table of
-``serving.model_repo`` and checking it), ``compose`` (the compose ``tfserving`` service's arguments
+``serving.model_repo`` and checking it), ``names`` (the model-name rule),
+``config_lock`` (the lock and compare-and-swap every change of a served config
+holds), ``rollbacks`` (versions rolled back, which no writer serves as stable
+again), ``compose`` (the compose ``tfserving`` service's arguments
 remapped for the embedded server) and ``cli`` (``python -m serving.config
-check|render``).
+check|render|add|remove``).
 """
 from __future__ import annotations
 

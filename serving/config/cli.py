@@ -252,8 +252,10 @@ def _edit(args: argparse.Namespace) -> int:
                 return remove_steps(config, args.name)
         # Another command's change since the read is kept: add and remove are planned again on it (an add
         # of a name taken since, or a remove of a model gone since, is then refused by the plan itself).
-        pushed = change_served_config(served, args.name, plan, snapshot=snapshot, timeout=args.timeout,
-                                      who=f"serving.config {args.command} {args.name}")
+        pushed = change_served_config(
+            served, args.name, plan, snapshot=snapshot, timeout=args.timeout,
+            who=f"serving.config {args.command} {args.name}",
+            on_done=lambda: _record_removal(served, args.name, removed=args.command == "remove"))
         if args.command == "add":
             _asked_for_by_number(args, entry)
     except (StaleConfig, LockTimeout) as exc:
@@ -264,7 +266,6 @@ def _edit(args: argparse.Namespace) -> int:
         print(f"{args.command} refused: {message}; {served.path} unchanged by this command",
               file=sys.stderr)
         return 1
-    _record_removal(served, args.name, removed=args.command == "remove")
     where = (f"served by {served.grpc}" if pushed else
              f"no server answers at {served.grpc}: the stack serves it from its next start")
     print(f"{'added' if args.command == 'add' else 'removed'} {args.name} "

@@ -346,7 +346,7 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
                          snapshot: Optional[Snapshot] = None,
                          replan: Callable[[ModelServerConfig, ModelServerConfig], bool] = lambda old, new: True,
                          write_file: bool = True, timeout: float = 600.0, log: Callable[[str], None] = print,
-                         who: str = "") -> bool:
+                         who: str = "", on_done: Optional[Callable[[], None]] = None) -> bool:
     """Change model ``name`` in ``served``: ``plan`` the steps on the file, then apply them under its lock.
 
     1. ``plan`` runs on ``snapshot`` (default: the file now) before the lock is taken, so a refusal
@@ -364,6 +364,8 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
 
     Where no server answers at ``served.grpc``, the last step's config is written for the server's next
     start and False is returned. ``write_file=False`` pushes without writing (``--no-write-back``).
+    ``on_done`` runs once the change is applied, still under the lock (bookkeeping that must not race
+    another change, such as ``stack.json``'s removed models).
     """
     snapshot = snapshot or served.snapshot()
     steps = list(plan(served.parse(snapshot)))
@@ -385,18 +387,21 @@ def change_served_config(served: ServedConfig, name: str, plan: Callable[[ModelS
             if not steps:
                 log(f"{name}: nothing to do")
                 return False
-        if not served.server_answers():
+        pushed = served.server_answers()
+        if not pushed:
             if write_file:
                 lock.write_if(snapshot, lambda: served.write(steps[-1].config))
-            return False
-        _apply_locked(served, lock, name, snapshot, steps, write_file=write_file, timeout=timeout, log=log)
-    return True
+        else:
+            _apply_locked(served, lock, name, snapshot, steps, write_file=write_file, timeout=timeout, log=log)
+        if on_done is not None:
+            on_done()
+    return pushed
 
 
 def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: Snapshot, steps: Sequence[Step],
                   *, write_file: bool, timeout: float, log: Callable[[str], None]) -> None:
     """Write, push and await each step (the caller holds ``lock``); on a failure, undo ``name``'s part."""
-    written, pushed = snapshot, False
+    written = snapshot
     with served.connect() as client:
         reloader = Reloader(client, wait_timeout=timeout, log=log)
         try:
@@ -404,24 +409,21 @@ def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: S
                 log(f"{name}: {step.description}")
                 if write_file:
                     written = lock.write_if(written, lambda: served.write(step.config))
-                pushed = True
                 try:
                     client.reload_config(step.config)
                 except status.ServingError as exc:
                     raise ReloadError(f"the server rejected '{step.description}': {exc}") from exc
                 reloader.wait_available(name, step.wait_for)
-        except ReloadError:
-            if pushed or written is not snapshot:
-                _undo(served, lock, client, name, snapshot, written, write_file=write_file, log=log)
+        except ReloadError:  # (a StaleConfig, someone else's write, is left alone)
+            _undo(served, lock, client, name, snapshot, written, write_file=write_file, log=log)
             raise
 
 
 def _undo(served: ServedConfig, lock: ConfigLock, client: GrpcClient, name: str, snapshot: Snapshot,
           written: Snapshot, *, write_file: bool, log: Callable[[str], None]) -> None:
     """Put ``name``'s entry back as ``snapshot`` had it, in the file as this command left it."""
-    now = served.parse(written) if write_file else None
-    if now is None:  # nothing written: the server holds the last step; undo on the snapshot itself
-        now = served.parse(snapshot)
+    # Without writes (--no-write-back) the file is still the snapshot: pushing it puts the model back.
+    now = served.parse(written if write_file else snapshot)
     restored = with_entry_of(now, served.parse(snapshot), name)
     try:
         if write_file:
@@ -431,8 +433,8 @@ def _undo(served: ServedConfig, lock: ConfigLock, client: GrpcClient, name: str,
     except StaleConfig as exc:
         log(f"{name}: not put back: {exc}")
     except status.ServingError as exc:
-        log(f"{name}: {served.path} has {name} as it was before this command, but the server did not take "
-            f"it back ({exc}); it reads the file at its next poll or start")
+        log(f"{name}: the server did not take {name} back as it was before this command ({exc}); "
+            f"{served.path} says how it should be, which the server reads at its next poll or start")
 
 
 def with_entry_of(config: ModelServerConfig, source: ModelServerConfig, name: str) -> ModelServerConfig:

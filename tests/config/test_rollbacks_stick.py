@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from serving.config import load_model_server_config
 from serving.config.cli import main as config_main
 from serving.config.models import render_repository_config
 from serving.config.rollbacks import ROLLED_BACK_FILE, record_rollback, reinstate, rolled_back_versions, stable_version
+from serving.config.stack import STATE_FILE, StackState, write_state
 from serving.rollout.cli import main as rollout_main
 from serving.stack.served import prepare_served_config
 from tests.support.config import embedded_stack, user_model
+from tests.support.servers import EmbeddedServer
 
 
 def entry_of(config: Path, name: str):
@@ -104,3 +107,33 @@ def test_every_version_rolled_back_is_refused_naming_version_n(tmp_path, capsys)
     assert config_main(["add", "m", "--base-path", str(model), "--work-dir", str(work)]) == 1
     assert "name the one to serve with --version N" in capsys.readouterr().err
     assert reinstate(model, 1) and stable_version(model) == 1
+
+
+@pytest.mark.slow
+def test_a_version_rolled_back_on_a_live_server_is_not_served_after_a_restart_or_a_fresh_stack(model_repo, tmp_path):
+    """The rollback's pushes reach a real embedded server; a restart from the served config and a server started
+    from a fresh make-up render both serve version 1 only, with version 2 still on disk."""
+    repo = tmp_path / "repo"
+    (repo / "m").mkdir(parents=True)
+    for version in (1, 2):
+        (repo / "m" / str(version)).symlink_to(model_repo / "ranker" / "1", target_is_directory=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    config = work / "models.config"
+    (repo / "m" / "2").rename(tmp_path / "v2")  # a fresh stack serves 1, then 2 is published
+    prepare_served_config(config, repo, log=lambda _: None)
+    (tmp_path / "v2").rename(repo / "m" / "2")
+    flags = [f"--model_config_file={config}", "--allow_version_labels_for_unavailable_models=true"]
+    with EmbeddedServer(flags, wait_for=["m"], timeout=240) as server:
+        write_state(StackState("embedded", config, server.grpc_target, server.rest_url, repo), work / STATE_FILE)
+        args = ["--work-dir", str(work), "--timeout", "120"]
+        assert rollout_main(["canary", "m", "2", *args]) == 0
+        assert rollout_main(["rollback", "m", *args]) == 0
+    fresh = tmp_path / "fresh" / "models.config"
+    prepare_served_config(fresh, repo, log=lambda _: None)
+    for served_config_file in (config, fresh):
+        with EmbeddedServer([f"--model_config_file={served_config_file}",
+                             "--allow_version_labels_for_unavailable_models=true"], wait_for=["m"],
+                            timeout=240) as server:
+            states = httpx.get(f"{server.rest_url}/v1/models/m", timeout=30).json()["model_version_status"]
+            assert [(s["version"], s["state"]) for s in states] == [("1", "AVAILABLE")], served_config_file
