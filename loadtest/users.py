@@ -52,6 +52,7 @@ from locust.event import Events
 from loadtest import DEFAULT_MODEL_REPO
 from loadtest.options import CONNECTION_ENV, grpc_address, rest_address
 from loadtest.payloads import Payload, Target, build_payload, read_payload
+from serving.client import Connection
 from serving.codec import parse_shape
 from serving.status import ServingError, error_for, from_grpc_status
 
@@ -204,11 +205,23 @@ def target_from_options(options: argparse.Namespace) -> Target:
     )
 
 
+def _env_connection() -> Connection:
+    """The connection of :data:`loadtest.options.CONNECTION_ENV` (for the metadata read of a run by hand)."""
+    env = os.environ
+
+    def path(name: str) -> Optional[Path]:
+        return Path(env[name]) if env.get(name) else None
+    return Connection(root_certificates=path("LOCUST_ROOT_CERTIFICATES"), client_cert=path("LOCUST_CLIENT_CERTIFICATE"),
+                      client_key=path("LOCUST_CLIENT_KEY"), server_name=env.get("LOCUST_SERVER_NAME") or None,
+                      api_key=(env.get("TFS_API_KEY") or "").strip() or None,
+                      bearer_token=(env.get("TFS_BEARER_TOKEN") or "").strip() or None)
+
+
 @functools.lru_cache(maxsize=None)
 def _payload(target: Target, host: str) -> Payload:
     if host.startswith(("http://", "https://")):
-        return build_payload(target, rest=rest_address(host))
-    return build_payload(target, grpc=grpc_address(host) if host else None)
+        return build_payload(target, rest=rest_address(host), connection=_env_connection())
+    return build_payload(target, grpc=grpc_address(host) if host else None, connection=_env_connection())
 
 
 @functools.lru_cache(maxsize=None)

@@ -139,3 +139,25 @@ def test_a_sweep_through_the_limiter_marks_where_it_began(limited_gateway, model
     began = series["limiter_began_at"]
     assert began is not None and any(level["gateway_limited"] for level in series["levels"])
     assert f"the gateway's limiter began at level {began:g}" in out.stdout
+
+
+def test_a_locustfile_run_by_hand_reads_its_connection_from_the_environment(limited_gateway, tmp_path):
+    """locust -f ... with no payload file and no manifest: the metadata is read over TLS with the key too."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.servers import REPO_ROOT
+    secrets = limited_gateway.secrets
+    (tmp_path / "empty-repo").mkdir()
+    env = {**os.environ, "LOCUST_ROOT_CERTIFICATES": str(secrets.ca_cert),
+           "TFS_API_KEY": secrets.api_key("loadtest"), "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "locust", "-f", "loadtest/locustfiles/steady.py", "--headless",
+                           "--host", limited_gateway.grpc_target, "-u", "1", "--run-time", "3s", "--model", "digits",
+                           "--model-repo", str(tmp_path / "empty-repo"), "--csv", str(tmp_path / "hand"),
+                           "GrpcUser"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "synthesized from the metadata" in proc.stderr
+    stats = (tmp_path / "hand_stats.csv").read_text().splitlines()
+    aggregated = next(line for line in stats if ",Aggregated," in line).split(",")
+    assert int(aggregated[2]) > 0 and int(aggregated[3]) == 0  # requests, failures
