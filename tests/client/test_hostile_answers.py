@@ -73,6 +73,25 @@ def test_grpc_metadata_and_predict_share_one_deadline():
         server.stop()
 
 
+@pytest.mark.slow
+def test_async_grpc_metadata_and_predict_share_one_deadline():
+    from serving.client import AsyncGrpcClient
+
+    server = hs.FlakyGrpcServer({GET_META: b"", PREDICT: hs.tensor_bomb_predict_response((2,), (1.0, 2.0))},
+                                delays={GET_META: 1.5, PREDICT: 1.5}).start()
+
+    async def call() -> float:
+        async with AsyncGrpcClient(server.target, timeout=2, retry=NO_RETRY) as client:
+            started = time.monotonic()
+            with pytest.raises(errors.DeadlineExceeded):
+                await client.predict("m", INPUT, version=1)
+            return time.monotonic() - started
+    try:
+        assert asyncio.run(call()) < 3.0
+    finally:
+        server.stop()
+
+
 # ------------------------------------------------------------------ answers are bounded
 
 _MEASURE = """
