@@ -48,10 +48,12 @@ together (429). ``--log_format`` (default ``text``, TF Serving's line shape;
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import logging
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, TypeVar, Union
 
@@ -83,6 +85,7 @@ __all__ = [
     "effective_memory_budgets",
     "effective_grpc_max_concurrent_streams",
     "LOG_FORMATS",
+    "effective_quarantine_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -246,6 +249,11 @@ class ServerFlags:
         0, "EMBEDDED-ONLY extension (TF Serving has no such limit): most bytes of REST request bodies being "
            "read or held by requests in progress, together; a body that would pass it gets 429. "
            "0 means an eighth of physical memory (or of the cgroup's memory limit if less).")
+    quarantine_dir: str = _flag(
+        "", "EMBEDDED-ONLY extension: directory of crash markers. A version whose load or warmup kills the process "
+            "is quarantined there and never loaded again until cleared (python -m serving.server.quarantine); the "
+            "previous version serves instead. Empty: a directory under the temporary directory named after this "
+            "server's --model_config_file (or --model_base_path), so a restart finds it. 'none' disables it.")
     log_format: str = _flag(
         "text", "EMBEDDED-ONLY extension: log output, text (TF Serving's line shape) or json (one JSON object "
                 "per line: time, level, logger, message, and request_id and exception where present).")
@@ -478,6 +486,17 @@ def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
 def effective_grpc_max_concurrent_streams(flags: ServerFlags) -> int:
     """Streams per gRPC connection: the flag, or twice the admission bound for 0 (see the flag's help)."""
     return flags.grpc_max_concurrent_streams or _STREAMS_PER_ADMITTED_CALL * effective_grpc_max_concurrent_rpcs(flags)
+
+
+def effective_quarantine_dir(flags: ServerFlags) -> Optional[str]:
+    """The crash-marker directory: the flag, None for ``none``, or one per served config under the temp dir."""
+    if flags.quarantine_dir.lower() == "none":
+        return None
+    if flags.quarantine_dir:
+        return flags.quarantine_dir
+    served = os.path.abspath(flags.model_config_file or flags.model_base_path)
+    digest = hashlib.sha256(served.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"serving-quarantine-{os.getuid()}", digest)
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

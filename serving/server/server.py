@@ -26,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import config as config_files
@@ -34,6 +35,7 @@ from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.collector import HeapFreezer
 from serving.server.core.manager import ServableManager
+from serving.server.core.quarantine import QuarantiningLoaderFactory, VersionQuarantine
 from serving.server.admission import MemoryAdmission
 from serving.server.flags import (
     ServerFlags,
@@ -41,6 +43,7 @@ from serving.server.flags import (
     effective_grpc_max_concurrent_streams,
     effective_max_tensor_elements,
     effective_memory_budgets,
+    effective_quarantine_dir,
 )
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
@@ -88,6 +91,7 @@ class ModelServer:
         self._scheduler: Optional[BatchScheduler] = None
         self._poll_stop = threading.Event()
         self._poller: Optional[threading.Thread] = None
+        self.quarantine: Optional[VersionQuarantine] = None
 
     def start(self) -> None:
         """Load the initial models, then open the front-ends. Raises ``ServingError`` on bad config."""
@@ -96,6 +100,7 @@ class ModelServer:
         monitoring_path = self._monitoring_path()
         grpc_credentials, grpc_security = self._grpc_credentials()
         self.metrics = ServerMetrics(CollectorRegistry())
+        self.quarantine = self._open_quarantine()
         self._heap.start()
         self._manager = self._build_manager()
         self._manager.start()
@@ -167,6 +172,24 @@ class ModelServer:
                     else "TLS")
         return server_credentials(ssl_config), security
 
+    def _open_quarantine(self) -> Optional[VersionQuarantine]:
+        """The crash markers (``core.quarantine``); None, with an error logged, if the directory is unusable."""
+        directory = effective_quarantine_dir(self.flags)
+        if directory is None:
+            logger.warning("--quarantine_dir=none: a version that crashes the server is loaded again at restart")
+            return None
+        quarantine = VersionQuarantine(directory)
+        try:
+            quarantine.open()
+        except OSError as exc:
+            logger.error("Cannot use --quarantine_dir %s (%s): versions that crash the server are not "
+                         "quarantined", directory, exc)
+            return None
+        logger.info("Crash markers in %s (--quarantine_dir); %d version(s) quarantined", directory,
+                    len(quarantine.quarantined()))
+        self.metrics.registry.register(_QuarantineCollector(quarantine))
+        return quarantine
+
     def _memory_admission(self) -> MemoryAdmission:
         per_request, in_flight, _ = effective_memory_budgets(self.flags)
         logger.info("Memory admission: a request may take an estimated %s bytes, requests in flight %s bytes "
@@ -184,14 +207,16 @@ class ModelServer:
             intra_op=intra, inter_op=inter,
             saved_model_tags=tuple(t for t in flags.saved_model_tags.split(",") if t) or ("serve",),
             run_wrapper=self._batching_wrapper())
+        loader = SavedModelLoader(options, self.metrics)   # core/ knows no TensorFlow: its loader is injected
         return ServableManager(
-            SavedModelLoader(options, self.metrics),   # core/ knows no TensorFlow: its loader is injected
+            loader if self.quarantine is None else QuarantiningLoaderFactory(loader, self.quarantine),
             max_num_load_retries=max(0, flags.max_num_load_retries),
             load_retry_interval_micros=max(0, flags.load_retry_interval_micros),  # negative: no wait
             file_system_poll_wait_seconds=float(flags.file_system_poll_wait_seconds),
             allow_version_labels=True,
             allow_version_labels_for_unavailable_models=flags.allow_version_labels_for_unavailable_models,
-            heap=self._heap)
+            heap=self._heap,
+            quarantined=None if self.quarantine is None else self.quarantine.is_quarantined)
 
     def _batching_wrapper(self) -> Optional[BatchingRunWrapper]:
         if not self.flags.enable_batching:
@@ -271,3 +296,18 @@ class ModelServer:
             enable_cors=flags.rest_api_enable_cors_support,
             max_tensor_elements=effective_max_tensor_elements(flags))
         self.rest.start()
+
+
+class _QuarantineCollector:
+    """``quarantined_versions{model_name,model_version}`` 1 per quarantined version (an embedded-only gauge)."""
+
+    def __init__(self, quarantine: VersionQuarantine) -> None:
+        self._quarantine = quarantine
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily("quarantined_versions",
+                                   "Versions never loaded because a server process died loading them",
+                                   labels=["model_name", "model_version"])
+        for record in self._quarantine.quarantined():
+            family.add_metric([record.name, str(record.version)], 1)
+        return [family]

@@ -27,7 +27,7 @@ PUBLIC = {
                              "effective_grpc_max_concurrent_rpcs", "LOG_FORMATS",
                              "memory_budget_bytes", "effective_memory_budgets", "DEFAULT_GRPC_READ_TIMEOUT_SECONDS",
                              "DEFAULT_GRPC_MAX_CONNECTIONS", "DEFAULT_GRPC_MAX_CONCURRENT_STREAMS",
-                             "effective_grpc_max_concurrent_streams"},
+                             "effective_grpc_max_concurrent_streams", "effective_quarantine_dir"},
     "serving.server.frontends.grpc_admission": {"MessageFirstExecutor", "CONCURRENCY_EXCEEDED",
                                                 "SHUTTING_DOWN", "read_timeout_details"},
     "serving.server.frontends.grpc_limits": {"GrpcConnectionLimits", "PENDING_CALLS"},
