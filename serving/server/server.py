@@ -34,6 +34,7 @@ from serving import status
 from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.collector import HeapFreezer
+from serving.server.config_file import read_config_text
 from serving.server.core.manager import ServableManager
 from serving.server.core.quarantine import QuarantiningLoaderFactory, VersionQuarantine
 from serving.server.admission import MemoryAdmission
@@ -63,6 +64,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 DEFAULT_BATCH_THREAD_POOL = "model_server_batch_threads"
+
+
+def _read_model_server_config(path: str) -> ModelServerConfig:
+    """``--model_config_file``, read with ``serving.server.config_file``'s bounds (a regular file, 16 MiB)."""
+    return config_files.parse_text_proto(read_config_text(path), ModelServerConfig())
 
 
 def single_model_config(name: str, base_path: str) -> ModelServerConfig:
@@ -141,7 +147,7 @@ class ModelServer:
         if not self.flags.model_config_file:
             return single_model_config(self.flags.model_name, self.flags.model_base_path)
         try:
-            return config_files.load_model_server_config(self.flags.model_config_file)
+            return _read_model_server_config(self.flags.model_config_file)
         except (OSError, ValueError) as exc:
             raise status.InvalidArgument(str(exc)) from exc
 
@@ -249,7 +255,7 @@ class ModelServer:
         """
         while not self._poll_stop.wait(seconds):
             try:
-                config = config_files.load_model_server_config(self.flags.model_config_file)
+                config = _read_model_server_config(self.flags.model_config_file)
             except (OSError, ValueError) as exc:
                 logger.error("Failed to read ModelServerConfig file: %s", exc)
                 continue
