@@ -102,6 +102,7 @@ DEFAULT_GRPC_READ_TIMEOUT_SECONDS = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
 DEFAULT_GRPC_MAX_CONNECTIONS = DEFAULT_REST_API_MAX_CONNECTIONS
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
+_MAX_PORT = 65535
 _CONCURRENT_RPCS_PER_THREAD = 4
 _CONCURRENT_RPCS_FLOOR = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
 _STREAMS_PER_ADMITTED_CALL = 2
@@ -351,6 +352,11 @@ def validate_flags(flags: ServerFlags) -> None:
     not an error in TF Serving (REST is skipped with a logged error); the
     server composition root does the same.
     """
+    for name in ("port", "rest_api_port"):   # TF Serving: gRPC fails to bind; REST listens on the port mod 65536
+        if not 0 <= getattr(flags, name) <= _MAX_PORT:
+            raise status.InvalidArgument(
+                f"--{name}={getattr(flags, name)} is not a TCP port: it must be between 1 and {_MAX_PORT} "
+                "(0 disables it).")
     if flags.port == 0 and not flags.grpc_socket_path:
         raise status.InvalidArgument(
             "At least one of server_options.grpc_port or server_options.grpc_socket_path must be set.")

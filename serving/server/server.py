@@ -301,7 +301,14 @@ class ModelServer:
             monitoring_path=monitoring_path, metrics=self.metrics,
             enable_cors=flags.rest_api_enable_cors_support,
             max_tensor_elements=effective_max_tensor_elements(flags))
-        self.rest.start()
+        rest, self.rest = self.rest, None   # kept only once listening: a failed start has nothing to stop
+        try:
+            rest.start()
+        except OSError as exc:   # TF Serving logs "Failed to start HTTP Server" and serves gRPC alone
+            raise status.InvalidArgument(
+                f"Failed to start HTTP Server at {flags.bind_address}:{flags.rest_api_port}: "
+                f"{exc.strerror or exc} (errno {exc.errno})") from exc
+        self.rest = rest
 
 
 class _QuarantineCollector:
