@@ -86,6 +86,7 @@ __all__ = [
     "effective_grpc_max_concurrent_streams",
     "LOG_FORMATS",
     "effective_quarantine_dir",
+    "effective_grpc_max_receive_message_bytes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -233,6 +234,11 @@ class ServerFlags:
         "streams the server has not yet released leave no room for a REFUSED_STREAM (at 128, one channel "
         "under 4x overload got 16 of 1338 calls UNAVAILABLE). A stalled stream costs ~22 kB until the read "
         "timeout ends it.")
+    grpc_max_receive_message_bytes: int = _flag(
+        0, "EMBEDDED-ONLY extension: largest gRPC request message in bytes, also once inflated from "
+           "grpc-encoding gzip (RESOURCE_EXHAUSTED); and the bytes a request's tensors may hold once decoded, "
+           "strings and broadcast values counted per element, unless the message itself is larger than a 32nd "
+           "of that (INVALID_ARGUMENT). 0 means --rest_api_max_body_bytes (64 MiB): REST's body limit.")
     max_tensor_elements: int = _flag(
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
@@ -392,7 +398,7 @@ def validate_flags(flags: ServerFlags) -> None:
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "
             f"not {flags.bind_address!r}.")
 
-    for name in ("grpc_max_concurrent_rpcs", "grpc_max_concurrent_streams"):
+    for name in ("grpc_max_concurrent_rpcs", "grpc_max_concurrent_streams", "grpc_max_receive_message_bytes"):
         if getattr(flags, name) < 0:
             raise status.InvalidArgument(f"--{name} must be positive, or 0 for the default.")
     if flags.max_tensor_elements < 0:
@@ -492,6 +498,11 @@ def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
 def effective_grpc_max_concurrent_streams(flags: ServerFlags) -> int:
     """Streams per gRPC connection: the flag, or twice the admission bound for 0 (see the flag's help)."""
     return flags.grpc_max_concurrent_streams or _STREAMS_PER_ADMITTED_CALL * effective_grpc_max_concurrent_rpcs(flags)
+
+
+def effective_grpc_max_receive_message_bytes(flags: ServerFlags) -> int:
+    """The gRPC receive limit: the flag, or REST's body limit (``--rest_api_max_body_bytes``) for 0."""
+    return flags.grpc_max_receive_message_bytes or flags.rest_api_max_body_bytes
 
 
 def effective_quarantine_dir(flags: ServerFlags) -> Optional[str]:

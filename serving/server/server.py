@@ -44,6 +44,7 @@ from serving.server.flags import (
     effective_grpc_max_concurrent_streams,
     effective_max_tensor_elements,
     effective_memory_budgets,
+    effective_grpc_max_receive_message_bytes,
     effective_quarantine_dir,
 )
 from serving.server.frontends.dataplane import DataPlane
@@ -63,6 +64,7 @@ __all__ = ["ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+_MAX_INT32 = 2**31 - 1
 DEFAULT_BATCH_THREAD_POOL = "model_server_batch_threads"
 
 
@@ -274,8 +276,10 @@ class ModelServer:
         if flags.grpc_socket_path:
             addresses.append(f"unix:{flags.grpc_socket_path}")
         max_concurrent_rpcs = effective_grpc_max_concurrent_rpcs(flags)
-        logger.info("gRPC admits %d concurrent calls on %d threads; a request's tensors may hold %d elements",
-                    max_concurrent_rpcs, flags.grpc_max_threads, effective_max_tensor_elements(flags))
+        logger.info("gRPC admits %d concurrent calls on %d threads; a request's tensors may hold %d elements; "
+                    "a message may take %d bytes, also once inflated (--grpc_max_receive_message_bytes)",
+                    max_concurrent_rpcs, flags.grpc_max_threads, effective_max_tensor_elements(flags),
+                    effective_grpc_max_receive_message_bytes(flags))
         self.grpc = GrpcFrontend(
             self.dataplane, addresses, max_threads=flags.grpc_max_threads,
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
@@ -284,7 +288,8 @@ class ModelServer:
             limits=GrpcConnectionLimits(max_connections=flags.grpc_max_connections,
                                         max_concurrent_streams=effective_grpc_max_concurrent_streams(flags),
                                         read_timeout_seconds=flags.grpc_read_timeout_seconds),
-            max_receive_message_bytes=effective_memory_budgets(flags)[0])
+            max_receive_message_bytes=min(effective_grpc_max_receive_message_bytes(flags),
+                                          effective_memory_budgets(flags)[0] or _MAX_INT32))
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
