@@ -13,8 +13,9 @@ from tests.support.models import write_warmup
 __all__ = ["export_aborting"]
 
 
-def export_aborting(path: Path) -> Path:
-    """Write the aborting model into ``path`` (a version directory); return it."""
+def export_aborting(path: Path, warmup: bool = True) -> Path:
+    """Write the aborting model into ``path`` (a version directory); return it. Without ``warmup`` it loads
+    and aborts at its first request."""
     import tensorflow as tf  # TensorFlow: only when the model is built
 
     class Aborting(tf.Module):
@@ -25,5 +26,6 @@ def export_aborting(path: Path) -> Path:
 
     module = Aborting()
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
-    write_warmup(path, records=1)
+    if warmup:
+        write_warmup(path, records=1)
     return path

@@ -9,8 +9,11 @@ crashes again on every restart while that version is the newest. Here:
   writes a marker ``loading-<key>.json`` into the quarantine directory (the
   version's name, number and path, and the pid and start time of the process);
   when the load returns or raises, the marker is removed. Loads take one lock,
-  so at most one marker of a live process exists: a crash names exactly one
+  so at most one load marker of a live process exists: a crash names exactly one
   version (the cost: versions load one after another, not four at a time).
+  A version's first request (a model without warmup records crashes there)
+  runs under a marker too (``first_request``), without the lock: a crash while
+  two versions answer their first request quarantines both.
 - ``open()`` (at start, before any load) turns every marker whose process is
   gone into ``quarantined-<key>.json``: that version crashed the last process.
   A quarantined version is never loaded: the source aspires the versions the
@@ -37,12 +40,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, ContextManager, Iterator, Optional, Protocol, runtime_checkable
 
 from serving import status
 from serving.server.core.loader import Loader, LoaderFactory
 
-__all__ = ["QuarantinedVersion", "QuarantiningLoaderFactory", "VersionQuarantine", "VersionQuarantined",
+__all__ = ["FirstRunGuarded", "QuarantinedVersion", "QuarantiningLoaderFactory", "VersionQuarantine", "VersionQuarantined",
            "clear_command", "process_start_ticks"]
 
 log = logging.getLogger(__name__)
@@ -119,7 +122,7 @@ class VersionQuarantine:
         self._quarantined = found
         for record in found.values():
             log.error("Servable version {name: %s version: %d} at %s is QUARANTINED: a server process (pid %d) "
-                      "died while loading or warming it up (load began %s). It will not be loaded; the other "
+                      "died while loading, warming up or first running it (began %s). It will not be loaded; the other "
                       "versions serve. Clear it once fixed: %s", record.name, record.version, record.path,
                       record.pid, record.since, clear_command(self.directory, record.name, record.version))
         return list(found.values())
@@ -135,8 +138,8 @@ class VersionQuarantine:
         record = self._quarantined.get(_key(name, version, path))
         if record is not None:
             raise VersionQuarantined(
-                f"Version {version} of model {name} is quarantined: the server process died while loading or "
-                f"warming it up (at {record.since}), so it is not loaded again. Fix or remove {path}, then "
+                f"Version {version} of model {name} is quarantined: the server process died while loading, "
+                f"warming up or first running it (at {record.since}), so it is not loaded again. Fix or remove {path}, then "
                 f"clear it: {clear_command(self.directory, name, version)}")
 
     @contextlib.contextmanager
@@ -154,6 +157,19 @@ class VersionQuarantine:
                 self._marker = None
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(marker)
+
+    @contextlib.contextmanager
+    def first_request(self, name: str, version: int, path: str) -> Iterator[None]:
+        """A crash marker for the version's first request (no lock: requests of other versions run on)."""
+        marker = os.path.join(self.directory, f"{_LOADING}{_key(name, version, path)}.json")
+        self._write(marker, {"name": name, "version": version, "path": path, "pid": self._pid,
+                             "pid_start": self._start, "phase": "first request",
+                             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
 
     def abandon(self) -> None:
         """Remove the marker of the load running now: the process is being stopped, not crashing.
@@ -211,6 +227,13 @@ class VersionQuarantine:
         os.replace(temporary, path)
 
 
+@runtime_checkable
+class FirstRunGuarded(Protocol):
+    """A servable that can run its first request inside a context (``tensorflow.servable.Servable``)."""
+
+    def guard_first_run(self, guard: Callable[[], ContextManager[None]]) -> None: ...
+
+
 class QuarantiningLoaderFactory:
     """Wraps a ``LoaderFactory``: each load refuses a quarantined version, else runs under a crash marker."""
 
@@ -234,6 +257,10 @@ class _MarkedLoader:
         self._quarantine.refuse(self._name, self._version, self._path)
         with self._quarantine.loading(self._name, self._version, self._path):
             self._inner.load()
+        servable = self._inner.servable()
+        if isinstance(servable, FirstRunGuarded):   # its first request runs under a marker too
+            servable.guard_first_run(
+                lambda: self._quarantine.first_request(self._name, self._version, self._path))
 
     def unload(self) -> None:
         self._inner.unload()

@@ -235,3 +235,28 @@ def test_a_wait_for_models_looks_past_quarantined_versions():
     with pytest.raises(status.Unknown) as failed:
         monitor.wait_until_models_available(["m", "only", "broken"], since, timeout=5)
     assert "1 model(s) did not become available" in failed.value.details and "broken" in failed.value.details
+
+
+@pytest.mark.slow   # exports a model and starts two server processes
+def test_a_version_without_warmup_whose_first_request_aborts_is_quarantined_at_the_restart(tmp_path):
+    from tests.support.crashing_model import export_aborting
+    from tests.support.models import export_tiny
+
+    export_tiny(tmp_path / "models" / "good" / "1")
+    export_tiny(tmp_path / "models" / "bad" / "1")
+    export_aborting(tmp_path / "models" / "bad" / "2", warmup=False)
+    flags = [f"--quarantine_dir={tmp_path / 'quarantine'}"]
+    first = ServerProcess.for_models({"good": tmp_path / "models" / "good", "bad": tmp_path / "models" / "bad"},
+                                     workdir=tmp_path / "work", extra_flags=flags).start()
+    body = json.dumps({"instances": [[1.0, 2.0, 3.0]]}).encode()
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(urllib.request.Request(first.rest_url + "/v1/models/bad:predict", body), timeout=30)
+    assert first.wait(timeout=60) == -6
+    with ServerProcess(first.args[2:], wait_for=["good", "bad"], log_path=tmp_path / "second.log",
+                       timeout=120) as second:
+        statuses = {v["version"]: v for v in _get(second.rest_url + "/v1/models/bad")["model_version_status"]}
+        assert statuses["2"]["status"]["error_code"] == "FAILED_PRECONDITION"
+        assert statuses["1"]["state"] == "AVAILABLE"
+        with urllib.request.urlopen(urllib.request.Request(second.rest_url + "/v1/models/bad:predict", body),
+                                    timeout=30) as answer:
+            assert json.load(answer)["predictions"][0]["y"] == [2.0, 4.0, 6.0]   # version 1 answers

@@ -11,7 +11,7 @@ PUBLIC = {
     "core.loader": {"Loader", "LoaderFactory"},
     "core.source": {"ServableToMonitor", "AspiredVersion", "FileSystemSource", "IsQuarantined",
                     "aspired_versions", "list_versions"},
-    "core.quarantine": {"QuarantinedVersion", "QuarantiningLoaderFactory", "VersionQuarantine",
+    "core.quarantine": {"FirstRunGuarded", "QuarantinedVersion", "QuarantiningLoaderFactory", "VersionQuarantine",
                         "VersionQuarantined", "clear_command", "process_start_ticks"},
     "core.manager": {"ServableManager", "ServableHandle", "VersionEvents"},
     "tensorflow.warmup": {"WARMUP_REQUESTS_FILE", "MAX_NUM_RECORDS", "WarmupMetrics", "warmup_path", "run_saved_model_warmup"},
