@@ -108,19 +108,18 @@ def test_the_source_aspires_the_previous_version_beside_a_quarantined_newest(tmp
     assert got == [[3, 2]]
 
 
-def test_the_operator_command_lists_and_clears_a_quarantined_version(tmp_path):
+def test_the_operator_command_lists_and_clears_a_quarantined_version(tmp_path, capsys):
+    from serving.server.quarantine import main
+
     _marker(tmp_path / "q", "m", 2, "/models/m/2", _dead_pid(), 1)
     VersionQuarantine(str(tmp_path / "q")).open()
-
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "serving.server.quarantine", f"--quarantine_dir={tmp_path / 'q'}",
-                               *args], capture_output=True, text=True, env={**os.environ})
-
-    listed = run("list")
-    assert listed.returncode == 0 and listed.stdout.startswith("m\t2\t/models/m/2")
-    assert run("clear", "m", "2").returncode == 0
-    assert run("list").stdout == ""
-    assert run("clear", "m", "2").returncode == 1
+    directory = f"--quarantine_dir={tmp_path / 'q'}"
+    assert main([directory, "list"]) == 0
+    assert capsys.readouterr().out.startswith("m\t2\t/models/m/2")
+    assert main([directory, "clear", "m", "2"]) == 0
+    assert "cleared version 2 of model m" in capsys.readouterr().out
+    assert main([directory, "list"]) == 0 and capsys.readouterr().out == ""
+    assert main([directory, "clear", "m", "2"]) == 1
 
 
 # -- real server processes ------------------------------------------------------------------------------------
