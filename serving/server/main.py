@@ -109,7 +109,7 @@ def _serve(flags: ServerFlags) -> int:
         server.stop(grace=0)
         return _FAILED
     # Waited for once serving: a signal during startup ends the process at once, as it does
-    # tensorflow_model_server's (there is nothing to drain yet).
+    # tensorflow_model_server's (there is nothing to drain yet), once the loading version's crash marker is gone.
     received = _wait_for_stop_signal()
     logger.info("Received %s; draining", received.name)
     server.stop(grace=DRAIN_GRACE_SECONDS)

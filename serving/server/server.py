@@ -6,6 +6,9 @@ config (waiting for the first loads, as ``ServerCore::Create`` does), the
 optional config-file poller, then the gRPC and REST front-ends over one
 ``DataPlane``. ``stop(grace)`` drains: both front-ends stop accepting at once
 and finish running requests, then models unload and the scheduler stops.
+Before the first load, the crash markers of ``--quarantine_dir`` are read
+(``core.quarantine``): a version that killed the last process is never loaded.
+``--model_config_file`` is read with ``serving.server.config_file``'s bounds.
 From ``start()`` to ``stop()`` Python's heap is frozen after each model load
 (``HeapFreezer``, ``serving.server.collector``), which keeps the garbage
 collector's walks over TensorFlow's objects out of the request path.
