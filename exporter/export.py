@@ -19,6 +19,7 @@ that variant: no numeric directory, no staging directory left behind.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import logging
 import re
@@ -284,9 +285,38 @@ def _publish(model: Exportable, spec: Variant, functions: Mapping[str, GenericFu
             _write_version(staging.path, spec, model, functions, reference, batch_sizes, tolerance, steps)
             with steps(f"{spec.name}: publish"):
                 return staging.publish()
+    except OSError as exc:   # a full or read-only disk: the path and errno, not a traceback after training
+        raise ExportError(disk_error(exc, base)) from exc
+    except Exception as exc:
+        if _is_disk_error(exc):   # TensorFlow's own writers raise its OpError, naming errno only in text
+            raise ExportError(disk_error(exc, base)) from exc
+        raise
     finally:
         if created and staging.published is None and base.is_dir() and not any(base.iterdir()):
             shutil.rmtree(base, ignore_errors=True)
+
+
+_DISK_ERRNOS = {errno.ENOSPC: "No space left on device", errno.EROFS: "Read-only file system",
+                errno.EDQUOT: "Disk quota exceeded", errno.EACCES: "Permission denied", errno.EIO: "I/O error"}
+
+
+def _is_disk_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__module__.startswith("tensorflow") and any(m in text for m in _DISK_ERRNOS.values())
+
+
+def disk_error(exc: BaseException, base: Path) -> str:
+    """What an export that could not write says: the path, the errno and what to do."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        where = exc.filename or base
+        cause = f"{exc.strerror} (errno {exc.errno}, {errno.errorcode.get(exc.errno, '?')})"
+    else:
+        where = base
+        found = next((n for n, m in _DISK_ERRNOS.items() if m in str(exc)), None)
+        cause = (f"{_DISK_ERRNOS[found]} (errno {found}, {errno.errorcode[found]})" if found is not None
+                 else str(exc).strip().splitlines()[0])
+    return (f"cannot write the export under {where}: {cause}; nothing was published (free space or make "
+            f"{base.parent} writable, then export again)")
 
 
 def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapping[str, GenericFunction],

@@ -48,10 +48,12 @@ together (429). ``--log_format`` (default ``text``, TF Serving's line shape;
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import logging
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, TypeVar, Union
 
@@ -83,6 +85,8 @@ __all__ = [
     "effective_memory_budgets",
     "effective_grpc_max_concurrent_streams",
     "LOG_FORMATS",
+    "effective_quarantine_dir",
+    "effective_grpc_max_receive_message_bytes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -99,6 +103,7 @@ DEFAULT_GRPC_READ_TIMEOUT_SECONDS = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
 DEFAULT_GRPC_MAX_CONNECTIONS = DEFAULT_REST_API_MAX_CONNECTIONS
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
+_MAX_PORT = 65535
 _CONCURRENT_RPCS_PER_THREAD = 4
 _CONCURRENT_RPCS_FLOOR = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
 _STREAMS_PER_ADMITTED_CALL = 2
@@ -229,6 +234,11 @@ class ServerFlags:
         "streams the server has not yet released leave no room for a REFUSED_STREAM (at 128, one channel "
         "under 4x overload got 16 of 1338 calls UNAVAILABLE). A stalled stream costs ~22 kB until the read "
         "timeout ends it.")
+    grpc_max_receive_message_bytes: int = _flag(
+        0, "EMBEDDED-ONLY extension: largest gRPC request message in bytes, also once inflated from "
+           "grpc-encoding gzip (RESOURCE_EXHAUSTED); and the bytes a request's tensors may hold once decoded, "
+           "strings and broadcast values counted per element, unless the message itself is larger than a 32nd "
+           "of that (INVALID_ARGUMENT). 0 means --rest_api_max_body_bytes (64 MiB): REST's body limit.")
     max_tensor_elements: int = _flag(
         0, "EMBEDDED-ONLY extension: most elements the input tensors of one request may hold together, "
            "checked from their shapes before anything is allocated; more get INVALID_ARGUMENT. "
@@ -246,6 +256,11 @@ class ServerFlags:
         0, "EMBEDDED-ONLY extension (TF Serving has no such limit): most bytes of REST request bodies being "
            "read or held by requests in progress, together; a body that would pass it gets 429. "
            "0 means an eighth of physical memory (or of the cgroup's memory limit if less).")
+    quarantine_dir: str = _flag(
+        "", "EMBEDDED-ONLY extension: directory of crash markers. A version whose load or warmup kills the process "
+            "is quarantined there and never loaded again until cleared (python -m serving.server.quarantine); the "
+            "previous version serves instead. Empty: a directory under the temporary directory named after this "
+            "server's --model_config_file (or --model_base_path), so a restart finds it. 'none' disables it.")
     log_format: str = _flag(
         "text", "EMBEDDED-ONLY extension: log output, text (TF Serving's line shape) or json (one JSON object "
                 "per line: time, level, logger, message, and request_id and exception where present).")
@@ -343,6 +358,11 @@ def validate_flags(flags: ServerFlags) -> None:
     not an error in TF Serving (REST is skipped with a logged error); the
     server composition root does the same.
     """
+    for name in ("port", "rest_api_port"):   # TF Serving: gRPC fails to bind; REST listens on the port mod 65536
+        if not 0 <= getattr(flags, name) <= _MAX_PORT:
+            raise status.InvalidArgument(
+                f"--{name}={getattr(flags, name)} is not a TCP port: it must be between 1 and {_MAX_PORT} "
+                "(0 disables it).")
     if flags.port == 0 and not flags.grpc_socket_path:
         raise status.InvalidArgument(
             "At least one of server_options.grpc_port or server_options.grpc_socket_path must be set.")
@@ -378,7 +398,7 @@ def validate_flags(flags: ServerFlags) -> None:
             f"--bind_address must be an IP address or host name (e.g. 127.0.0.1, 0.0.0.0, ::1), "
             f"not {flags.bind_address!r}.")
 
-    for name in ("grpc_max_concurrent_rpcs", "grpc_max_concurrent_streams"):
+    for name in ("grpc_max_concurrent_rpcs", "grpc_max_concurrent_streams", "grpc_max_receive_message_bytes"):
         if getattr(flags, name) < 0:
             raise status.InvalidArgument(f"--{name} must be positive, or 0 for the default.")
     if flags.max_tensor_elements < 0:
@@ -478,6 +498,22 @@ def effective_grpc_max_concurrent_rpcs(flags: ServerFlags) -> int:
 def effective_grpc_max_concurrent_streams(flags: ServerFlags) -> int:
     """Streams per gRPC connection: the flag, or twice the admission bound for 0 (see the flag's help)."""
     return flags.grpc_max_concurrent_streams or _STREAMS_PER_ADMITTED_CALL * effective_grpc_max_concurrent_rpcs(flags)
+
+
+def effective_grpc_max_receive_message_bytes(flags: ServerFlags) -> int:
+    """The gRPC receive limit: the flag, or REST's body limit (``--rest_api_max_body_bytes``) for 0."""
+    return flags.grpc_max_receive_message_bytes or flags.rest_api_max_body_bytes
+
+
+def effective_quarantine_dir(flags: ServerFlags) -> Optional[str]:
+    """The crash-marker directory: the flag, None for ``none``, or one per served config under the temp dir."""
+    if flags.quarantine_dir.lower() == "none":
+        return None
+    if flags.quarantine_dir:
+        return flags.quarantine_dir
+    served = os.path.abspath(flags.model_config_file or flags.model_base_path)
+    digest = hashlib.sha256(served.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"serving-quarantine-{os.getuid()}", digest)
 
 
 def log_no_effect(command_line: CommandLine) -> list[str]:

@@ -99,6 +99,7 @@ def _serve(flags: ServerFlags) -> int:
     if arenas is not None:
         logger.info("At most %d malloc arenas (MALLOC_ARENA_MAX overrides)", arenas)
     server = ModelServer(flags)
+    _end_at_signal_without_marker(server)
     try:
         validate_flags(flags)
         server.start()
@@ -108,7 +109,7 @@ def _serve(flags: ServerFlags) -> int:
         server.stop(grace=0)
         return _FAILED
     # Waited for once serving: a signal during startup ends the process at once, as it does
-    # tensorflow_model_server's (there is nothing to drain yet).
+    # tensorflow_model_server's (there is nothing to drain yet), once the loading version's crash marker is gone.
     received = _wait_for_stop_signal()
     logger.info("Received %s; draining", received.name)
     server.stop(grace=DRAIN_GRACE_SECONDS)
@@ -117,6 +118,19 @@ def _serve(flags: ServerFlags) -> int:
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _end_at_signal_without_marker(server: ModelServer) -> None:
+    """A stop signal during startup still ends the process at once, by that signal, but first removes the
+    crash marker of the version loading then: being stopped is not crashing (``core.quarantine``)."""
+    def end(signum: int, _frame: object) -> None:
+        if server.quarantine is not None:
+            server.quarantine.abandon()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, end)
 
 
 def _wait_for_stop_signal() -> signal.Signals:

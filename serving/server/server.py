@@ -6,6 +6,9 @@ config (waiting for the first loads, as ``ServerCore::Create`` does), the
 optional config-file poller, then the gRPC and REST front-ends over one
 ``DataPlane``. ``stop(grace)`` drains: both front-ends stop accepting at once
 and finish running requests, then models unload and the scheduler stops.
+Before the first load, the crash markers of ``--quarantine_dir`` are read
+(``core.quarantine``): a version that killed the last process is never loaded.
+``--model_config_file`` is read with ``serving.server.config_file``'s bounds.
 From ``start()`` to ``stop()`` Python's heap is frozen after each model load
 (``HeapFreezer``, ``serving.server.collector``), which keeps the garbage
 collector's walks over TensorFlow's objects out of the request path.
@@ -26,6 +29,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import config as config_files
@@ -33,7 +37,9 @@ from serving import status
 from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
 from serving.server.collector import HeapFreezer
+from serving.server.config_file import read_config_text
 from serving.server.core.manager import ServableManager
+from serving.server.core.quarantine import QuarantiningLoaderFactory, VersionQuarantine
 from serving.server.admission import MemoryAdmission
 from serving.server.flags import (
     ServerFlags,
@@ -41,6 +47,8 @@ from serving.server.flags import (
     effective_grpc_max_concurrent_streams,
     effective_max_tensor_elements,
     effective_memory_budgets,
+    effective_grpc_max_receive_message_bytes,
+    effective_quarantine_dir,
 )
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
@@ -59,7 +67,13 @@ __all__ = ["ModelServer", "DEFAULT_PROMETHEUS_PATH", "single_model_config"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+_MAX_INT32 = 2**31 - 1
 DEFAULT_BATCH_THREAD_POOL = "model_server_batch_threads"
+
+
+def _read_model_server_config(path: str) -> ModelServerConfig:
+    """``--model_config_file``, read with ``serving.server.config_file``'s bounds (a regular file, 16 MiB)."""
+    return config_files.parse_text_proto(read_config_text(path), ModelServerConfig())
 
 
 def single_model_config(name: str, base_path: str) -> ModelServerConfig:
@@ -88,6 +102,7 @@ class ModelServer:
         self._scheduler: Optional[BatchScheduler] = None
         self._poll_stop = threading.Event()
         self._poller: Optional[threading.Thread] = None
+        self.quarantine: Optional[VersionQuarantine] = None
 
     def start(self) -> None:
         """Load the initial models, then open the front-ends. Raises ``ServingError`` on bad config."""
@@ -96,6 +111,7 @@ class ModelServer:
         monitoring_path = self._monitoring_path()
         grpc_credentials, grpc_security = self._grpc_credentials()
         self.metrics = ServerMetrics(CollectorRegistry())
+        self.quarantine = self._open_quarantine()
         self._heap.start()
         self._manager = self._build_manager()
         self._manager.start()
@@ -136,7 +152,7 @@ class ModelServer:
         if not self.flags.model_config_file:
             return single_model_config(self.flags.model_name, self.flags.model_base_path)
         try:
-            return config_files.load_model_server_config(self.flags.model_config_file)
+            return _read_model_server_config(self.flags.model_config_file)
         except (OSError, ValueError) as exc:
             raise status.InvalidArgument(str(exc)) from exc
 
@@ -167,6 +183,24 @@ class ModelServer:
                     else "TLS")
         return server_credentials(ssl_config), security
 
+    def _open_quarantine(self) -> Optional[VersionQuarantine]:
+        """The crash markers (``core.quarantine``); None, with an error logged, if the directory is unusable."""
+        directory = effective_quarantine_dir(self.flags)
+        if directory is None:
+            logger.warning("--quarantine_dir=none: a version that crashes the server is loaded again at restart")
+            return None
+        quarantine = VersionQuarantine(directory)
+        try:
+            quarantine.open()
+        except OSError as exc:
+            logger.error("Cannot use --quarantine_dir %s (%s): versions that crash the server are not "
+                         "quarantined", directory, exc)
+            return None
+        logger.info("Crash markers in %s (--quarantine_dir); %d version(s) quarantined", directory,
+                    len(quarantine.quarantined()))
+        self.metrics.registry.register(_QuarantineCollector(quarantine))
+        return quarantine
+
     def _memory_admission(self) -> MemoryAdmission:
         per_request, in_flight, _ = effective_memory_budgets(self.flags)
         logger.info("Memory admission: a request may take an estimated %s bytes, requests in flight %s bytes "
@@ -184,14 +218,16 @@ class ModelServer:
             intra_op=intra, inter_op=inter,
             saved_model_tags=tuple(t for t in flags.saved_model_tags.split(",") if t) or ("serve",),
             run_wrapper=self._batching_wrapper())
+        loader = SavedModelLoader(options, self.metrics)   # core/ knows no TensorFlow: its loader is injected
         return ServableManager(
-            SavedModelLoader(options, self.metrics),   # core/ knows no TensorFlow: its loader is injected
+            loader if self.quarantine is None else QuarantiningLoaderFactory(loader, self.quarantine),
             max_num_load_retries=max(0, flags.max_num_load_retries),
             load_retry_interval_micros=max(0, flags.load_retry_interval_micros),  # negative: no wait
             file_system_poll_wait_seconds=float(flags.file_system_poll_wait_seconds),
             allow_version_labels=True,
             allow_version_labels_for_unavailable_models=flags.allow_version_labels_for_unavailable_models,
-            heap=self._heap)
+            heap=self._heap,
+            quarantined=None if self.quarantine is None else self.quarantine.is_quarantined)
 
     def _batching_wrapper(self) -> Optional[BatchingRunWrapper]:
         if not self.flags.enable_batching:
@@ -224,7 +260,7 @@ class ModelServer:
         """
         while not self._poll_stop.wait(seconds):
             try:
-                config = config_files.load_model_server_config(self.flags.model_config_file)
+                config = _read_model_server_config(self.flags.model_config_file)
             except (OSError, ValueError) as exc:
                 logger.error("Failed to read ModelServerConfig file: %s", exc)
                 continue
@@ -243,8 +279,10 @@ class ModelServer:
         if flags.grpc_socket_path:
             addresses.append(f"unix:{flags.grpc_socket_path}")
         max_concurrent_rpcs = effective_grpc_max_concurrent_rpcs(flags)
-        logger.info("gRPC admits %d concurrent calls on %d threads; a request's tensors may hold %d elements",
-                    max_concurrent_rpcs, flags.grpc_max_threads, effective_max_tensor_elements(flags))
+        logger.info("gRPC admits %d concurrent calls on %d threads; a request's tensors may hold %d elements; "
+                    "a message may take %d bytes, also once inflated (--grpc_max_receive_message_bytes)",
+                    max_concurrent_rpcs, flags.grpc_max_threads, effective_max_tensor_elements(flags),
+                    effective_grpc_max_receive_message_bytes(flags))
         self.grpc = GrpcFrontend(
             self.dataplane, addresses, max_threads=flags.grpc_max_threads,
             channel_arguments=parse_channel_arguments(flags.grpc_channel_arguments),
@@ -253,7 +291,8 @@ class ModelServer:
             limits=GrpcConnectionLimits(max_connections=flags.grpc_max_connections,
                                         max_concurrent_streams=effective_grpc_max_concurrent_streams(flags),
                                         read_timeout_seconds=flags.grpc_read_timeout_seconds),
-            max_receive_message_bytes=effective_memory_budgets(flags)[0])
+            max_receive_message_bytes=min(effective_grpc_max_receive_message_bytes(flags),
+                                          effective_memory_budgets(flags)[0] or _MAX_INT32))
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
@@ -270,4 +309,26 @@ class ModelServer:
             monitoring_path=monitoring_path, metrics=self.metrics,
             enable_cors=flags.rest_api_enable_cors_support,
             max_tensor_elements=effective_max_tensor_elements(flags))
-        self.rest.start()
+        rest, self.rest = self.rest, None   # kept only once listening: a failed start has nothing to stop
+        try:
+            rest.start()
+        except OSError as exc:   # TF Serving logs "Failed to start HTTP Server" and serves gRPC alone
+            raise status.InvalidArgument(
+                f"Failed to start HTTP Server at {flags.bind_address}:{flags.rest_api_port}: "
+                f"{exc.strerror or exc} (errno {exc.errno})") from exc
+        self.rest = rest
+
+
+class _QuarantineCollector:
+    """``quarantined_versions{model_name,model_version}`` 1 per quarantined version (an embedded-only gauge)."""
+
+    def __init__(self, quarantine: VersionQuarantine) -> None:
+        self._quarantine = quarantine
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily("quarantined_versions",
+                                   "Versions never loaded because a server process died loading them",
+                                   labels=["model_name", "model_version"])
+        for record in self._quarantine.quarantined():
+            family.add_metric([record.name, str(record.version)], 1)
+        return [family]

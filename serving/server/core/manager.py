@@ -54,7 +54,7 @@ from serving.server.core.loader import Loader, LoaderFactory
 from serving.server.core.model_config import validate_model_config_list
 from serving.server.core.policy import HarnessState, next_action
 from serving.server.core.retrier import retry
-from serving.server.core.source import AspiredVersion, FileSystemSource, ServableToMonitor
+from serving.server.core.source import AspiredVersion, FileSystemSource, ServableToMonitor, IsQuarantined
 from serving.server.core.state_monitor import ServableStateMonitor
 
 __all__ = ["ServableManager", "ServableHandle", "VersionEvents"]
@@ -105,7 +105,8 @@ class ServableManager(Generic[ServableT]):
     def __init__(self, loader_factory: LoaderFactory, *, max_num_load_retries: int = 5,
                  load_retry_interval_micros: int = 60_000_000, file_system_poll_wait_seconds: float = 1.0,
                  allow_version_labels: bool = True, allow_version_labels_for_unavailable_models: bool = False,
-                 heap: Optional[VersionEvents] = None) -> None:
+                 heap: Optional[VersionEvents] = None,
+                 quarantined: Optional[IsQuarantined] = None) -> None:
         if max_num_load_retries < 0:
             raise ValueError("max_num_load_retries must be >= 0")
         if load_retry_interval_micros < 0:
@@ -126,7 +127,8 @@ class ServableManager(Generic[ServableT]):
         self._served: frozenset[str] = frozenset()   # replaced whole: read without the lock
         self._config_lock = threading.Lock()
         self._config_generation = 0   # bumped (under _cond) by each reload that changes the config
-        self._source = FileSystemSource(self._on_aspired_versions, file_system_poll_wait_seconds)
+        self._source = FileSystemSource(self._on_aspired_versions, file_system_poll_wait_seconds,
+                                        quarantined)   # the source never picks a quarantined version
         self._workers: Optional[ThreadPoolExecutor] = None
         self._thread: Optional[threading.Thread] = None
         self._stopping = False

@@ -20,7 +20,8 @@ def retry(description: str, max_num_retries: int, retry_interval_micros: int,
 
     Waits ``retry_interval_micros`` between attempts; ``cancelled`` being set
     stops retrying (also during the wait). Raises the last attempt's
-    ``status.ServingError`` (other exceptions become ``status.Internal``).
+    ``status.ServingError`` (other exceptions become ``status.Internal``). An error whose
+    ``retryable`` attribute is False (a quarantined version) ends the retries at once.
     """
     error: status.ServingError = status.Internal(f"{description} never ran")
     for attempt in range(max_num_retries + 1):
@@ -36,6 +37,8 @@ def retry(description: str, max_num_retries: int, retry_interval_micros: int,
         except Exception as exc:  # a loader bug must not vanish silently
             error = status.Internal(f"{type(exc).__name__}: {exc}")
         log.error("%s failed: %s", description, error)
+        if not getattr(error, "retryable", True):
+            break
         if cancelled.is_set():
             log.info("Retrying of %s was cancelled.", description)
             break

@@ -16,6 +16,12 @@ Polling: ``poll_wait_seconds`` > 0 polls periodically on a background thread;
 at startup for 0 and never for negative), every ``set_servables`` call polls
 the new config once, so a reloaded config takes effect whatever the setting.
 A missing ``base_path`` is logged and that model is skipped for the poll.
+
+A version ``quarantined`` (a predicate of name, version and path; see
+``core.quarantine``) is never chosen by the policy: the policy picks from the
+other versions on disk, so the previous version keeps serving, and the
+quarantined versions it would have picked are aspired beside them, so that
+their refused load is reported in the model's status.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from serving.model_repo import parse_version
 if TYPE_CHECKING:  # annotations only
     from tensorflow_serving.config.file_system_storage_path_source_pb2 import FileSystemStoragePathSourceConfig
 
-__all__ = ["ServableToMonitor", "AspiredVersion", "FileSystemSource", "aspired_versions",
+__all__ = ["ServableToMonitor", "AspiredVersion", "FileSystemSource", "IsQuarantined", "aspired_versions",
            "list_versions"]
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,8 @@ class ServableToMonitor:
 
 
 AspiredVersionsCallback = Callable[[str, list[AspiredVersion]], None]
+IsQuarantined = Callable[[str, int, str], bool]
+"""``(name, version, path) -> bool``: whether the version is quarantined (never to be loaded)."""
 
 
 def list_versions(base_path: str, warned: Optional[set[str]] = None) -> dict[int, str]:
@@ -121,8 +129,10 @@ class FileSystemSource:
     the caller's thread (for ``set_servables``) or the polling thread.
     """
 
-    def __init__(self, callback: AspiredVersionsCallback, poll_wait_seconds: float = 1.0) -> None:
+    def __init__(self, callback: AspiredVersionsCallback, poll_wait_seconds: float = 1.0,
+                 quarantined: Optional[IsQuarantined] = None) -> None:
         self._callback = callback
+        self._quarantined = quarantined
         self._poll_wait_seconds = poll_wait_seconds
         self._servables: tuple[ServableToMonitor, ...] = ()
         self._lock = threading.Lock()
@@ -166,12 +176,23 @@ class FileSystemSource:
                           "Could not find base path %s for servable %s with error %s",
                           servable.base_path, servable.name, exc)
                 continue
-            versions = aspired_versions(servable, on_disk)
+            versions = self._aspired(servable, on_disk)
             if not versions:
                 log.warning("No versions of servable %s found under base path %s. Did you forget "
                             "to name your leaf directory as a number (eg. '/1/')?",
                             servable.name, servable.base_path)
             self._callback(servable.name, versions)
+
+    def _aspired(self, servable: ServableToMonitor, on_disk: dict[int, str]) -> list[AspiredVersion]:
+        versions = aspired_versions(servable, on_disk)
+        if self._quarantined is None:
+            return versions
+        refused = [v for v in versions if self._quarantined(servable.name, v.version, v.path)]
+        if not refused:
+            return versions
+        healthy = {number: child for number, child in on_disk.items()
+                   if not self._quarantined(servable.name, number, os.path.join(servable.base_path, child))}
+        return sorted(refused + aspired_versions(servable, healthy), key=lambda v: v.version, reverse=True)
 
     def _poll_loop(self) -> None:
         while not self._stop.wait(self._poll_wait_seconds):

@@ -30,6 +30,10 @@ class ServableStateMonitor:
         self._states: dict[str, dict[int, tuple[VersionStatus, int]]] = {}
         self._seq = 0
         self._closed = False
+        # Versions refused for good (``retryable`` False: quarantined), which the source aspires beside the
+        # versions that serve instead: a wait looks past them to the version below, and a model that has
+        # nothing else does not fail the wait (one crashed version never stops the others from starting).
+        self._stepped_around: set[tuple[str, int]] = set()
 
     def close(self) -> None:
         """Make current and future waits fail with CANCELLED. Caller holds the lock."""
@@ -47,6 +51,8 @@ class ServableStateMonitor:
         entry = VersionStatus(version, state, error.code if error else status.Code.OK,
                               error.details if error else "")
         self._states.setdefault(name, {})[version] = (entry, self._seq)
+        if error is not None and not getattr(error, "retryable", True):
+            self._stepped_around.add((name, version))
         self._cond.notify_all()
 
     def checkpoint(self) -> int:
@@ -99,7 +105,10 @@ class ServableStateMonitor:
     def _latest_outcomes(self, names: Sequence[str], since: int) -> tuple[list, list]:
         pending, failed = [], []
         for name in names:
-            fresh = {v: st for v, (st, seq) in self._states.get(name, {}).items() if seq > since}
+            seen = {v: st for v, (st, seq) in self._states.get(name, {}).items() if seq > since}
+            fresh = {v: st for v, st in seen.items() if (name, v) not in self._stepped_around}
+            if seen and not fresh:
+                continue   # only quarantined versions: reported in its status, the start goes on
             latest = fresh[max(fresh)] if fresh else None
             if latest is None or latest.state not in (VersionState.AVAILABLE, VersionState.END):
                 pending.append(name)

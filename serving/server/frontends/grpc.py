@@ -66,8 +66,13 @@ the composition root imports it only when it starts the gRPC front-end.
 Messages: grpc core applies ``grpc.max_receive_message_length`` to a
 message once inflated from ``grpc-encoding: gzip`` too (it refuses a bomb
 with RESOURCE_EXHAUSTED "Decompressed message larger than max"), so
-decompression is capped by the receive limit: TF Serving's int32 max, or the
-per-request memory budget if less (``max_receive_message_bytes``). Core
+decompression is capped by the receive limit, ``max_receive_message_bytes``:
+``--grpc_max_receive_message_bytes``, by default REST's body limit (64 MiB;
+TF Serving's is the int32 max), or the per-request memory budget if less. The
+same limit bounds what a Predict's tensors hold once decoded, strings and
+broadcast values counted per element (a 1 MB string_val filling a shape of
+4000 is 4 GB), unless the message is larger than a 32nd of it, as a REST
+body bounds its JSON: checked before TensorFlow fills the broadcast. Core
 inflates into many small heap blocks, which glibc keeps after a large
 message is parsed (or fails to parse: grpc then answers INTERNAL "Exception
 deserializing request!" itself): every method's deserializer gives the free
@@ -105,7 +110,7 @@ from tensorflow_serving.apis import (
 
 from serving import codec, status
 from serving.codec import VersionStatus
-from serving.server.admission import DEFAULT_RELEASE_AFTER_BYTES
+from serving.server.admission import DEFAULT_RELEASE_AFTER_BYTES, array_bytes
 from serving.server.deadline import deadline_after
 from serving.server.frontends.dataplane import (
     SIGNATURE_DEF_METADATA_FIELD,
@@ -204,12 +209,33 @@ def _deadline(context: grpc.ServicerContext) -> Optional[float]:
     return deadline_after(context.time_remaining())
 
 
-def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto], max_elements: Optional[int]) -> dict[str, np.ndarray]:
-    """Decode every input; InvalidArgument, before anything is allocated, if together they pass ``max_elements``."""
+def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto], max_elements: Optional[int],
+               max_decoded_bytes: Optional[int] = None) -> dict[str, np.ndarray]:
+    """Decode every input; InvalidArgument, before anything is allocated, if together they pass ``max_elements``,
+    or, before TensorFlow fills a broadcast, if they would hold more than ``max_decoded_bytes``."""
     budget = codec.ElementBudget(max_elements)
     for name, proto in tensors.items():
         budget.take(_checked(name, codec.tensor_proto_shape, proto))
-    return {name: _checked(name, codec.tensor_proto_to_ndarray, proto) for name, proto in tensors.items()}
+    arrays = {name: _checked(name, codec.tensor_proto_to_ndarray, proto) for name, proto in tensors.items()}
+    if max_decoded_bytes is not None:
+        decoded = sum(array_bytes(array) for array in arrays.values())
+        if decoded > max_decoded_bytes:
+            raise status.InvalidArgument(
+                f"The request's input tensors would hold {decoded} bytes once decoded (strings and broadcast "
+                f"values counted per element), more than the {max_decoded_bytes} allowed "
+                "(--grpc_max_receive_message_bytes, or 32 x the message's own size if more)")
+    return arrays
+
+
+_DECODED_BYTES_PER_MESSAGE_BYTE = 32   # a 2-byte empty string_val entry is a 32-byte TensorFlow string
+
+
+def _max_decoded_bytes(request: message.Message, max_receive_bytes: Optional[int]) -> Optional[int]:
+    """What a request's tensors may hold once decoded: the receive limit, or 32 x its own size if more (so a
+    message of many short strings, which grows as TensorFlow strings, is never refused)."""
+    if max_receive_bytes is None:
+        return None
+    return max(max_receive_bytes, _DECODED_BYTES_PER_MESSAGE_BYTE * request.ByteSize())
 
 
 def _checked(name: str, read: Callable[[tensor_pb2.TensorProto], Decoded], proto: tensor_pb2.TensorProto) -> Decoded:
@@ -267,16 +293,19 @@ def _model_status_response(statuses: Sequence[VersionStatus]) -> get_model_statu
 
 
 class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, dataplane: DataPlane, use_tensor_content: bool, max_tensor_elements: Optional[int]) -> None:
+    def __init__(self, dataplane: DataPlane, use_tensor_content: bool, max_tensor_elements: Optional[int],
+                 max_receive_message_bytes: Optional[int] = None) -> None:
         self._dp = dataplane
         self._use_tensor_content = use_tensor_content
         self._max_tensor_elements = max_tensor_elements
+        self._max_receive_message_bytes = max_receive_message_bytes
 
     @_rpc
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
                 ) -> predict_pb2.PredictResponse:
         with self._dp.track(request.model_spec.name, "Predict", "GRPC"):
-            inputs = _to_arrays(request.inputs, self._max_tensor_elements)
+            inputs = _to_arrays(request.inputs, self._max_tensor_elements,
+                                _max_decoded_bytes(request, self._max_receive_message_bytes))
             result = self._dp.predict(_spec(request.model_spec), inputs, list(request.output_filter),
                                       deadline=_deadline(context))
         response = predict_pb2.PredictResponse()
@@ -488,6 +517,7 @@ class GrpcFrontend:
         self._max_threads = max(1, max_threads)
         self._max_concurrent_rpcs = max_concurrent_rpcs
         self._max_tensor_elements = max_tensor_elements
+        self._max_receive_message_bytes = max_receive_message_bytes
         self._limits = limits or GrpcConnectionLimits()
         self._options = [("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
                          ("grpc.max_receive_message_length",
@@ -507,7 +537,8 @@ class GrpcFrontend:
         server = grpc.server(executor, options=self._options)
         registrar = _TrimmingRegistrar(server)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements), registrar)
+            _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements,
+                               self._max_receive_message_bytes), registrar)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), registrar)
         for address in self._addresses:
             port = self._bind(server, address)

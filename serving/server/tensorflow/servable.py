@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -61,6 +61,8 @@ class Servable:
         self._callables_lock = threading.Lock()
         self._close_callbacks: list[Callable[[], None]] = []
         self._run: RunFn = self.run_direct
+        self._first_run_guard: Optional[Callable[[], ContextManager[None]]] = None
+        self._first_run_lock = threading.Lock()
         self._closed = False
         self.memory_profile: Optional[MemoryProfile] = None  # set by warmup (serving.server.admission)
 
@@ -76,7 +78,17 @@ class Servable:
         FailedPreconditionError ``status.FailedPrecondition``, ...); any
         other failure is ``status.Internal``.
         """
+        if self._first_run_guard is not None:
+            with self._first_run_lock:
+                guard, self._first_run_guard = self._first_run_guard, None
+            if guard is not None:
+                with guard():
+                    return self._run(signature_name, inputs, output_keys)
         return self._run(signature_name, inputs, output_keys)
+
+    def guard_first_run(self, guard: Callable[[], ContextManager[None]]) -> None:
+        """Run the next ``run`` call (the first request after warmup) inside ``guard()`` (a crash marker)."""
+        self._first_run_guard = guard
 
     def run_direct(self, signature_name: str, inputs: Mapping[str, np.ndarray],
                    output_keys: Sequence[str]) -> dict[str, np.ndarray]:

@@ -28,7 +28,8 @@ EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds
                        "rest_api_max_concurrent_requests", "bind_address", "grpc_max_concurrent_rpcs",
                        "max_tensor_elements", "log_format",
                        "max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight",
-                       "grpc_read_timeout_seconds", "grpc_max_connections", "grpc_max_concurrent_streams"}
+                       "grpc_read_timeout_seconds", "grpc_max_connections", "grpc_max_concurrent_streams",
+                       "quarantine_dir", "grpc_max_receive_message_bytes"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():

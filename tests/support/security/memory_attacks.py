@@ -170,14 +170,15 @@ def broadcast_images(server: ServerProcess, row: Row, rows: int = 500_000) -> No
         _grpc_call(row, lambda: Stub(channel).Predict(request, timeout=60), 60)
 
 
-def string_broadcast(server: ServerProcess, row: Row) -> None:
-    """A 977 KiB Predict: one 1 MB string filling text's ``text`` [4000]."""
+def string_broadcast(server: ServerProcess, row: Row, count: int = 4000, size: int = 1_000_000) -> None:
+    """A Predict of one string of ``size`` bytes filling text's ``text`` [count] (977 KiB filling 4000 by
+    default; 98 KiB filling 29000, 2.9 GB decoded, stays under the default per-request budget)."""
     request = predict_pb2.PredictRequest()
     request.model_spec.name = "text"
     tensor = request.inputs["text"]
     tensor.dtype = 7
-    tensor.tensor_shape.dim.add().size = 4000
-    tensor.string_val.append(b"a" * 1_000_000)
+    tensor.tensor_shape.dim.add().size = count
+    tensor.string_val.append(b"a" * size)
     with grpc.insecure_channel(server.grpc_target) as channel:
         _grpc_call(row, lambda: Stub(channel).Predict(request, timeout=60), 60)
 
@@ -355,6 +356,7 @@ def _raw_post(server: ServerProcess, body: bytes, headers: str = "") -> socket.s
 CASES: dict[str, Callable[[ServerProcess, Row], None]] = {
     "grpc-broadcast-500k": broadcast_images,
     "string-broadcast-4000x1MB": string_broadcast,
+    "string-broadcast-29000x98KiB": lambda server, row: string_broadcast(server, row, 29_000, 100_000),
     "classify-context-grpc": classify_context,
     "regress-context-grpc": regress_context,
     "classify-context-rest": classify_context_rest,
