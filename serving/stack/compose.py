@@ -39,7 +39,7 @@ from serving.stack.docker import image_present
 
 __all__ = ["NON_ROOT_ID", "IMAGES", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
            "ComposePlan", "plan_compose", "cpu_limits", "missing_local_images", "HostPath", "host_paths",
-           "prepare_host_paths", "missing_gateway_files", "run_compose", "compose_down"]
+           "prepare_host_paths", "missing_gateway_files", "run_compose", "compose_containers", "compose_down"]
 
 # The uid and gid the containers run as when make up runs as root: the exporter image's own user
 # (exporter/Dockerfile's `useradd --uid 10001`, also the Kubernetes pods' runAsUser). No container runs
@@ -376,13 +376,25 @@ def _address(service: Mapping, target: int) -> str:
     return f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port['published'])}"
 
 
+def compose_containers(state: StackState, *, timeout: float = 120.0) -> Optional[list[str]]:
+    """The ids of the containers of the compose project ``state`` records (stopped ones too); None when
+    compose cannot tell (no engine answers, or compose fails)."""
+    base = _compose_base(state.compose_files, state.compose_profiles, state.compose_project)
+    env = with_grafana_placeholder(os.environ)  # compose interpolates every service's variables
+    try:
+        running = subprocess.run([*base, "ps", "--all", "-q"], capture_output=True, text=True, env=env,
+                                 timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return running.stdout.split() if running.returncode == 0 else None
+
+
 def compose_down(state: StackState, *, timeout: float = 600.0) -> int:
     """``compose down`` of the stack ``state`` records (its files, profiles and project); 0 when nothing
     runs (said so). Volumes (Prometheus' data) and the model repository stay."""
     base = _compose_base(state.compose_files, state.compose_profiles, state.compose_project)
     env = with_grafana_placeholder(os.environ)  # down interpolates every service's variables
-    running = subprocess.run([*base, "ps", "--all", "-q"], capture_output=True, text=True, env=env, timeout=timeout)
-    if running.returncode == 0 and not running.stdout.split():
+    if compose_containers(state, timeout=timeout) == []:
         print(f"make down: nothing runs: no container of the compose project {state.compose_project or '(default)'}"
               f" ({state.backend})", flush=True)
         return 0
