@@ -91,7 +91,8 @@ class StackState:
     took out (``make up`` does not add them back from the repository);
     ``exporting`` are zoo models a start is still exporting (the next start
     finishes them). A compose backend also records its ``compose_files``,
-    ``compose_profiles`` and ``compose_project``, which ``make down`` stops.
+    ``compose_profiles``, ``compose_project`` and ``compose_env`` (the variables of the files it ran
+    with), which ``make down``, ``make logs`` and ``python -m serving.stack run`` reuse.
     The embedded backend records its ``make up`` process (``pid``, started at
     ``pid_start``, clock ticks since boot) and its server's (``server_pid``,
     ``server_start``): ``make down`` signals a pid only while its start time
@@ -112,6 +113,7 @@ class StackState:
     compose_files: tuple[Path, ...] = ()
     compose_profiles: tuple[str, ...] = ()
     compose_project: str = ""
+    compose_env: Mapping[str, str] = field(default_factory=dict)
     pid_start: Optional[int] = None
     server_pid: Optional[int] = None
     server_start: Optional[int] = None
@@ -121,7 +123,8 @@ class StackState:
                                                               ("admin_key_file", self.admin_key_file)) if v is not None}
         if self.compose_files:
             optional.update(compose_files=[str(f) for f in self.compose_files],
-                            compose_profiles=list(self.compose_profiles), compose_project=self.compose_project)
+                            compose_profiles=list(self.compose_profiles), compose_project=self.compose_project,
+                            compose_env=dict(self.compose_env))
         optional.update({k: v for k, v in (("pid_start", self.pid_start), ("server_pid", self.server_pid),
                                            ("server_start", self.server_start)) if v is not None})
         return {"backend": self.backend, "models_config": str(self.models_config), "grpc": self.grpc,
@@ -141,6 +144,7 @@ class StackState:
                    compose_files=tuple(Path(f) for f in doc.get("compose_files") or ()),
                    compose_profiles=tuple(doc.get("compose_profiles") or ()),
                    compose_project=doc.get("compose_project") or "",
+                   compose_env={str(k): str(v) for k, v in (doc.get("compose_env") or {}).items()},
                    pid_start=_int_or_none(doc.get("pid_start")), server_pid=_int_or_none(doc.get("server_pid")),
                    server_start=_int_or_none(doc.get("server_start")))
 

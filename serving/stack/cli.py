@@ -1,4 +1,5 @@
-"""``python -m serving.stack [up] [flags]`` (``make up``) and ``python -m serving.stack down`` (``make down``).
+"""``python -m serving.stack [up] [flags]`` (``make up``), ``down`` (``make down``), and ``logs`` (``make
+logs``), ``run`` (``make export``) and ``ps`` on the stack ``make up`` recorded (``serving.stack.recorded``).
 
 ``up`` chooses the backend (``serving.stack.choice``), runs it
 (``serving.stack.compose`` or ``serving.stack.embedded``) and records it in
@@ -23,12 +24,13 @@ from serving.stack.choice import BACKENDS, Choice, choose_backend, docker_runtim
 from serving.stack.compose import IMAGES, compose_containers, run_compose
 from serving.stack.down import stop_stack
 from serving.stack.embedded import DEFAULT_EXPORTS, EmbeddedOptions, run_embedded
+from serving.stack.recorded import run_service, show_logs, show_services
 from serving.stack.running import address_port, corrupt_state_advice, describe_running, held_ports
 from serving.stack.work_lock import WorkDirBusy, WorkDirLock
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = ("up", "down")
+COMMANDS = ("up", "down", "logs", "run", "ps")
 
 
 def _work_dir(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="say what would run (compose: the command and HOST_UID/HOST_GID), run nothing")
     down = commands.add_parser("down", help=f"stop what make up started (from <work dir>/{STATE_FILE})")
     _work_dir(down)
+    logs = commands.add_parser("logs", help="the recorded stack's logs (make logs)",
+                               description="compose's logs of the stack make up started, with the files, profiles, "
+                                           "project and variables it recorded; the embedded stack: its server's log")
+    logs.add_argument("services", nargs="*", metavar="SERVICE", help="compose services (default: all)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines (of each service)")
+    _work_dir(logs)
+    run = commands.add_parser("run", help="run a one-off container of the recorded compose stack (make export)",
+                              description="compose run --rm SERVICE ARGS with what make up recorded, e.g. "
+                                          "python -m serving.stack run exporter \"python -m exporter export --model "
+                                          "resnet50 --variant xla --model-repo /models\" (the exporter's entrypoint is "
+                                          "sh -ec: one argument, the script)")
+    run.add_argument("service", metavar="SERVICE")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    _work_dir(run)
+    ps = commands.add_parser("ps", help="the recorded compose stack's containers, state and health")
+    _work_dir(ps)
     return parser
 
 
@@ -80,6 +99,12 @@ def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "down":
         return stop_stack(args.work_dir.resolve())
+    if args.command == "logs":
+        return show_logs(args.work_dir.resolve(), args.services, follow=args.follow, tail=args.tail)
+    if args.command == "run":
+        return run_service(args.work_dir.resolve(), args.service, args.args)
+    if args.command == "ps":
+        return show_services(args.work_dir.resolve())
     if args.backend == "auto":
         choice = choose_backend(*docker_runtimes(args.docker))
     else:
