@@ -4,10 +4,11 @@
 (:class:`StackState`, default work dir ``<checkout>/.cache/serving``): the
 backend, the models config file its server reads, the server's gRPC target
 and REST URL, the model repository, and how the server's base paths map to
-this host. The compose backends serve ``serving/models.config`` (GPU) or
-``serving/models.cpu.config`` (CPU) with container paths (``/models/NAME``
-is ``<model repository>/NAME`` here); the embedded backend serves the
-persistent ``<work dir>/models.config`` with host paths.
+this host. The compose backends serve ``<work dir>/compose/models.config``
+(GPU) or ``models.cpu.config`` (CPU), seeded once from the tracked defaults in
+``serving/``, with container paths (``/models/NAME`` is ``<model
+repository>/NAME`` here); the embedded backend serves the persistent
+``<work dir>/models.config`` with host paths.
 
 :func:`served_config` is what ``python -m serving.config add|remove|render``
 and ``python -m serving.rollout`` work on (:class:`ServedConfig`):

@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                               description="compose run --rm SERVICE ARGS with what make up recorded, e.g. "
                                           "python -m serving.stack run exporter \"python -m exporter export --model "
                                           "resnet50 --variant xla --model-repo /models\" (the exporter's entrypoint is "
-                                          "sh -ec: one argument, the script)")
+                                          "sh -ec: one argument, the script). Everything after SERVICE goes to the container: "
+                                          "give --work-dir before it")
     run.add_argument("service", metavar="SERVICE")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
     _work_dir(run)
