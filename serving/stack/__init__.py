@@ -17,6 +17,7 @@
 - ``identity``: which process a pid is (pid and start time), and children that die with ``make up``;
 - ``work_lock``: one ``make up`` per work directory;
 - ``running``: what of a recorded stack runs now (``make up`` refuses on it, ``make down`` acts on it);
+- ``scrape``: Prometheus' config for the compose services started (no job for a service not running);
 - ``recorded``: ``logs``, ``run`` and ``ps`` with the compose files, project and variables recorded;
 - ``cli``: the command line.
 

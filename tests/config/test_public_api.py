@@ -39,6 +39,7 @@ API = {
     "serving.stack.embedded": ["DEFAULT_EXPORTS", "SERVER_LOG", "EmbeddedOptions", "ensure_commands",
                                "zoo_selection", "export_order", "Exports", "run_embedded"],
     "serving.stack.served": ["MODELS_CONFIG", "EMBEDDED_HEADER", "prepare_served_config", "prepare_compose_configs"],
+    "serving.stack.scrape": ["SHIPPED_CONFIG", "scrape_config_for", "write_scrape_config"],
     "serving.stack.recorded": ["recorded_stack", "compose_for", "show_logs", "run_service", "show_services"],
     "serving.stack.banner": ["say", "batching_summary", "print_usage", "print_gateway_usage"],
     "serving.stack.down": ["stop_embedded", "stop_stack"],

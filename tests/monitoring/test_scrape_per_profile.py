@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from monitoring.scrape import SHIPPED_CONFIG, scrape_config_for, write_scrape_config
+from serving.stack.scrape import SHIPPED_CONFIG, scrape_config_for, write_scrape_config
 
 SERVICES = {"exporter", "tfserving", "gateway", "prometheus", "grafana", "dcgm-exporter"}
 
