@@ -2,14 +2,18 @@
 #   make up    run the stack (docker compose where an engine answers, else the embedded server)
 #   make down  stop what make up started (compose or embedded, from .cache/serving/stack.json)
 #   make logs  its logs (SERVICE=NAME, FOLLOW=1), from what make up recorded; never compose by hand
-#   make test  install everything and run the whole test suite
+#   make test  install what testing needs (on top of what make up installs) and run the whole test suite
 #   make certs the compose gateway's local CA, certificates and API keys (gateway/secrets/)
 #   make images the local stand-in images for an engine that reaches no registry (make up IMAGES=local)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two installs: STAMP is what serving needs (make up, down, images): the `stack` extra of pyproject.toml (the
+# embedded server, the exporter, Compose v2, the rollout CLI) and the load tools the README runs against the
+# stack (`loadtest`); TEST_STAMP adds what testing needs on top (`dev`: pytest, checkov, kubernetes-validate).
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 # tensorflow-serving-api at its pyproject pin, installed --no-deps: its declared `tensorflow` dependency
 # would pull the CUDA build in beside the CPU-only `tensorflow-cpu` of the `tf` extra (pyproject.toml).
 SERVING_API := $(shell grep -o 'tensorflow-serving-api==[0-9.]*' pyproject.toml | head -1)
@@ -37,12 +41,16 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[stack,loadtest]"
 	$(PY) -m pip install -q --no-deps "$(SERVING_API)"
 	$(PY) -c "import tensorflow_serving.apis, tensorflow"
 	touch $(STAMP)
 
-venv install: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(TEST_STAMP)
+
+venv install: $(TEST_STAMP)
 
 # Debian packages the tests use. Installs only what is missing. Debian starts an nginx it installs as
 # a service on port 80; the tests start their own, so a service that this target installed is stopped.
@@ -67,7 +75,7 @@ debs:
 # The suite runs on TEST_WORKERS pytest-xdist workers (default 2, one per core here; 1 runs it in one process);
 # tests/conftest.py keeps all that drive the engine on one worker, and runs the tests marked alone by themselves.
 TEST_WORKERS ?= 2
-test: $(STAMP) debs
+test: $(TEST_STAMP) debs
 	$(PY) -m deploy.images run -- $(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 # The stand-in images docker-compose.local.yml names, built from Debian's packages (no registry needed;
@@ -107,7 +115,7 @@ certs:
 	$(PYTHON) -m gateway.certs --out $(GATEWAY_SECRETS) init $(foreach n,$(SERVER_NAMES),--server-name $(n))
 
 # Speed checks: each script prints ratios measured side by side in one run (minutes; use a quiet machine).
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) -m exporter ensure --model-repo models digits resnet50
 	@status=0; \
 	for cmd in "benchmarks.codec --imports" "benchmarks.rest_decode" "benchmarks.server --model-repo models" \
@@ -120,7 +128,7 @@ bench: $(STAMP)
 # On a host with an NVIDIA GPU and Docker: preflight (driver, compute capability, NVIDIA container runtime;
 # exit 3 with the fix when one fails), then the trt-fp16 export, the compose stack, the fp32/xla/trt-fp16
 # sweep and the tuner on resnet50, written to out/gpu-report/ (python -m benchmarks.gpu --help).
-gpu-report: $(STAMP)
+gpu-report: $(TEST_STAMP)
 	$(PY) -m benchmarks.gpu $(GPU_REPORT_ARGS)
 
 # Prometheus (Debian's package) with the stack's rules on 127.0.0.1:9090, scraping TF Serving or

@@ -21,7 +21,7 @@ Targets (exit status 1 if one is missed, and the report says which):
 (the limits of ``benchmarks.targets``, which every batching benchmark shares).
 
     python -m benchmarks.batching                          # models from <checkout>/models
-    python -m benchmarks.batching --model-repo /work/models --rounds 5
+    python -m benchmarks.batching --model-repo models --rounds 5
     python -m benchmarks.batching --models digits --server-flag=--tensorflow_intra_op_parallelism=1
 """
 from __future__ import annotations

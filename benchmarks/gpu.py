@@ -9,7 +9,7 @@ For a user with an NVIDIA GPU and Docker. Steps, each stopping the report when i
      2.17's GPU image is built on CUDA 12.2 with cuDNN 8 (``tensorflow/serving``
      ``.bazelrc`` of the 2.15-2.17 builds: ``CUDA_TOOLKIT_PATH=/usr/local/cuda-12.2``,
      ``TF_CUDNN_VERSION=8``; base ``nvidia/cuda:12.2.0-base-ubuntu20.04``,
-     /work/shared/reference/tf-serving.md §7.2), the exporter's TensorFlow 2.17
+     ``tools/docker/Dockerfile.gpu``), the exporter's TensorFlow 2.17
      on CUDA 12.3 / cuDNN 8.9 (tensorflow.org "Tested build configurations").
      CUDA 12.x runs on any driver >= 525.60.13 through minor-version
      compatibility (docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html:

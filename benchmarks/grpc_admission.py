@@ -9,7 +9,7 @@ interleaved rounds (``benchmarks.runner``), so the shared machine's load hits bo
 alike. Printed per concurrency: requests/s and the server's CPU-ms per request
 (``/proc``), and the ratios this checkout / baseline (medians of the rounds').
 
-    python -m benchmarks.grpc_admission --baseline /work/main --model-repo DIR --model digits
+    python -m benchmarks.grpc_admission --baseline OTHER_CHECKOUT --model-repo DIR --model digits
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ steadiest figure on a shared machine) and this process's CPU-ms per request
 - ``GrpcClient`` ≥ ``GRPC_CLIENT_OVER_REST_CLIENT`` × ``RestClient`` in requests/s.
 
     python -m benchmarks.protocols                        # digits from <checkout>/models, c=32
-    python -m benchmarks.protocols --model-repo /work/models --rounds 5 --duration 4
+    python -m benchmarks.protocols --model-repo models --rounds 5 --duration 4
 """
 from __future__ import annotations
 

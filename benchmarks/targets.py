@@ -2,10 +2,10 @@
 
 Batching is measured by ``benchmarks.server``, ``benchmarks.batching`` and ``benchmarks.peers``;
 all three hold it to the same limits. What was measured on the 2-core development machine
-decided them: on the tiny digits model the Python gRPC front-end, not the model, bounds
-throughput (``benchmarks.server`` prints the most any batching server could reach there), and
-batching on / off ran 0.62-0.94x at c=32; so the target there is that batching never costs
-(>= 1.0x), not a gain. On resnet50, where the model's cost dominates, batching must gain 10 %.
+decided them (docs/operations.md lists the numbers): on the tiny digits model the Python gRPC
+front-end, not the model, bounds throughput (``benchmarks.server`` prints the most any batching
+server could reach there) and batching cost throughput; so the target there is that batching never
+costs (>= 1.0x), not a gain. On resnet50, where the model's cost dominates, batching must gain 10 %.
 
 The other limits are each benchmark's own, named here so that no two benchmarks state one apart.
 """

@@ -21,7 +21,7 @@ Run (from the checkout, in its venv)::
 
     python examples/train_and_export.py                       # train, export fp32 to models/digits_mlp/
     python examples/train_and_export.py --variant fp32 --variant xla
-    python examples/train_and_export.py --no-export --work-dir /tmp/run1   # train only
+    python examples/train_and_export.py --no-export --work-dir out/run1   # train only
 
 Progress lines on stdout: ``resumed from epoch N/E ...`` or ``starting at epoch 1/E ...``, one
 ``epoch N/E: ...; checkpoint ...`` line per epoch, ``held-out accuracy ...``, and one

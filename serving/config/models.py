@@ -148,8 +148,8 @@ def without_gpu_only(config: ModelServerConfig, models: Iterable[PublishedModel]
 def remap_base_paths(config: ModelServerConfig, mapping: Mapping[str, str]) -> ModelServerConfig:
     """A copy of ``config`` whose base paths under a ``mapping`` key move to its value.
 
-    ``{"/models": "/work/main/models"}`` turns ``/models/digits`` into
-    ``/work/main/models/digits``; the longest matching prefix wins. A base path
+    ``{"/models": "/srv/tfs-stack/models"}`` turns ``/models/digits`` into
+    ``/srv/tfs-stack/models/digits``; the longest matching prefix wins. A base path
     under no key raises ValueError (it would not exist where the copy is used).
     """
     out = new_model_server_config()

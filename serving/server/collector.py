@@ -1,14 +1,12 @@
 """Keep Python's garbage collector out of the request path.
 
-Why: a loaded TensorFlow model leaves ~340,000 Python objects in the process
-(graph, ops, tensors, their dicts). Python's collector walks every tracked
-object in a full collection, and allocations trigger collections: profiling
-the server under REST load (py-spy) found 85 % of its CPU under
-``json_loads``, which was really the collector. Each 224x224x3 image sent as
-JSON made ~50,000 lists while it was parsed, enough to trigger full
-collections over all of TensorFlow's objects on most requests. In a
-one-process replay, freezing the heap after the model load cut decode p90
-from 380 to 45 ms. (The REST codec now also parses large numeric tensors
+Why: a loaded TensorFlow model leaves hundreds of thousands of Python objects
+in the process (graph, ops, tensors, their dicts). Python's collector walks
+every tracked object in a full collection, and allocations trigger
+collections: a JSON body makes tens of thousands of lists while it is parsed,
+enough to trigger full collections over all of TensorFlow's objects on most
+requests (measured: docs/operations.md, "Measurements behind the embedded
+server's defaults"). (The REST codec now also parses large numeric tensors
 without lists, ``serving.codec._json_dense``; other bodies still make lists.)
 
 What ``HeapFreezer`` does, all process-wide (``gc`` has one state per process):

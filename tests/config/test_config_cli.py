@@ -116,11 +116,11 @@ def test_render_remaps_base_paths_and_keeps_labels(tmp_path):
     config.model_config_list.config[0].version_labels["canary"] = 1
     write_model_server_config(config, source)
     out = tmp_path / "local.config"
-    proc = run_cli("render", "--from-config", str(source), "--base-path-prefix", "/work/models",
+    proc = run_cli("render", "--from-config", str(source), "--base-path-prefix", "/srv/models",
                    "--without-gpu-only", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     local = {e.name: e for e in load_model_server_config(out).model_config_list.config}
-    assert local["digits"].base_path == "/work/models/digits"
+    assert local["digits"].base_path == "/srv/models/digits"
     assert "resnet50_trt_fp16" not in local
     assert dict(local["digits"].version_labels) == {"stable": 1, "canary": 1}
 

@@ -2,8 +2,9 @@
 
 The embedded server is built to the same names, but the point of this test is
 the real ``tensorflow_model_server``: the catalogue below is written from
-shared/reference/tf-serving.md §1.3 (TF Serving's own metrics) and §1.4 (TF
-core's SavedModel loader), with the DCGM exporter's default counters and
+TF Serving's sources (its own metrics, e.g. ``servables/tensorflow/util.cc``'s
+request_count, exported by ``util/prometheus_exporter.cc``) and TF core's
+SavedModel loader (``/tensorflow/cc/saved_model/...``), with the DCGM exporter's default counters and
 Prometheus' ``up``. Recorded series must be defined by a rule here.
 """
 from __future__ import annotations

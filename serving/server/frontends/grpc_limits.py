@@ -23,9 +23,10 @@ TF Serving sets none of these (``server.cc`` passes only the message sizes and
   (RESOURCE_EXHAUSTED) rather than queued in the client; twice it, because
   the server counts a stream until grpcio has released the call, so a client
   that fills the limit by its own count gets REFUSED_STREAM (UNAVAILABLE).
-  nginx's ``http2_max_concurrent_streams`` default, 128, gave 16 of 1338 calls
-  REFUSED_STREAM in a 4x overload on one channel. A stalled stream (HEADERS,
-  no message) costs the server ~22 kB until the read timeout ends it.
+  nginx's ``http2_max_concurrent_streams`` default, 128, refused calls
+  (REFUSED_STREAM) in an overload on one channel. A stalled stream (HEADERS,
+  no message) holds server memory until the read timeout ends it
+  (measured: docs/operations.md).
 
 One more is not a flag: the calls that have reached the server but that
 grpcio has not yet taken (its polling thread takes them one at a time, and
@@ -33,9 +34,8 @@ under CPU overload it falls behind). gRPC core keeps them in a pending queue
 and, past ``grpc.server.max_pending_requests`` (core's default 1000) and up
 to ``grpc.server.max_pending_requests_hard_limit`` (3000), drops new ones at
 random; a dropped call is killed as a zombie and its client gets CANCELLED
-(grpc/grpc#34782, "Cap size of pending request queue"). Three client
-processes at 4x the CPU-bound saturation got 13,575 of 35,343 calls
-CANCELLED that way. Both are set to ``PENDING_CALLS`` (16384) here: the
+(grpc/grpc#34782, "Cap size of pending request queue"); past the CPU-bound
+saturation many calls were CANCELLED that way (docs/operations.md). Both are set to ``PENDING_CALLS`` (16384) here: the
 queue empties as grpcio takes the calls and admission refuses them at once;
 a backlog past it is core's, and still gets CANCELLED.
 

@@ -175,8 +175,9 @@ def test_streams_per_connection_default_to_twice_the_admission_bound():
 
 
 def test_batching_parameters_file_with_enable_batching_is_valid():
-    validate_flags(parse_flags(["--model_base_path=/m", "--enable_batching",
-                                "--batching_parameters_file=/b.config"]).flags)
+    flags = parse_flags(["--model_base_path=/m", "--enable_batching", "--batching_parameters_file=/b.config"]).flags
+    assert flags.enable_batching and flags.batching_parameters_file == "/b.config"
+    assert validate_flags(flags) is None  # raises InvalidArgument where TF Serving refuses (without --enable_batching)
 
 
 def _run_module(*args: str) -> subprocess.CompletedProcess:

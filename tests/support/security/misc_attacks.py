@@ -24,7 +24,7 @@ Python text or were not JSON.
 Run as a script it prints the rows for whatever ``serving`` package is first on
 ``PYTHONPATH``; it imports only what the code before these fixes has too::
 
-    PYTHONPATH=/work/main .venv/bin/python tests/support/security/misc_attacks.py      # before
+    PYTHONPATH=OLD_CHECKOUT .venv/bin/python tests/support/security/misc_attacks.py      # before
     PYTHONPATH=$PWD .venv/bin/python tests/support/security/misc_attacks.py           # after
 """
 from __future__ import annotations
