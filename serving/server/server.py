@@ -253,7 +253,8 @@ class ModelServer:
             limits=GrpcConnectionLimits(max_connections=flags.grpc_max_connections,
                                         max_concurrent_streams=effective_grpc_max_concurrent_streams(flags),
                                         read_timeout_seconds=flags.grpc_read_timeout_seconds),
-            max_receive_message_bytes=effective_memory_budgets(flags)[0])
+            max_receive_message_bytes=effective_memory_budgets(flags)[0],
+            enable_health_service=flags.enable_grpc_healthcheck_service)
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:

@@ -118,6 +118,7 @@ from serving.server.frontends.dataplane import (
 )
 from serving.server.frontends.grpc_admission import MessageFirstExecutor
 from serving.server.frontends.grpc_limits import GrpcConnectionLimits
+from serving.server.frontends.grpc_health import HealthService
 from serving.server.memory import release_free_memory
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
@@ -474,16 +475,18 @@ class GrpcFrontend:
     (None: unbounded) are the admission bounds of the module docstring.
     ``stop(grace)`` refuses new connections at once, serves the calls already
     sent, refuses later ones with UNAVAILABLE (see the module docstring), then
-    lets running ones finish for up to ``grace`` seconds.
+    lets running ones finish for up to ``grace`` seconds. ``enable_health_service``
+    adds the standard ``grpc.health.v1.Health`` service (``grpc_health``).
     """
 
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
                  channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False,
                  credentials: Optional[grpc.ServerCredentials] = None,
                  max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None,
-                 limits: Optional[GrpcConnectionLimits] = None, max_receive_message_bytes: Optional[int] = None
-                 ) -> None:
+                 limits: Optional[GrpcConnectionLimits] = None, max_receive_message_bytes: Optional[int] = None,
+                 enable_health_service: bool = False) -> None:
         self._dataplane = dataplane
+        self._enable_health_service = enable_health_service
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
         self._max_concurrent_rpcs = max_concurrent_rpcs
@@ -509,6 +512,8 @@ class GrpcFrontend:
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
             _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements), registrar)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), registrar)
+        if self._enable_health_service:   # --enable_grpc_healthcheck_service
+            server.add_generic_rpc_handlers((HealthService().handler(),))
         for address in self._addresses:
             port = self._bind(server, address)
             self.bound_ports.append(port)
