@@ -315,8 +315,11 @@ class ServableManager(Generic[ServableT]):
 
         ``version`` None and ``label`` None = the highest AVAILABLE version.
         Raises ``status.NotFound`` ("Servable not found for request: Latest(m)"
-        / "Specific(m, 3)") or ``status.InvalidArgument`` for an unknown label.
+        / "Specific(m, 3)"), or ``status.InvalidArgument`` for an empty name or an
+        unknown label (``ServerCore::ServableRequestFromModelSpec``).
         """
+        if not name:
+            raise status.InvalidArgument("ModelSpec has no name specified.")
         with self._cond:
             if label is not None:
                 version = self._version_for_label_locked(name, label)

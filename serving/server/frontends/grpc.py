@@ -200,6 +200,12 @@ def _spec(model_spec: model_pb2.ModelSpec) -> ModelSpec:
     return ModelSpec(model_spec.name, version, model_spec.version_label or None, model_spec.signature_name)
 
 
+def _require_model_spec(request: message.Message) -> None:
+    """``predict_impl.cc``, ``classification_service.cc``, ``regression_service.cc``: no ModelSpec, no call."""
+    if not request.HasField("model_spec"):
+        raise status.InvalidArgument("Missing ModelSpec")
+
+
 def _deadline(context: grpc.ServicerContext) -> Optional[float]:
     """The client's deadline; a client that sets none gets a huge ``time_remaining()``: none."""
     return deadline_after(context.time_remaining())
@@ -277,6 +283,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
                 ) -> predict_pb2.PredictResponse:
         with self._dp.track(request.model_spec.name, "Predict", "GRPC"):
+            _require_model_spec(request)
             inputs = _to_arrays(request.inputs, self._max_tensor_elements)
             result = self._dp.predict(_spec(request.model_spec), inputs, list(request.output_filter),
                                       deadline=_deadline(context))
@@ -291,6 +298,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Classify(self, request: classification_pb2.ClassificationRequest, context: grpc.ServicerContext
                  ) -> classification_pb2.ClassificationResponse:
         with self._dp.track(request.model_spec.name, "Classify", "GRPC"):
+            _require_model_spec(request)
             answer = self._dp.classify(_spec(request.model_spec), request.input, deadline=_deadline(context))
         response = classification_pb2.ClassificationResponse()
         _fill_spec(response.model_spec, answer.name, answer.version, answer.signature_name)
@@ -301,6 +309,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Regress(self, request: regression_pb2.RegressionRequest, context: grpc.ServicerContext
                 ) -> regression_pb2.RegressionResponse:
         with self._dp.track(request.model_spec.name, "Regress", "GRPC"):
+            _require_model_spec(request)
             answer = self._dp.regress(_spec(request.model_spec), request.input, deadline=_deadline(context))
         response = regression_pb2.RegressionResponse()
         _fill_spec(response.model_spec, answer.name, answer.version, answer.signature_name)

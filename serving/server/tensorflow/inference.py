@@ -84,7 +84,8 @@ def predict(servable: Servable, signature_name: Optional[str], inputs: Mapping[s
     ``inputs`` map input aliases to arrays; ``output_filter`` lists output
     aliases (empty = every output of the signature). Returns outputs by alias.
     Unknown signature: FAILED_PRECONDITION ``Serving signature key "X" not
-    found.``; wrong inputs, dtypes, shapes or output aliases: INVALID_ARGUMENT.
+    found.``; wrong inputs, dtypes or output aliases: INVALID_ARGUMENT. Shapes
+    are not checked: the graph gets what the request sent, as in TF Serving.
     """
     key = _signature_key(signature_name)
     signature = servable.signatures.get(key)
@@ -149,18 +150,12 @@ def _checked_input(signature_name: str, spec: TensorSpec, value: ArrayLike) -> n
         raise status.InvalidArgument(
             f'Input "{spec.name}" of signature "{signature_name}" expects dtype {want} '
             f"but the request sent {got}")
-    if not spec.accepts_shape(array.shape):
-        raise status.InvalidArgument(
-            f'Input "{spec.name}" of signature "{signature_name}" expects shape '
-            f"{_shape_str(spec.shape)} but the request sent {_shape_str(array.shape)}")
+    # No shape check: TF Serving feeds a request's tensors to the graph as they are (a C++ Session does not
+    # check a fed tensor against the signature's shape), so what passes there must pass here.
     if array.dtype.kind == "U":
         array = np.array([s.encode("utf-8") for s in array.reshape(-1)],
                          dtype=object).reshape(array.shape)
     return array
-
-
-def _shape_str(shape: tuple) -> str:
-    return "[" + ",".join("-1" if d is None else str(d) for d in shape) + "]"
 
 
 def _output_aliases(signature: Signature, output_filter: Sequence[str]) -> list[str]:

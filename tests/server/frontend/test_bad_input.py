@@ -99,7 +99,7 @@ def test_integers_too_big_for_a_double_are_400_not_500(server, http):
     for digits in (400, 5000):
         body = b'{"instances": [[NaN, 1.0, ' + b"7" * digits + b"]]}"
         message = error_of(http.post("/v1/models/tiny:predict", content=body))
-        assert message == "JSON Parse error: Number too big to be stored in double"
+        assert message == "JSON Parse error: Number too big to be stored in double."
         message = error_of(http.post("/v1/models/tiny:predict", content=b'{"instances": [' + b"7" * digits + b"]}"))
         assert message.startswith("JSON Parse error")
     assert_still_serving(server, http)
