@@ -12,7 +12,7 @@ dtypes, shapes and values), each built once per version of this file into
   c=3, a2=0.5, c2=3; ``serving_default`` (predict ``x`` -> ``y``, both
   float [-1,1]: ``x`` is the parsed Example's feature, not a placeholder, so a
   fed tensor of any shape reaches ``y = 0.5x + 2`` unchecked);
-  ``classify_x_to_y`` (``inputs`` serialized tf.Examples -> ``scores`` y);
+  ``classify_x_to_y`` (``inputs`` serialized tf.Examples, rank unknown, -> ``scores`` y);
   ``regress_x_to_y`` / ``regress_x_to_y2`` (tf.Examples -> ``outputs`` y / y2 =
   0.5x + 3); ``regress_x2_to_y3`` (``inputs`` x2 [-1,1] -> y3 = 0.5 x2 + 3);
   an asset ``foo.txt``.
@@ -125,11 +125,17 @@ def _signatures(kind: str, serialized, x, y, y2, x2, y3) -> dict:
             return proto
         return {"serving_default": sig({"x": unshaped(x)}, {"y": unshaped(y)}, predict),
                 "tensorflow/serving/regress": sig({"inputs": unshaped(serialized)}, {"outputs": unshaped(y)}, regress)}
+    def examples():   # TF Serving's export records the tf_example placeholder with an unknown rank
+        proto = info(serialized)
+        proto.tensor_shape.Clear()
+        proto.tensor_shape.unknown_rank = True
+        return proto
+
     signatures = {
         "serving_default": sig({"x": info(x)}, {"y": info(y)}, predict),
-        "classify_x_to_y": sig({"inputs": info(serialized)}, {"scores": info(y)}, classify),
-        "regress_x_to_y": sig({"inputs": info(serialized)}, {"outputs": info(y)}, regress),
-        "regress_x_to_y2": sig({"inputs": info(serialized)}, {"outputs": info(y2)}, regress),
+        "classify_x_to_y": sig({"inputs": examples()}, {"scores": info(y)}, classify),
+        "regress_x_to_y": sig({"inputs": examples()}, {"outputs": info(y)}, regress),
+        "regress_x_to_y2": sig({"inputs": examples()}, {"outputs": info(y2)}, regress),
         "regress_x2_to_y3": sig({"inputs": info(x2)}, {"outputs": info(y3)}, regress),
     }
     if kind == "half_plus_two_2_versions":
