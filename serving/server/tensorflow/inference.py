@@ -119,9 +119,10 @@ def _verify_inputs_size(signature: Signature, inputs: Mapping[str, ArrayLike],
 def _input_values(signature: Signature, inputs: Mapping[str, ArrayLike],
                   defaults: Mapping[str, TensorProto]) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
+    feed_order = sorted(signature.inputs)   # the order the servable feeds them (its callables' argument order)
     for alias, spec in signature.inputs.items():
         if alias in inputs:
-            arrays[alias] = _checked_input(signature.name, spec, inputs[alias])
+            arrays[alias] = _checked_input(feed_order.index(alias), spec, inputs[alias])
         elif alias in defaults:
             arrays[alias] = tensor_proto_to_ndarray(defaults[alias])
         else:
@@ -134,6 +135,11 @@ def _input_values(signature: Signature, inputs: Mapping[str, ArrayLike],
     return arrays
 
 
+def _type_string(dtype_name: str) -> str:
+    """TensorFlow's ``DataTypeString``: ``DT_FLOAT`` -> ``float``."""
+    return dtype_name[3:].lower() if dtype_name.startswith("DT_") else dtype_name
+
+
 def _tf_dtype_name(array: np.ndarray) -> str:
     if array.dtype.kind in "SUO":
         return "DT_STRING"
@@ -143,15 +149,14 @@ def _tf_dtype_name(array: np.ndarray) -> str:
         return str(array.dtype)
 
 
-def _checked_input(signature_name: str, spec: TensorSpec, value: ArrayLike) -> np.ndarray:
+def _checked_input(feed_index: int, spec: TensorSpec, value: ArrayLike) -> np.ndarray:
+    """The input as fed; a dtype other than the signature's is the Session's own error, as TF Serving's
+    ``Session::Run`` reports it: ``Expects arg[0] to be float but bool is provided``."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     got, want = _tf_dtype_name(array), spec.dtype_name
     if got != want:
         raise status.InvalidArgument(
-            f'Input "{spec.name}" of signature "{signature_name}" expects dtype {want} '
-            f"but the request sent {got}")
-    # No shape check: TF Serving feeds a request's tensors to the graph as they are (a C++ Session does not
-    # check a fed tensor against the signature's shape), so what passes there must pass here.
+            f"Expects arg[{feed_index}] to be {_type_string(want)} but {_type_string(got)} is provided")
     if array.dtype.kind == "U":
         array = np.array([s.encode("utf-8") for s in array.reshape(-1)],
                          dtype=object).reshape(array.shape)

@@ -9,7 +9,12 @@ models (``tests.support.half_plus_two``) and a ``models.config`` serving:
 * ``default`` and ``half_plus_two`` — ``saved_model_half_plus_two_cpu`` (version
   123), ``tensorflow_model_server_test.py``'s ``--model_name=default`` server and
   its config-file server;
-* ``half_plus_three`` — ``saved_model_half_plus_three`` (version 123).
+* ``half_plus_three`` — ``saved_model_half_plus_three`` (version 123);
+* ``test_model`` — ``saved_model_half_plus_two_2_versions``, policy ``specific { versions: 123 }``: the
+  ``test_model`` of ``classification_service_test.cc``, ``regression_service_test.cc``,
+  ``predict_util_test.cc`` and ``multi_inference_helper_test.cc``;
+* ``two_versions`` — the same directory, policy ``all``: ``get_model_status_impl_test.cc``'s model
+  once both of its versions are loaded.
 
 ``testdata_flags(root)`` is the command line, the same for
 ``tensorflow_model_server`` and ``python -m serving.server``.
@@ -27,7 +32,7 @@ __all__ = ["REST_HANDLER_MODEL", "VERSION", "VERSION_LABEL", "TESTDATA_MODELS", 
 REST_HANDLER_MODEL = "saved_model_half_plus_two_2_versions"
 VERSION = 123
 VERSION_LABEL = "Version_Label"
-TESTDATA_MODELS = [REST_HANDLER_MODEL, "default", "half_plus_two", "half_plus_three"]
+TESTDATA_MODELS = [REST_HANDLER_MODEL, "default", "half_plus_two", "half_plus_three", "test_model", "two_versions"]
 
 
 def _config_text(root: Path) -> str:
@@ -42,6 +47,9 @@ def _config_text(root: Path) -> str:
             + entry("default", "saved_model_half_plus_two_cpu")
             + entry("half_plus_two", "saved_model_half_plus_two_cpu")
             + entry("half_plus_three", "saved_model_half_plus_three")
+            + entry("test_model", "saved_model_half_plus_two_2_versions",
+                    f"    model_version_policy {{ specific {{ versions: {VERSION} }} }}\n")
+            + entry("two_versions", "saved_model_half_plus_two_2_versions", "    model_version_policy { all {} }\n")
             + "}\n")
 
 
