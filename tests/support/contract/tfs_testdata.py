@@ -16,6 +16,7 @@ models (``tests.support.half_plus_two``) and a ``models.config`` serving:
 * ``two_versions`` — the same directory, policy ``all``: ``get_model_status_impl_test.cc``'s model
   once both of its versions are loaded.
 
+A ``monitoring.config`` turns on Prometheus at TF Serving's default path.
 ``testdata_flags(root)`` is the command line, the same for
 ``tensorflow_model_server`` and ``python -m serving.server``.
 """
@@ -57,12 +58,15 @@ def write_testdata_repo(dest: Path, root_in_server: Optional[Path] = None) -> Pa
     """The models and ``models.config`` under ``dest`` (config base paths under ``root_in_server``)."""
     half_plus_two_repo(dest)
     (dest / "models.config").write_text(_config_text(root_in_server or dest))
+    (dest / "monitoring.config").write_text(
+        'prometheus_config { enable: true, path: "/monitoring/prometheus/metrics" }\n')
     return dest
 
 
 def testdata_flags(root: Path) -> list[str]:
     """Flags for a server whose view of the repository is ``root``; ports are added by the caller."""
-    return [f"--model_config_file={root / 'models.config'}", "--file_system_poll_wait_seconds=1",
+    return [f"--model_config_file={root / 'models.config'}", f"--monitoring_config_file={root / 'monitoring.config'}",
+            "--file_system_poll_wait_seconds=1",
             "--max_num_load_retries=0",
             # The label is in the initial config: TF Serving checks labels before the first load.
             "--allow_version_labels_for_unavailable_models"]
