@@ -11,7 +11,8 @@ one), and the servable it serves is the loader's opaque value.
   source is re-pointed (models missing from the new config get an empty
   aspired list, so they are unloaded), and the call returns once every newly
   added model's latest version is AVAILABLE or has failed (then
-  ``status.Unknown`` "N model(s) did not become available: ..."), as
+  ``status.Unknown`` "N model(s) did not become available: ...", "servable(s)"
+  for the first model list, as TF Serving's initial load words it), as
   ``ServerCore::ReloadConfig`` waits (``WaitUntilModelsAvailable``).
   Config changes are serialized as TF Serving's ``config_mu_`` serializes
   them: one config lock is held from the start of a change until its models
@@ -204,6 +205,7 @@ class ServableManager(Generic[ServableT]):
         deadline = None if timeout is None else time.monotonic() + timeout
         self._acquire_config_lock(deadline, caller_gone)
         try:
+            first = self._config is None or not self._config.HasField("model_config_list")
             applied = self._apply_config(config)
             if applied is None:   # an empty config: nothing was changed
                 return
@@ -212,7 +214,8 @@ class ServableManager(Generic[ServableT]):
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 self._monitor.wait_until_models_available(
                     new_models, start, remaining,
-                    stop=lambda: self._wait_abandoned(new_models, caller_gone, may_yield=deadline is None))
+                    stop=lambda: self._wait_abandoned(new_models, caller_gone, may_yield=deadline is None),
+                    noun="servable" if first else "model")   # the first config loads as load_servables_fast does
         finally:
             self._release_config_lock()
         log.info("Finished adding/updating models")

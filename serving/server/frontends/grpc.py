@@ -351,11 +351,14 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
 
     def HandleReloadConfigRequest(self, request: model_management_pb2.ReloadConfigRequest,
                                   context: grpc.ServicerContext) -> model_management_pb2.ReloadConfigResponse:
-        """Reload; like TF Serving, the status is both in the response and the RPC status.
+        """Reload; like TF Serving, the status is both in the response and the RPC status, and each of
+        ``metric_names`` is answered with one ``Metric``: its first point's increase over the reload.
 
         The wait for the new models ends when the call does (its deadline, or a cancel).
         """
         response = model_management_pb2.ReloadConfigResponse()
+        metric_names = list(dict.fromkeys(request.metric_names))
+        before = self._dp.metric_values(metric_names)
         caller_gone = threading.Event()
         if not context.add_callback(caller_gone.set):   # runs once the call terminates
             caller_gone.set()
@@ -369,6 +372,8 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
             response.status.error_message = error.details
             context.set_code(status.to_grpc_status(error.code))
             context.set_details(status.truncate_for_grpc(error.details))
+        for name, value in self._dp.metric_values(metric_names).items():   # model_service_impl.cc
+            response.metric.add(name=name, int64_value_increase=value - before[name])
         return response
 
 
