@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 import sys
 from typing import Optional, Union
 
@@ -25,7 +26,7 @@ import orjson
 from serving import status
 
 __all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string",
-           "decimal_fragment"]
+           "decimal_fragment", "decimal_rows"]
 
 JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 """A parsed JSON value: what ``json_loads`` returns (``json_dumps`` takes numpy values besides)."""
@@ -271,23 +272,53 @@ def decimal_fragment(values: np.ndarray | np.floating) -> orjson.Fragment:
     the text has neither ``.`` nor ``e`` (``3.0``); ``NaN``, ``Infinity``,
     ``-Infinity`` for non-finite values. float16 is written as float32.
     """
+    arr = _decimal_array(values)
+    words = _decimal_words(arr)
+    return orjson.Fragment((words[0] if arr.ndim == 0 else _nested(words, arr.shape, 0)).encode())
+
+
+def decimal_rows(values: np.ndarray) -> list[orjson.Fragment]:
+    """``decimal_fragment`` of each ``values[i]``, formatting every value once."""
+    arr = _decimal_array(values)
+    words = _decimal_words(arr)
+    inner = int(np.prod(arr.shape[1:]))
+    if arr.ndim == 1:
+        return [orjson.Fragment(word.encode()) for word in words]
+    return [orjson.Fragment(_nested(words, arr.shape[1:], i * inner).encode()) for i in range(arr.shape[0])]
+
+
+_F32 = struct.Struct("<f")
+_TOKENS = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
     arr = np.asarray(values)
-    if arr.dtype != np.float64:
-        arr = arr.astype(np.float32)
-    flat = np.ascontiguousarray(arr).reshape(-1)
-    exact = flat.astype(np.float64).tolist()
-    words = ["%g" % value for value in exact]
-    finite = np.isfinite(flat)
-    parsed = np.array(words, dtype=np.float64).astype(flat.dtype) if words else flat
-    digits = 17 if flat.dtype == np.float64 else 9
-    for i in np.flatnonzero((parsed != flat) & finite).tolist():
-        words[i] = "%.*g" % (digits, exact[i])
-    words = [w if "." in w or "e" in w else w + ".0" for w in words]
-    if not finite.all():
-        for i in np.flatnonzero(~finite).tolist():
-            words[i] = _non_finite_token(exact[i]).decode()
-    text = words[0] if arr.ndim == 0 else _nested(words, arr.shape, 0)
-    return orjson.Fragment(text.encode())
+    return arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float32)
+
+
+def _decimal_words(arr: np.ndarray) -> list[str]:
+    """Each value of ``arr`` (C order) as ``WriteDecimal`` text."""
+    double = arr.dtype == np.float64
+    full = "%.17g" if double else "%.9g"
+    words = []
+    for value in arr.reshape(-1).tolist():   # Python floats: a float32's exact value
+        if value != value:
+            words.append("NaN")
+            continue
+        if value in _TOKENS:
+            words.append(_TOKENS[value])
+            continue
+        word = "%g" % value
+        back = float(word)
+        if not double:
+            try:
+                back = _F32.unpack(_F32.pack(back))[0]
+            except OverflowError:
+                back = math.nan
+        if back != value:
+            word = full % value
+        words.append(word if "." in word or "e" in word else word + ".0")
+    return words
 
 
 def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
