@@ -363,7 +363,9 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         if not context.add_callback(caller_gone.set):   # runs once the call terminates
             caller_gone.set()
         try:
-            self._dp.reload_config(request.config, timeout=context.time_remaining(), caller_gone=caller_gone)
+            deadline = _deadline(context)   # None when the client set none (grpc reports a huge remainder)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._dp.reload_config(request.config, timeout=timeout, caller_gone=caller_gone)
         except Exception as exc:  # noqa: BLE001 - every failure must become a status
             error = exc if isinstance(exc, status.ServingError) else status.internal_error(
                 "Internal error while handling HandleReloadConfigRequest", exc, logger)
