@@ -63,7 +63,7 @@ def _fill_from_array(name: str, arr: np.ndarray, feature: Feature) -> None:
         feature.float_list.value.extend(flat.astype(np.float32).tolist())
     elif kind in "iub":
         if kind == "u" and flat.size and int(flat.max()) > _INT64_MAX:
-            raise status.InvalidArgument(f"Feature: {name} has uint64 element. Only int64 is supported.")
+            raise status.InvalidArgument(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
         feature.int64_list.value.extend(flat.astype(np.int64).tolist())
     elif kind in "OSU":
         for item in flat.tolist():
@@ -95,7 +95,7 @@ def _add_value(name: str, value: object, feature: Feature) -> None:
     if kind == "int64_list":
         number = int(value)
         if number > _INT64_MAX or number < _INT64_MIN:
-            raise status.InvalidArgument(f"Feature: {name} has uint64 element. Only int64 is supported.")
+            raise status.InvalidArgument(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
         feature.int64_list.value.append(number)
     elif kind == "float_list":
         number = float(value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 import sys
 from typing import Optional, Union
 
@@ -24,7 +25,8 @@ import orjson
 
 from serving import status
 
-__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
+__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string",
+           "decimal_fragment", "decimal_rows"]
 
 JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 """A parsed JSON value: what ``json_loads`` returns (``json_dumps`` takes numpy values besides)."""
@@ -77,8 +79,53 @@ def json_loads(body: bytes | bytearray | memoryview | str) -> JSON:
     return _stdlib_loads(body)
 
 
+# The standard library's messages -> rapidjson's (GetParseError_En), which TF Serving sends.
+_RAPIDJSON_MESSAGES = (
+    ("Expecting value", "Invalid value."),
+    ("Expecting property name enclosed in double quotes", "Missing a name for object member."),
+    ("Expecting ':' delimiter", "Missing a colon after a name of object member."),
+    ("Extra data", "The document root must not be followed by other values."),
+    ("Unterminated string", "Missing a closing quotation mark in string."),
+    ("Invalid control character", "Invalid encoding in string."),
+    ("Invalid \\uXXXX escape", "Incorrect hex digit after \\u escape in string."),
+    ("Invalid \\escape", "Invalid escape character in string."),
+)
+
+
+def _rapidjson_message(exc: json.JSONDecodeError) -> str:
+    """rapidjson's words for the error ``exc`` reports (its offsets may differ by a character or so)."""
+    if exc.msg.startswith("Expecting ',' delimiter"):
+        return ("Missing a comma or '}' after an object member." if _innermost_open(exc.doc, exc.pos) == "{"
+                else "Missing a comma or ']' after an array element.")
+    for python, rapidjson in _RAPIDJSON_MESSAGES:
+        if exc.msg.startswith(python):
+            return rapidjson
+    return "Unspecific syntax error."
+
+
+def _innermost_open(doc: str, pos: int) -> str:
+    """The bracket (``[`` or ``{``) still open at ``pos`` of ``doc``, strings skipped."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for char in doc[:pos]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            stack.append(char)
+        elif char in "]}" and stack:
+            stack.pop()
+    return stack[-1] if stack else ""
+
+
 def _bad_surrogate(where: str = "") -> status.InvalidArgument:
-    return status.InvalidArgument(f"JSON Parse error: The surrogate pair in string is invalid{where}")
+    return status.InvalidArgument(f"JSON Parse error: The surrogate pair in string is invalid.{where}")
 
 
 def _too_deep(offset: Optional[int]) -> status.InvalidArgument:
@@ -101,7 +148,7 @@ def _parse_int(text: str) -> int | float:
 
 
 def _too_big() -> status.InvalidArgument:
-    return status.InvalidArgument("JSON Parse error: Number too big to be stored in double")
+    return status.InvalidArgument("JSON Parse error: Number too big to be stored in double.")
 
 
 def _stdlib_loads(body: bytes | bytearray | memoryview | str) -> JSON:
@@ -111,9 +158,10 @@ def _stdlib_loads(body: bytes | bytearray | memoryview | str) -> JSON:
     except RecursionError:
         raise _too_deep(None) from None
     except json.JSONDecodeError as exc:
-        raise status.InvalidArgument(f"JSON Parse error: {exc.msg} at offset: {exc.pos}") from None
+        raise status.InvalidArgument(
+            f"JSON Parse error: {_rapidjson_message(exc)} at offset: {exc.pos}") from None
     except UnicodeDecodeError as exc:
-        raise status.InvalidArgument(f"JSON Parse error: Invalid encoding in string at offset: {exc.start}") from None
+        raise status.InvalidArgument(f"JSON Parse error: Invalid encoding in string. at offset: {exc.start}") from None
     if _may_hold_surrogates(body):
         _reject_surrogates(value)
     return value
@@ -212,6 +260,72 @@ def _default(obj: object) -> object:
     if isinstance(obj, np.generic):
         return _prepare(obj.item())
     raise TypeError(f"Type is not JSON serializable: {type(obj).__name__}")
+
+
+def decimal_fragment(values: np.ndarray | np.floating) -> orjson.Fragment:
+    """Floats as TF Serving's ``WriteDecimal`` writes them, ready for ``json_dumps`` (nested as ``values``).
+
+    ``json_tensor.cc``: six significant digits (``absl::StrCat``, like
+    ``%g``: ``9e+06``, ``3e-05``, ``0.5``); a value that does not read back
+    from them exactly is written with ``max_digits10`` digits (``%.9g`` for
+    float32, ``%.17g`` for float64: ``0.123456702``); ``.0`` is added where
+    the text has neither ``.`` nor ``e`` (``3.0``); ``NaN``, ``Infinity``,
+    ``-Infinity`` for non-finite values. float16 is written as float32.
+    """
+    arr = _decimal_array(values)
+    words = _decimal_words(arr)
+    return orjson.Fragment((words[0] if arr.ndim == 0 else _nested(words, arr.shape, 0)).encode())
+
+
+def decimal_rows(values: np.ndarray) -> list[orjson.Fragment]:
+    """``decimal_fragment`` of each ``values[i]``, formatting every value once."""
+    arr = _decimal_array(values)
+    words = _decimal_words(arr)
+    inner = int(np.prod(arr.shape[1:]))
+    if arr.ndim == 1:
+        return [orjson.Fragment(word.encode()) for word in words]
+    return [orjson.Fragment(_nested(words, arr.shape[1:], i * inner).encode()) for i in range(arr.shape[0])]
+
+
+_F32 = struct.Struct("<f")
+_TOKENS = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
+    arr = np.asarray(values)
+    return arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float32)
+
+
+def _decimal_words(arr: np.ndarray) -> list[str]:
+    """Each value of ``arr`` (C order) as ``WriteDecimal`` text."""
+    double = arr.dtype == np.float64
+    full = "%.17g" if double else "%.9g"
+    words = []
+    for value in arr.reshape(-1).tolist():   # Python floats: a float32's exact value
+        if value != value:
+            words.append("NaN")
+            continue
+        if value in _TOKENS:
+            words.append(_TOKENS[value])
+            continue
+        word = "%g" % value
+        back = float(word)
+        if not double:
+            try:
+                back = _F32.unpack(_F32.pack(back))[0]
+            except OverflowError:
+                back = math.nan
+        if back != value:
+            word = full % value
+        words.append(word if "." in word or "e" in word else word + ".0")
+    return words
+
+
+def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
+    if len(shape) == 1:
+        return "[" + ",".join(words[start:start + shape[0]]) + "]"
+    inner = int(np.prod(shape[1:]))
+    return "[" + ",".join(_nested(words, shape[1:], start + i * inner) for i in range(shape[0])) + "]"
 
 
 def json_type_name(value: object) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from serving import status
 from serving.codec._dtypes import enum_from_dtype
-from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
+from serving.codec._json import JSON, decimal_fragment, decimal_rows, json_dumps, json_loads, json_value_string
 from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
     array_to_json,
@@ -115,7 +115,7 @@ def _from_instances(request: dict[str, DenseJSON], specs: Mapping[str, DTypeLike
         name, dtype = next(iter(specs.items()))
         return {name: _batch(name, instances, dtype, budget, keyed=False)}
     if not isinstance(instances, list):
-        raise _format_error(request, "Excepting 'instances' to be an list/array")
+        raise _format_error(request, "Expecting 'instances' to be an list/array")
     if not instances:
         raise _format_error(request, "No values in 'instances' array")
     if not _is_named_object(instances[0]):
@@ -230,15 +230,38 @@ def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool
         raise status.InvalidArgument("Cannot convert empty tensor map to JSON")
     arrays = {name: np.asarray(value) for name, value in outputs.items()}
     if row_format:
-        return json_dumps({"predictions": _rows(arrays)})
+        return json_dumps({"predictions": _response_rows(arrays)})
     if len(arrays) == 1:
         (name, arr), = arrays.items()
-        return json_dumps({"outputs": array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))})
-    return json_dumps({"outputs": {name: array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))
-                                   for name, arr in arrays.items()}})
+        return json_dumps({"outputs": _response_value(name, arr)})
+    return json_dumps({"outputs": {name: _response_value(name, arr) for name, arr in arrays.items()}})
 
 
-def _rows(arrays: Mapping[str, np.ndarray]) -> JSON | np.ndarray:
+def _response_value(name: str, arr: np.ndarray) -> object:
+    """One output tensor as TF Serving writes it: floats by ``WriteDecimal`` (``decimal_fragment``)."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind == "f":
+        return decimal_fragment(arr)
+    return array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))
+
+
+def _response_rows(arrays: Mapping[str, np.ndarray]) -> object:
+    """Row format: ``_rows``'s checks, with each float tensor formatted once (``decimal_rows``)."""
+    batch = _batch_size(arrays)
+    if len(arrays) == 1:
+        (name, arr), = arrays.items()
+        return _response_value(name, arr)
+    columns = {name: decimal_rows(arr) if arr.dtype.kind == "f"
+               else [_response_value(name, arr[i]) for i in range(batch)] for name, arr in arrays.items()}
+    return [{name: column[i] for name, column in columns.items()} for i in range(batch)]
+
+
+def _request_value(name: str, arr: np.ndarray) -> JSON | np.ndarray:
+    return array_to_json(np.asarray(arr), as_b64=name.endswith(BYTES_SUFFIX))
+
+
+def _batch_size(arrays: Mapping[str, np.ndarray]) -> int:
+    """The batch size all ``arrays`` share (row format); InvalidArgument in TF Serving's words if none."""
     batch = -1
     for name, arr in arrays.items():
         if arr.ndim == 0:
@@ -247,10 +270,15 @@ def _rows(arrays: Mapping[str, np.ndarray]) -> JSON | np.ndarray:
             raise status.InvalidArgument(
                 f"Tensor name: {name} has inconsistent batch size: {arr.shape[0]} expecting: {batch}")
         batch = arr.shape[0]
-    values = {name: array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX)) for name, arr in arrays.items()}
-    if len(values) == 1:
-        return next(iter(values.values()))
-    return [{name: value[i] for name, value in values.items()} for i in range(batch)]
+    return batch
+
+
+def _rows(arrays: Mapping[str, np.ndarray], encode=_request_value) -> JSON | np.ndarray:
+    batch = _batch_size(arrays)
+    if len(arrays) == 1:
+        (name, arr), = arrays.items()
+        return encode(name, arr)
+    return [{name: encode(name, arr[i]) for name, arr in arrays.items()} for i in range(batch)]
 
 
 def inputs_to_rest_request(inputs: ArrayLike | Mapping[str, ArrayLike], *, signature_name: Optional[str] = None,

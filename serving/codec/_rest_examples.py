@@ -13,7 +13,7 @@ import numpy as np
 
 from serving import status
 from serving.codec._example import Features, example_from_dict
-from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
+from serving.codec._json import JSON, decimal_fragment, json_dumps, json_loads, json_value_string
 from serving.codec._json_tensor import array_to_json
 
 if TYPE_CHECKING:
@@ -106,7 +106,8 @@ def classification_result_to_rest(result: ClassificationResult) -> bytes:
     """``{"results": [[["label", score], ...], ...]}`` (TF Serving's Classify body)."""
     if not len(result.classifications):
         raise status.InvalidArgument("Cannot convert empty ClassificationResults to JSON")
-    rows = [[[c.label, np.float32(c.score)] for c in item.classes] for item in result.classifications]
+    rows = [[[c.label, decimal_fragment(np.float32(c.score))] for c in item.classes]
+            for item in result.classifications]
     return json_dumps({"results": rows})
 
 
@@ -114,7 +115,7 @@ def regression_result_to_rest(result: RegressionResult) -> bytes:
     """``{"results": [value, ...]}`` (TF Serving's Regress body)."""
     if not len(result.regressions):
         raise status.InvalidArgument("Cannot convert empty RegressionResults to JSON")
-    return json_dumps({"results": regression_result_to_array(result)})
+    return json_dumps({"results": decimal_fragment(regression_result_to_array(result))})
 
 
 def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]:

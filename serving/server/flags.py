@@ -189,7 +189,7 @@ class ServerFlags:
     mixed_precision: str = _flag("", "Mixed-precision mode.", no_effect="models run as exported")
     skip_initialize_tpu: bool = _flag(False, "Skip TPU initialisation.", no_effect="there is no TPU")
     enable_grpc_healthcheck_service: bool = _flag(
-        False, "Standard gRPC health service.", no_effect="grpcio-health-checking is not installed")
+        False, "Standard gRPC health service.")
     enable_serialization_as_tensor_content: bool = _flag(
         False, "Predict responses use tensor_content (TF Serving > 2.17).")
     rest_api_max_body_bytes: int = _flag(

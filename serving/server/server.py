@@ -292,7 +292,8 @@ class ModelServer:
                                         max_concurrent_streams=effective_grpc_max_concurrent_streams(flags),
                                         read_timeout_seconds=flags.grpc_read_timeout_seconds),
             max_receive_message_bytes=min(effective_grpc_max_receive_message_bytes(flags),
-                                          effective_memory_budgets(flags)[0] or _MAX_INT32))
+                                          effective_memory_budgets(flags)[0] or _MAX_INT32),
+            enable_health_service=flags.enable_grpc_healthcheck_service)
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:

@@ -76,7 +76,7 @@ TWO = {"a": np.float32, "b": object}
     ({"instances": [1], "inputs": [1]}, I32,
      "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist"),
     ({"signature_name": "s"}, I32, "Missing 'inputs' or 'instances' key"),
-    ({"instances": 1}, I32, "Excepting 'instances' to be an list/array"),
+    ({"instances": 1}, I32, "Expecting 'instances' to be an list/array"),
     ({"instances": []}, I32, "No values in 'instances' array"),
     ({"signature_name": 1, "inputs": [1]}, I32, "'signature_name' key must be a string value."),
     ([1, 2], I32, "Is not object"),

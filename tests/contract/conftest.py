@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import grpc
 import httpx
 import pytest
 
 from serving.server.launcher import wait_until_available
 from serving.stack.docker import Mount, run_tf_serving, tfserving_image, tfserving_unavailable
 from tests.support.contract import layout
+from tests.support.contract import tfs_testdata as tfs_testdata_layout
 from tests.support.contract.clients import CLIENT_KINDS, make_client
 from tests.support.servers import EmbeddedServer
 
@@ -95,3 +97,39 @@ def rest(endpoint: Endpoint) -> Iterator[httpx.Client]:
     """Raw HTTP to the endpoint's REST port."""
     with httpx.Client(base_url=endpoint.rest_url, timeout=60.0) as http:
         yield http
+
+
+@pytest.fixture(scope="session", params=["server", pytest.param("docker", marks=pytest.mark.docker)])
+def tfs_testdata(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """A server of TF Serving's own test models (``tfs_testdata``), for the ported TF Serving tests."""
+    repo = tmp_path_factory.mktemp("tfs-testdata") / "models"
+    if request.param == "docker":
+        image = tfserving_image()
+        reason = tfserving_unavailable(image)
+        if reason:
+            pytest.skip(reason)
+        tfs_testdata_layout.write_testdata_repo(repo, Path("/models"))
+        with run_tf_serving(tfs_testdata_layout.testdata_flags(Path("/models")), image=image,
+                            mounts=[Mount(repo, "/models", read_only=False)],
+                            wait_for=tfs_testdata_layout.TESTDATA_MODELS) as container:
+            yield Endpoint("docker", container.grpc_target, container.rest_url, repo, Path("/models"))
+        return
+    tfs_testdata_layout.write_testdata_repo(repo)
+    server = EmbeddedServer(tfs_testdata_layout.testdata_flags(repo), wait_for=tfs_testdata_layout.TESTDATA_MODELS,
+                            log_path=repo.parent / "server.log")
+    with server:
+        yield Endpoint("embedded", server.grpc_target, server.rest_url, repo, repo, embedded=server)
+
+
+@pytest.fixture
+def tfs_rest(tfs_testdata: Endpoint) -> Iterator[httpx.Client]:
+    """Raw HTTP to the TF Serving test-model server's REST port."""
+    with httpx.Client(base_url=tfs_testdata.rest_url, timeout=60.0) as http:
+        yield http
+
+
+@pytest.fixture
+def tfs_channel(tfs_testdata: Endpoint) -> Iterator[grpc.Channel]:
+    """A gRPC channel to the TF Serving test-model server."""
+    with grpc.insecure_channel(tfs_testdata.grpc_target) as channel:
+        yield channel

@@ -113,9 +113,11 @@ def test_missing_input_is_invalid_argument_naming_it(client, endpoint):
     assert "item_id" in caught.value.details
 
 
-def test_wrong_shape_is_invalid_argument(client, endpoint):
+def test_a_shape_the_graph_cannot_take_is_invalid_argument(client, endpoint):
+    """Shapes are not checked against the signature (TF Serving feeds them unchecked): the graph refuses
+    three channels where its convolution takes one."""
     with pytest.raises(status.InvalidArgument):
-        client.predict("digits", {"images": np.zeros((1, 8, 7, 1), np.float32)})
+        client.predict("digits", {"images": np.zeros((1, 28, 28, 3), np.float32)})
 
 
 @pytest.mark.parametrize("client", ["stub-grpc", "sdk-grpc"], indirect=True)  # REST has no output_filter

@@ -84,10 +84,14 @@ def test_b64_strings_are_accepted_for_string_inputs(rest, endpoint):
     assert list(text(labels)) == list(text(man.golden_outputs()["label"][:2]))
 
 
-def test_routes_are_case_insensitive(rest, endpoint):
+def test_routes_are_case_insensitive_but_verbs_and_subresources_are_not(rest, endpoint):
+    """http_rest_api_util.cc's regexes are (?i); http_rest_api_handler.cc compares the verb and "metadata"
+    case-sensitively: ":PREDICT" is malformed and "/Metadata" asks for the model's status."""
     images = manifest(endpoint.repo, "digits").sample_inputs()["images"]
-    assert rest.post("/V1/MODELS/digits/VERSIONS/1:PREDICT", json={"instances": images.tolist()}).status_code == 200
-    assert rest.get("/V1/Models/digits/Metadata").status_code == 200
+    assert rest.post("/V1/MODELS/digits/VERSIONS/1:predict", json={"instances": images.tolist()}).status_code == 200
+    refused = rest.post("/v1/models/digits:PREDICT", json={"instances": images.tolist()})
+    assert refused.status_code == 400 and refused.json()["error"].startswith("Malformed request")
+    assert "model_version_status" in rest.get("/V1/Models/digits/Metadata").json()
 
 
 @pytest.mark.parametrize("method, path", [

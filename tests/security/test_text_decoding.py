@@ -23,7 +23,7 @@ def test_surrogate_pairs_and_escaped_backslashes_are_text(body, value):
 
 @pytest.mark.parametrize("body", [b'["\xff"]', b'[NaN, "\xff"]'])
 def test_bytes_that_are_not_utf8_are_an_encoding_error(body):
-    with pytest.raises(status.InvalidArgument, match="JSON Parse error: Invalid encoding in string at offset"):
+    with pytest.raises(status.InvalidArgument, match=r"JSON Parse error: Invalid encoding in string\. at offset"):
         codec.json_loads(body)
 
 

@@ -4,12 +4,13 @@ Rules (``server_core.cc`` ``UpdateModelVersionLabelMap``): a label may only
 point at an AVAILABLE version, unless ``allow_version_labels_for_unavailable_models``
 is set and the label is new or keeps its version (re-pointing an existing
 label still needs the target loaded); with ``allow_version_labels=False`` any
-label is rejected. Label names must match ``[a-zA-Z0-9_]+`` (TF Serving's
-REST routes cannot address any other name).
+label is rejected. Like TF Serving, the server places no rule on a label's
+name (``server_core_test.cc`` assigns "nice try"); a name the REST routes
+cannot address (``/labels/([^/:]+)``) is still usable over gRPC. The config
+CLIs (``serving.config``) keep their own stricter rule for labels they write.
 """
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from serving import status
@@ -17,9 +18,7 @@ from serving import status
 if TYPE_CHECKING:  # annotations only
     from tensorflow_serving.config.model_server_config_pb2 import ModelConfig
 
-__all__ = ["LABEL_PATTERN", "LabelMap", "build_label_map"]
-
-LABEL_PATTERN = re.compile(r"[a-zA-Z0-9_]+")
+__all__ = ["LabelMap", "build_label_map"]
 
 LabelMap = dict[str, dict[str, int]]
 """model name -> label -> version."""
@@ -32,10 +31,6 @@ def build_label_map(model_configs: Iterable[ModelConfig], is_available: Callable
     labels: LabelMap = {}
     for config in model_configs:
         for label, version in sorted(config.version_labels.items()):
-            if not LABEL_PATTERN.fullmatch(label):
-                raise status.InvalidArgument(
-                    f"Invalid version label '{label}' for model {config.name}: "
-                    "labels must match [a-zA-Z0-9_]+")
             existing = current.get(config.name, {}).get(label)
             may_skip_check = allow_unavailable and (existing is None or existing == version)
             if not may_skip_check and not is_available(config.name, version):

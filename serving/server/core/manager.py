@@ -11,15 +11,21 @@ one), and the servable it serves is the loader's opaque value.
   source is re-pointed (models missing from the new config get an empty
   aspired list, so they are unloaded), and the call returns once every newly
   added model's latest version is AVAILABLE or has failed (then
-  ``status.Unknown`` "N model(s) did not become available: ..."), as
-  ``ServerCore::ReloadConfig`` waits (``WaitUntilModelsAvailable``, no time
-  limit). Unlike TF Serving, which waits holding its config lock (so a model
-  whose base path never has a version wedges every later reload), the lock
-  is held only while the config is applied, and the wait ends early: when
-  the caller has gone (``caller_gone`` is set: its deadline passed or it
-  cancelled; ``status.Cancelled``), past ``timeout`` (``DeadlineExceeded``),
-  or when a later reload applies a different config (``status.Aborted``). So
-  at most one reload is ever waiting, and the newest config always applies.
+  ``status.Unknown`` "N model(s) did not become available: ...", "servable(s)"
+  for the first model list, as TF Serving's initial load words it), as
+  ``ServerCore::ReloadConfig`` waits (``WaitUntilModelsAvailable``).
+  Config changes are serialized as TF Serving's ``config_mu_`` serializes
+  them: one config lock is held from the start of a change until its models
+  are AVAILABLE or failed, by RPC reloads and the config-file poller alike,
+  and a reload arriving meanwhile waits its turn (it is not aborted). Two
+  bounds keep a model that can never load from wedging every later reload
+  (TF Serving waits without end): a reload, waiting for the lock or for its
+  models, ends at its caller's ``timeout`` (``status.DeadlineExceeded``) or
+  when ``caller_gone`` is set (its deadline passed or it cancelled;
+  ``status.Cancelled``); and a lock holder without a deadline whose pending
+  models have no version at all under their base paths gives the lock up as
+  soon as another config change waits for it (``status.Aborted``). The config stays applied
+  in every case.
 * A manager thread applies the availability-preserving policy: a new version
   is loaded (retried ``max_num_load_retries`` times, ``load_retry_interval_micros``
   apart) and warmed up before the old one is unloaded. Loads and unloads run
@@ -62,6 +68,7 @@ __all__ = ["ServableManager", "ServableHandle", "VersionEvents"]
 log = logging.getLogger(__name__)
 
 _MANAGE_STATE_INTERVAL_S = 0.1  # TF Serving's manage_state_interval_micros default
+_LOCK_POLL_S = 0.05   # how soon a reload waiting for the config lock notices its caller has gone
 
 ServableT = TypeVar("ServableT")
 
@@ -125,8 +132,9 @@ class ServableManager(Generic[ServableT]):
         self._config: Optional[ModelServerConfig] = None
         self._model_names: list[str] = []
         self._served: frozenset[str] = frozenset()   # replaced whole: read without the lock
-        self._config_lock = threading.Lock()
-        self._config_generation = 0   # bumped (under _cond) by each reload that changes the config
+        self._config_turn = threading.Condition(threading.Lock())   # guards the two below
+        self._config_busy = False     # a config change holds the config lock
+        self._config_waiters = 0      # config changes waiting for it (read lock-free by the holder)
         self._source = FileSystemSource(self._on_aspired_versions, file_system_poll_wait_seconds,
                                         quarantined)   # the source never picks a quarantined version
         self._workers: Optional[ThreadPoolExecutor] = None
@@ -189,68 +197,105 @@ class ServableManager(Generic[ServableT]):
                       caller_gone: Optional[threading.Event] = None) -> None:
         """Replace the served models with ``config``; see the module docstring.
 
-        ``timeout`` (seconds, None = wait as long as it takes, like TF Serving)
-        bounds the wait for newly added models; past it ``status.DeadlineExceeded``.
-        ``caller_gone``, once set, ends the wait with ``status.Cancelled``; a
-        later reload of another config ends it with ``status.Aborted``. The
-        config stays applied in every case.
+        Holds the config lock from the start until the newly added models are
+        AVAILABLE or failed. ``timeout`` (seconds, None = as long as it takes,
+        like TF Serving) bounds the wait for the lock and for the models
+        together; past it ``status.DeadlineExceeded``. ``caller_gone``, once
+        set, ends either wait with ``status.Cancelled``. An applied config
+        stays applied whatever the wait's outcome.
         """
-        applied = self._apply_config(config)
-        if applied is None:   # an empty config: nothing was changed
-            return
-        new_models, start, generation = applied
-        if new_models:
-            self._monitor.wait_until_models_available(
-                new_models, start, timeout,
-                stop=lambda: self._wait_abandoned(new_models, generation, caller_gone))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._acquire_config_lock(deadline, caller_gone)
+        try:
+            first = self._config is None or not self._config.HasField("model_config_list")
+            applied = self._apply_config(config)
+            if applied is None:   # an empty config: nothing was changed
+                return
+            new_models, start = applied
+            if new_models:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._monitor.wait_until_models_available(
+                    new_models, start, remaining,
+                    stop=lambda: self._wait_abandoned(new_models, caller_gone, may_yield=deadline is None),
+                    noun="servable" if first else "model")   # the first config loads as load_servables_fast does
+        finally:
+            self._release_config_lock()
         log.info("Finished adding/updating models")
 
-    def _wait_abandoned(self, models: list[str], generation: int,
-                        caller_gone: Optional[threading.Event]) -> Optional[status.ServingError]:
+    def _acquire_config_lock(self, deadline: Optional[float], caller_gone: Optional[threading.Event]) -> None:
+        """Wait for the config lock; raises if the caller's deadline or cancellation comes first."""
+        with self._config_turn:
+            self._config_waiters += 1
+            try:
+                while self._config_busy:
+                    if self._stopping:
+                        raise status.Cancelled("The server is stopping; the config reload was not applied")
+                    if caller_gone is not None and caller_gone.is_set():
+                        raise status.Cancelled(
+                            "The caller of the config reload has gone (deadline or cancel) while an earlier "
+                            "config change was still in progress; the config was not applied")
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise status.DeadlineExceeded(
+                            "Timed out waiting for an earlier config change to finish; the config was not "
+                            "applied")
+                    self._config_turn.wait(_LOCK_POLL_S if remaining is None else min(remaining, _LOCK_POLL_S))
+                self._config_busy = True
+            finally:
+                self._config_waiters -= 1
+
+    def _release_config_lock(self) -> None:
+        with self._config_turn:
+            self._config_busy = False
+            self._config_turn.notify()
+
+    def _wait_abandoned(self, models: list[str], caller_gone: Optional[threading.Event], *,
+                        may_yield: bool) -> Optional[status.ServingError]:
         """Why a reload's wait for ``models`` should end now, if it should (caller holds ``_cond``)."""
         if caller_gone is not None and caller_gone.is_set():
             return status.Cancelled(
                 f"The caller of the config reload has gone (deadline or cancel); stopped waiting for "
                 f"model(s) to become available: {', '.join(models)}")
-        if generation != self._config_generation:
+        if may_yield and self._config_waiters and all(self._has_no_version_locked(name) for name in models):
             return status.Aborted(
-                f"A later config reload replaced this config before model(s) became available: "
-                f"{', '.join(models)}")
+                f"No version of model(s) {', '.join(models)} was found under their base paths and a later "
+                f"config change is waiting; stopped waiting for them (the config stays applied)")
         return None
 
-    def _apply_config(self, config: ModelServerConfig) -> Optional[tuple[list[str], int, int]]:
-        """Validate and apply ``config`` under the config lock: the models to wait for, the monitor's
-        checkpoint to wait from and the config's generation (None for an empty config)."""
-        with self._config_lock:
-            if self._thread is None:
-                raise RuntimeError("ServableManager.reload_config() called before start()")
-            models = self._accepted_model_list(config)
-            if models is None:
-                return None
-            previous = list(self._config.model_config_list.config) if self._config else []
-            validate_model_config_list(models, previous)
-            with self._cond:
-                labels = build_label_map(
-                    models, self._monitor.is_available, self._labels,
-                    allow_version_labels=self._allow_labels,
-                    allow_unavailable=self._allow_unavailable_labels)
-                self._labels = labels
-                self._model_names = [m.name for m in models]
-                self._served = frozenset(self._model_names)
-                start = self._monitor.checkpoint()
-                if config != self._config:
-                    self._config_generation += 1
-                    self._cond.notify_all()   # a reload still waiting for the old config gives up
-                generation = self._config_generation
-            new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
-            self._config = ModelServerConfig()
-            self._config.CopyFrom(config)
-            log.info("Adding/updating models.")
-            self._source.set_servables(
-                [ServableToMonitor(m.name, m.base_path,
-                                   m.model_version_policy if m.HasField("model_version_policy")
-                                   else None) for m in models])
-            return new_models, start, generation
+    def _has_no_version_locked(self, name: str) -> bool:
+        """Whether the source found no version of ``name`` to load (caller holds ``_cond``)."""
+        if self._pending.get(name):
+            return False
+        return not any(h.is_aspired for h in self._harnesses.get(name, {}).values())
+
+    def _apply_config(self, config: ModelServerConfig) -> Optional[tuple[list[str], int]]:
+        """Validate and apply ``config`` (the caller holds the config lock): the models to wait for and
+        the monitor's checkpoint to wait from (None for an empty config)."""
+        if self._thread is None:
+            raise RuntimeError("ServableManager.reload_config() called before start()")
+        models = self._accepted_model_list(config)
+        if models is None:
+            return None
+        previous = list(self._config.model_config_list.config) if self._config else []
+        validate_model_config_list(models, previous)
+        with self._cond:
+            labels = build_label_map(
+                models, self._monitor.is_available, self._labels,
+                allow_version_labels=self._allow_labels,
+                allow_unavailable=self._allow_unavailable_labels)
+            self._labels = labels
+            self._model_names = [m.name for m in models]
+            self._served = frozenset(self._model_names)
+            start = self._monitor.checkpoint()
+        new_models = [m.name for m in models if m.name not in {p.name for p in previous}]
+        self._config = ModelServerConfig()
+        self._config.CopyFrom(config)
+        log.info("Adding/updating models.")
+        self._source.set_servables(
+            [ServableToMonitor(m.name, m.base_path,
+                               m.model_version_policy if m.HasField("model_version_policy")
+                               else None) for m in models])
+        return new_models, start
 
     def _accepted_model_list(self, config: ModelServerConfig) -> Optional[list[ModelConfig]]:
         kind = config.WhichOneof("config")
@@ -275,8 +320,11 @@ class ServableManager(Generic[ServableT]):
 
         ``version`` None and ``label`` None = the highest AVAILABLE version.
         Raises ``status.NotFound`` ("Servable not found for request: Latest(m)"
-        / "Specific(m, 3)") or ``status.InvalidArgument`` for an unknown label.
+        / "Specific(m, 3)"), or ``status.InvalidArgument`` for an empty name or an
+        unknown label (``ServerCore::ServableRequestFromModelSpec``).
         """
+        if not name:
+            raise status.InvalidArgument("ModelSpec has no name specified.")
         with self._cond:
             if label is not None:
                 version = self._version_for_label_locked(name, label)

@@ -70,14 +70,17 @@ class ServableStateMonitor:
 
     def wait_until_models_available(self, names: Sequence[str], since: int,
                                      timeout: Optional[float] = None,
-                                     stop: Optional[Callable[[], Optional[status.ServingError]]] = None) -> None:
+                                     stop: Optional[Callable[[], Optional[status.ServingError]]] = None,
+                                     noun: str = "model") -> None:
         """Wait until each model's latest version published after ``since`` is AVAILABLE or END.
 
         Takes the lock itself. Raises ``status.Unknown`` with ServerCore's
         message if some ended in error, ``status.DeadlineExceeded`` after
         ``timeout`` seconds (None = no limit), ``status.Cancelled`` once closed,
         and whatever ``stop()`` returns once it returns an error (it is asked
-        under the lock, at each wake-up and every ``_STOP_POLL_S``).
+        under the lock, at each wake-up and every ``_STOP_POLL_S``). ``noun`` names
+        what did not become available: "model", or "servable" for the first config
+        (``load_servables_fast.cc``'s wording).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = _WAIT_POLL_S if stop is None else _STOP_POLL_S
@@ -100,7 +103,7 @@ class ServableStateMonitor:
         if failed:
             details = "".join(
                 f"{{{{name: {name} version: {st.version}}}{_due_to(st)}}}, " for name, st in failed)
-            raise status.Unknown(f"{len(failed)} model(s) did not become available: {{{details}}}")
+            raise status.Unknown(f"{len(failed)} {noun}(s) did not become available: {{{details}}}")
 
     def _latest_outcomes(self, names: Sequence[str], since: int) -> tuple[list, list]:
         pending, failed = [], []

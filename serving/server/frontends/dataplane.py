@@ -80,7 +80,7 @@ from serving.codec import (
 )
 from serving.server.admission import MemoryAdmission, RequestCost, examples_cost, predict_cost
 from serving.server.deadline import request_deadline
-from serving.server.metrics import UNSERVED_MODEL_LABEL
+from serving.server.metrics import UNSERVED_MODEL_LABEL, prometheus_name
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 from serving.server.tensorflow.servable import Servable
@@ -334,6 +334,17 @@ class DataPlane:
             logger.info("Config entry index: %d path: %s name: %s platform: %s",
                         index, model.base_path, model.name, model.model_platform)
         self._manager.reload_config(config, timeout, caller_gone)
+
+    def metric_values(self, tf_names: Sequence[str]) -> dict[str, int]:
+        """The first point of each named metric (TF Serving's name, e.g. ``/tensorflow/serving/request_count``),
+        0 where there is none: what ``HandleReloadConfigRequest`` compares for ``metric_names``."""
+        registry = getattr(self._metrics, "registry", None)
+        families = {family.name: family for family in registry.collect()} if registry is not None else {}
+        values: dict[str, int] = {}
+        for tf_name in tf_names:
+            family = families.get(prometheus_name(tf_name))
+            values[tf_name] = int(family.samples[0].value) if family is not None and family.samples else 0
+        return values
 
     # -- helpers ---------------------------------------------------------
     def _admit(self, servable: Servable, cost: Callable[[], RequestCost]) -> ContextManager[None]:

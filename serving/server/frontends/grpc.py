@@ -121,6 +121,7 @@ from serving.server.frontends.dataplane import (
 )
 from serving.server.frontends.grpc_admission import MessageFirstExecutor
 from serving.server.frontends.grpc_limits import GrpcConnectionLimits
+from serving.server.frontends.grpc_health import HealthService
 from serving.server.memory import release_free_memory
 
 __all__ = ["GrpcFrontend", "MAX_MESSAGE_LENGTH", "parse_channel_arguments", "server_credentials",
@@ -200,6 +201,12 @@ def _rpc(method: Callable[[Servicer, Request, grpc.ServicerContext], Response]
 def _spec(model_spec: model_pb2.ModelSpec) -> ModelSpec:
     version = model_spec.version.value if model_spec.HasField("version") else None
     return ModelSpec(model_spec.name, version, model_spec.version_label or None, model_spec.signature_name)
+
+
+def _require_model_spec(request: message.Message) -> None:
+    """``predict_impl.cc``, ``classification_service.cc``, ``regression_service.cc``: no ModelSpec, no call."""
+    if not request.HasField("model_spec"):
+        raise status.InvalidArgument("Missing ModelSpec")
 
 
 def _deadline(context: grpc.ServicerContext) -> Optional[float]:
@@ -302,6 +309,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
                 ) -> predict_pb2.PredictResponse:
         with self._dp.track(request.model_spec.name, "Predict", "GRPC"):
+            _require_model_spec(request)
             inputs = _to_arrays(request.inputs, self._max_tensor_elements,
                                 _max_decoded_bytes(request, self._max_receive_message_bytes))
             result = self._dp.predict(_spec(request.model_spec), inputs, list(request.output_filter),
@@ -317,6 +325,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Classify(self, request: classification_pb2.ClassificationRequest, context: grpc.ServicerContext
                  ) -> classification_pb2.ClassificationResponse:
         with self._dp.track(request.model_spec.name, "Classify", "GRPC"):
+            _require_model_spec(request)
             answer = self._dp.classify(_spec(request.model_spec), request.input, deadline=_deadline(context))
         response = classification_pb2.ClassificationResponse()
         _fill_spec(response.model_spec, answer.name, answer.version, answer.signature_name)
@@ -327,6 +336,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Regress(self, request: regression_pb2.RegressionRequest, context: grpc.ServicerContext
                 ) -> regression_pb2.RegressionResponse:
         with self._dp.track(request.model_spec.name, "Regress", "GRPC"):
+            _require_model_spec(request)
             answer = self._dp.regress(_spec(request.model_spec), request.input, deadline=_deadline(context))
         response = regression_pb2.RegressionResponse()
         _fill_spec(response.model_spec, answer.name, answer.version, answer.signature_name)
@@ -368,16 +378,21 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
 
     def HandleReloadConfigRequest(self, request: model_management_pb2.ReloadConfigRequest,
                                   context: grpc.ServicerContext) -> model_management_pb2.ReloadConfigResponse:
-        """Reload; like TF Serving, the status is both in the response and the RPC status.
+        """Reload; like TF Serving, the status is both in the response and the RPC status, and each of
+        ``metric_names`` is answered with one ``Metric``: its first point's increase over the reload.
 
         The wait for the new models ends when the call does (its deadline, or a cancel).
         """
         response = model_management_pb2.ReloadConfigResponse()
+        metric_names = list(dict.fromkeys(request.metric_names))
+        before = self._dp.metric_values(metric_names)
         caller_gone = threading.Event()
         if not context.add_callback(caller_gone.set):   # runs once the call terminates
             caller_gone.set()
         try:
-            self._dp.reload_config(request.config, timeout=context.time_remaining(), caller_gone=caller_gone)
+            deadline = _deadline(context)   # None when the client set none (grpc reports a huge remainder)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._dp.reload_config(request.config, timeout=timeout, caller_gone=caller_gone)
         except Exception as exc:  # noqa: BLE001 - every failure must become a status
             error = exc if isinstance(exc, status.ServingError) else status.internal_error(
                 "Internal error while handling HandleReloadConfigRequest", exc, logger)
@@ -386,6 +401,8 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
             response.status.error_message = error.details
             context.set_code(status.to_grpc_status(error.code))
             context.set_details(status.truncate_for_grpc(error.details))
+        for name, value in self._dp.metric_values(metric_names).items():   # model_service_impl.cc
+            response.metric.add(name=name, int64_value_increase=value - before[name])
         return response
 
 
@@ -501,16 +518,18 @@ class GrpcFrontend:
     (None: unbounded) are the admission bounds of the module docstring.
     ``stop(grace)`` refuses new connections at once, serves the calls already
     sent, refuses later ones with UNAVAILABLE (see the module docstring), then
-    lets running ones finish for up to ``grace`` seconds.
+    lets running ones finish for up to ``grace`` seconds. ``enable_health_service``
+    adds the standard ``grpc.health.v1.Health`` service (``grpc_health``).
     """
 
     def __init__(self, dataplane: DataPlane, addresses: Sequence[str], *, max_threads: int,
                  channel_arguments: Sequence[ChannelArgument] = (), use_tensor_content: bool = False,
                  credentials: Optional[grpc.ServerCredentials] = None,
                  max_concurrent_rpcs: Optional[int] = None, max_tensor_elements: Optional[int] = None,
-                 limits: Optional[GrpcConnectionLimits] = None, max_receive_message_bytes: Optional[int] = None
-                 ) -> None:
+                 limits: Optional[GrpcConnectionLimits] = None, max_receive_message_bytes: Optional[int] = None,
+                 enable_health_service: bool = False) -> None:
         self._dataplane = dataplane
+        self._enable_health_service = enable_health_service
         self._addresses = list(addresses)
         self._max_threads = max(1, max_threads)
         self._max_concurrent_rpcs = max_concurrent_rpcs
@@ -538,6 +557,8 @@ class GrpcFrontend:
             _PredictionService(self._dataplane, self._use_tensor_content, self._max_tensor_elements,
                                self._max_receive_message_bytes), registrar)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(self._dataplane), registrar)
+        if self._enable_health_service:   # --enable_grpc_healthcheck_service
+            server.add_generic_rpc_handlers((HealthService().handler(),))
         for address in self._addresses:
             port = self._bind(server, address)
             self.bound_ports.append(port)

@@ -144,14 +144,25 @@ def parse_route(http_method: str, path: str) -> RestRoute:
     if version_text:
         significant = version_text.lstrip("0")  # never int() of thousands of digits
         if len(significant) > _INT64_DIGITS or int(version_text) > _INT64_MAX:
-            raise status.InvalidArgument(f"Failed to convert version: {version_text} to numeric.")
+            raise _without_body(status.InvalidArgument(f"Failed to convert version: {version_text} to numeric."))
         version = int(version_text)
+    # The regexes match case-insensitively, the dispatch compares case-sensitively (http_rest_api_handler.cc):
+    # ":PREDICT" is a malformed request and "/METADATA" asks for the model's status.
+    if http_method == "POST" and tail not in ("predict", "classify", "regress"):
+        raise status.InvalidArgument(f"Malformed request: {http_method} {path}")
     return RestRoute(
         model_name=_decoded_segment(name or "", "model name"),
         version=version,
         version_label=_decoded_segment(label, "model version label") if label else None,
-        method=(tail or "").lower() if http_method == "POST" else "",
-        subresource=(tail or "").lower() if http_method == "GET" else "")
+        method=tail if http_method == "POST" else "",
+        subresource="metadata" if http_method == "GET" and tail == "metadata" else "")
+
+
+def _without_body(error: status.ServingError) -> status.ServingError:
+    """Mark ``error`` as answered with its HTTP status and no body: TF Serving returns these before it
+    writes an error document (``ParseModelInfo``'s failures, a CORS preflight without an Origin)."""
+    error.empty_body = True
+    return error
 
 
 def _decoded_segment(segment: str, what: str) -> str:
@@ -161,8 +172,8 @@ def _decoded_segment(segment: str, what: str) -> str:
         return urllib.parse.unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError:
         shown = raw[:_ECHOED_CHARS].decode("ascii", errors="backslashreplace")
-        raise status.InvalidArgument(
-            f"Failed to decode {what}:{shown} (its %-decoded bytes are not UTF-8 text)") from None
+        raise _without_body(status.InvalidArgument(
+            f"Failed to decode {what}:{shown} (its %-decoded bytes are not UTF-8 text)")) from None
 
 
 def _error_json(details: str) -> bytes:
@@ -294,9 +305,9 @@ class RestFrontend:
             self._guard.request_finished(request.protocol, body_read=request.content.is_eof())
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
-        path = request.raw_path.split("?", 1)[0]
-        if self._monitoring_path is not None and path == self._monitoring_path:
+        if self._monitoring_path is not None and request.raw_path.split("?", 1)[0] == self._monitoring_path:
             return await self._prometheus()
+        path = request.raw_path   # the query string is part of the path the /v1 regexes match, as in TF Serving
         if not DISPATCH_REGEX.fullmatch(path):
             return self._reply(404, _error_json(f"Not found: {request.method} {path}"))
         try:
@@ -306,7 +317,8 @@ class RestFrontend:
             response.force_close()
             return response
         except status.ServingError as exc:
-            return self._reply(status.to_http_status(exc.code), _error_json(exc.details))
+            body = b"" if getattr(exc, "empty_body", False) else _error_json(exc.details)
+            return self._reply(status.to_http_status(exc.code), body)
         except Exception as exc:  # noqa: BLE001 - the server must answer and stay up
             error = status.internal_error(f"Internal error while handling {request.method} {path}", exc, logger)
             return self._reply(500, _error_json(error.details))
@@ -317,7 +329,7 @@ class RestFrontend:
         with self._dp.track(route.model_name, route.method, "REST"):
             if request.method == "OPTIONS":
                 if re.search(r"https?://", request.headers.get("Origin", "")) is None:
-                    raise status.FailedPrecondition("Origin header is missing in CORS preflight")
+                    raise _without_body(status.FailedPrecondition("Origin header is missing in CORS preflight"))
                 return b""
             if error is not None:
                 raise error

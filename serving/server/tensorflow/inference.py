@@ -84,7 +84,8 @@ def predict(servable: Servable, signature_name: Optional[str], inputs: Mapping[s
     ``inputs`` map input aliases to arrays; ``output_filter`` lists output
     aliases (empty = every output of the signature). Returns outputs by alias.
     Unknown signature: FAILED_PRECONDITION ``Serving signature key "X" not
-    found.``; wrong inputs, dtypes, shapes or output aliases: INVALID_ARGUMENT.
+    found.``; wrong inputs, dtypes or output aliases: INVALID_ARGUMENT. Shapes
+    are not checked: the graph gets what the request sent, as in TF Serving.
     """
     key = _signature_key(signature_name)
     signature = servable.signatures.get(key)
@@ -118,9 +119,10 @@ def _verify_inputs_size(signature: Signature, inputs: Mapping[str, ArrayLike],
 def _input_values(signature: Signature, inputs: Mapping[str, ArrayLike],
                   defaults: Mapping[str, TensorProto]) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
+    feed_order = sorted(signature.inputs)   # the order the servable feeds them (its callables' argument order)
     for alias, spec in signature.inputs.items():
         if alias in inputs:
-            arrays[alias] = _checked_input(signature.name, spec, inputs[alias])
+            arrays[alias] = _checked_input(feed_order.index(alias), spec, inputs[alias])
         elif alias in defaults:
             arrays[alias] = tensor_proto_to_ndarray(defaults[alias])
         else:
@@ -133,6 +135,11 @@ def _input_values(signature: Signature, inputs: Mapping[str, ArrayLike],
     return arrays
 
 
+def _type_string(dtype_name: str) -> str:
+    """TensorFlow's ``DataTypeString``: ``DT_FLOAT`` -> ``float``."""
+    return dtype_name[3:].lower() if dtype_name.startswith("DT_") else dtype_name
+
+
 def _tf_dtype_name(array: np.ndarray) -> str:
     if array.dtype.kind in "SUO":
         return "DT_STRING"
@@ -142,25 +149,18 @@ def _tf_dtype_name(array: np.ndarray) -> str:
         return str(array.dtype)
 
 
-def _checked_input(signature_name: str, spec: TensorSpec, value: ArrayLike) -> np.ndarray:
+def _checked_input(feed_index: int, spec: TensorSpec, value: ArrayLike) -> np.ndarray:
+    """The input as fed; a dtype other than the signature's is the Session's own error, as TF Serving's
+    ``Session::Run`` reports it: ``Expects arg[0] to be float but bool is provided``."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     got, want = _tf_dtype_name(array), spec.dtype_name
     if got != want:
         raise status.InvalidArgument(
-            f'Input "{spec.name}" of signature "{signature_name}" expects dtype {want} '
-            f"but the request sent {got}")
-    if not spec.accepts_shape(array.shape):
-        raise status.InvalidArgument(
-            f'Input "{spec.name}" of signature "{signature_name}" expects shape '
-            f"{_shape_str(spec.shape)} but the request sent {_shape_str(array.shape)}")
+            f"Expects arg[{feed_index}] to be {_type_string(want)} but {_type_string(got)} is provided")
     if array.dtype.kind == "U":
         array = np.array([s.encode("utf-8") for s in array.reshape(-1)],
                          dtype=object).reshape(array.shape)
     return array
-
-
-def _shape_str(shape: tuple) -> str:
-    return "[" + ",".join("-1" if d is None else str(d) for d in shape) + "]"
 
 
 def _output_aliases(signature: Signature, output_filter: Sequence[str]) -> list[str]:

@@ -161,10 +161,9 @@ def _load_error(exc: Exception, path: str, tags: Sequence[str]) -> status.Servin
     if isinstance(exc, tf.errors.OpError):
         return status.error_for(exc.error_code, tf_error_message(exc))
     if isinstance(exc, OSError) and "does not exist" in text:
-        return status.NotFound(
-            f"Could not find SavedModel .pb or .pbtxt at supplied export directory path: {path}. "
-            "Check that the directory exists and that you have the right permissions for "
-            "accessing it.")
+        return status.NotFound(   # session_bundle_util.cc LoadSessionBundleOrSavedModelBundle
+            "Specified file path does not appear to contain a SavedModel bundle (should have a file "
+            f"called `saved_model.pb`)\nSpecified file path: {path}")
     if isinstance(exc, OSError) and "Cannot parse" in text:
         return status.DataLoss(f"Can't parse {os.path.join(path, 'saved_model.pb')} as binary proto")
     if isinstance(exc, RuntimeError) and "MetaGraphDef associated with tags" in text:

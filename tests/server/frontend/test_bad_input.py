@@ -99,7 +99,7 @@ def test_integers_too_big_for_a_double_are_400_not_500(server, http):
     for digits in (400, 5000):
         body = b'{"instances": [[NaN, 1.0, ' + b"7" * digits + b"]]}"
         message = error_of(http.post("/v1/models/tiny:predict", content=body))
-        assert message == "JSON Parse error: Number too big to be stored in double"
+        assert message == "JSON Parse error: Number too big to be stored in double."
         message = error_of(http.post("/v1/models/tiny:predict", content=b'{"instances": [' + b"7" * digits + b"]}"))
         assert message.startswith("JSON Parse error")
     assert_still_serving(server, http)
@@ -107,10 +107,10 @@ def test_integers_too_big_for_a_double_are_400_not_500(server, http):
 
 def test_a_version_of_thousands_of_digits_is_400_not_500(server, http):
     digits = "9" * 5000
-    message = error_of(http.get(f"/v1/models/tiny/versions/{digits}"))
-    assert message == f"Failed to convert version: {digits} to numeric."
-    assert error_of(http.post(f"/v1/models/tiny/versions/{digits}:predict", json=GOOD)).startswith(
-        "Failed to convert version")
+    # TF Serving's ParseModelInfo fails before an error document is written: 400 with an empty body.
+    for response in (http.get(f"/v1/models/tiny/versions/{digits}"),
+                     http.post(f"/v1/models/tiny/versions/{digits}:predict", json=GOOD)):
+        assert (response.status_code, response.content) == (400, b"")
     assert http.get("/v1/models/tiny/versions/" + "0" * 30 + "1").status_code == 200
     assert_still_serving(server, http)
 
@@ -175,7 +175,8 @@ def test_cors_preflight_and_headers(server, http):
     preflight = http.options("/v1/models/tiny:predict", headers={"Origin": "http://example.com"})
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-origin"] == "*"
-    assert error_of(http.options("/v1/models/tiny:predict")) == "Origin header is missing in CORS preflight"
+    refused = http.options("/v1/models/tiny:predict")   # TF Serving answers it with no body
+    assert (refused.status_code, refused.content) == (400, b"")
 
 
 def test_good_requests_are_unaffected_by_concurrent_bad_ones(server):
@@ -190,7 +191,7 @@ def test_good_requests_are_unaffected_by_concurrent_bad_ones(server):
 
     deep = b'{"instances": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     threads = [threading.Thread(target=send, args=(b, code)) for b, code in [
-        (b"{bad", 400), (deep, 400), (b'{"instances": [[1.0, 2.0, 3.0]]}', 200), (b'{"instances": [[1.0]]}', 400),
+        (b"{bad", 400), (deep, 400), (b'{"instances": [[1.0, 2.0, 3.0]]}', 200), (b'{"instances": [["a"]]}', 400),
         (b'{"instances": [[1.0, 2.0, 3.0]]}', 200)]]
     for thread in threads:
         thread.start()

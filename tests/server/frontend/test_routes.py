@@ -27,7 +27,7 @@ def test_regexes_are_tf_servings_own():
     ("/v1/models/digits:predict", RestRoute("digits", method="predict")),
     ("/v1/models/digits/versions/3:classify", RestRoute("digits", version=3, method="classify")),
     ("/v1/models/digits/labels/stable:regress", RestRoute("digits", version_label="stable", method="regress")),
-    ("/V1/MODELS/digits/VERSIONS/2:PREDICT", RestRoute("digits", version=2, method="predict")),
+    ("/V1/MODELS/digits/VERSIONS/2:predict", RestRoute("digits", version=2, method="predict")),
     ("/v1/models/my%20model:predict", RestRoute("my model", method="predict")),
 ])
 def test_post_routes(path, route):
@@ -40,8 +40,8 @@ def test_post_routes(path, route):
     ("/v1/models/digits/labels/canary", RestRoute("digits", version_label="canary")),
     ("/v1/models/digits/metadata", RestRoute("digits", subresource="metadata")),
     ("/v1/models/digits/versions/1/metadata", RestRoute("digits", version=1, subresource="metadata")),
-    ("/v1/models/digits/labels/canary/METADATA", RestRoute("digits", version_label="canary",
-                                                           subresource="metadata")),
+    # The regex matches "METADATA"; the handler compares "metadata" case-sensitively: a status request.
+    ("/v1/models/digits/labels/canary/METADATA", RestRoute("digits", version_label="canary")),
     ("/v1/models", RestRoute("")),
 ])
 def test_get_routes(path, route):
@@ -52,6 +52,8 @@ def test_get_routes(path, route):
     ("GET", "/v1/models/digits:predict"),
     ("POST", "/v1/models/digits"),
     ("POST", "/v1/models/digits:explain"),
+    ("POST", "/v1/models/digits:PREDICT"),         # the verb is compared case-sensitively
+    ("POST", "/v1/models/digits:predict?x=1"),     # the query string is part of the matched path
     ("POST", "/v1/models/digits/versions/x:predict"),
     ("POST", "/v1/models/digits/versions/1/labels/a:predict"),
     ("GET", "/v1/models/digits/versions/1/labels/a"),

@@ -21,7 +21,7 @@ PUBLIC = {
                   "predict", "classify", "regress", "serialized_examples"},
     "core.policy": {"HarnessState", "VersionSnapshot", "Action", "next_action"},
     "core.harness": {"VersionHarness"},
-    "core.labels": {"LABEL_PATTERN", "LabelMap", "build_label_map"},
+    "core.labels": {"LabelMap", "build_label_map"},
     "core.model_config": {"TENSORFLOW_PLATFORM", "model_platform", "validate_model_config_list"},
     "core.retrier": {"retry"},
     "core.state_monitor": {"ServableStateMonitor"},

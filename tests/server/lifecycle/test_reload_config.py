@@ -47,6 +47,9 @@ def test_reload_reports_newly_added_models_that_failed_to_load(make_manager, tmp
     base = tmp_path / "broken"
     corrupt_version(base, 3)
     manager = make_manager(retries=0)
+    empty_list = model_server_config()
+    empty_list.model_config_list.SetInParent()
+    manager.reload_config(empty_list)   # a first model list (its failures say "servable(s)")
     with pytest.raises(status.Unknown) as info:
         manager.reload_config(model_server_config(("broken", base)))
     assert info.value.details.startswith(

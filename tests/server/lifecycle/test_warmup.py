@@ -88,7 +88,7 @@ def test_a_failing_warmup_request_fails_the_load_and_the_version_is_reported(
 
     version_dir = publish(affine_templates[1.0], tmp_path / "affine", 1)
     request = predict_pb2.PredictRequest()
-    ndarray_to_tensor_proto(np.ones((1, 4), np.float32), request.inputs["x"])  # wrong shape
+    ndarray_to_tensor_proto(np.ones((1, 3), np.int32), request.inputs["x"])  # wrong dtype (shapes are not checked)
     target = version_dir / "assets.extra" / "tf_serving_warmup_requests"
     target.parent.mkdir()
     with tf.io.TFRecordWriter(str(target)) as writer:

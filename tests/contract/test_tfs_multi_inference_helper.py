@@ -1,0 +1,113 @@
+"""TF Serving's ``servables/tensorflow/multi_inference_helper_test.cc`` (2.17.1), ported over gRPC MultiInference.
+
+``test_model`` is ``tfs_testdata``'s (``saved_model_half_plus_two_2_versions``, version 123; the TF1 model:
+the typed suite's TF2 variant is listed in NOT_APPLICABLE.md).
+"""
+from __future__ import annotations
+
+import grpc
+import pytest
+from tensorflow_serving.apis import inference_pb2, prediction_service_pb2_grpc
+
+from tests.support.contract.tfs_grpc import RPC_TIMEOUT, add_example, code_and_details, populate_task
+
+MODEL, VERSION = "test_model", 123
+REGRESS, CLASSIFY, PREDICT = "tensorflow/serving/regress", "tensorflow/serving/classify", "tensorflow/serving/predict"
+
+
+@pytest.fixture
+def multi(tfs_channel):
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(tfs_channel)
+    return lambda request: stub.MultiInference(request, timeout=RPC_TIMEOUT)
+
+
+def request_with_x(x: float = 2.0) -> inference_pb2.MultiInferenceRequest:
+    request = inference_pb2.MultiInferenceRequest()
+    add_example(request.input, x=x)
+    return request
+
+
+def test_missing_input(multi):
+    """MissingInputTest: INVALID_ARGUMENT "Input is empty"."""
+    request = inference_pb2.MultiInferenceRequest()
+    populate_task(request, MODEL, "regress_x_to_y", REGRESS)
+    code, details = code_and_details(lambda: multi(request))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "Input is empty" in details
+
+
+def test_undefined_signature(multi):
+    """UndefinedSignatureTest: INVALID_ARGUMENT "signature not found"."""
+    request = request_with_x()
+    populate_task(request, MODEL, "ThisSignatureDoesNotExist", REGRESS)
+    code, details = code_and_details(lambda: multi(request))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "signature not found" in details
+
+
+def test_inconsistent_model_specs_in_request(multi):
+    """InconsistentModelSpecsInRequestTest: INVALID_ARGUMENT "must access the same model name"."""
+    request = request_with_x()
+    populate_task(request, MODEL, "regress_x_to_y", REGRESS)
+    populate_task(request, "ModelDoesNotExist", "regress_x_to_y", REGRESS)
+    code, details = code_and_details(lambda: multi(request))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "must access the same model name" in details
+
+
+def test_evaluate_duplicate_signatures(multi):
+    """EvaluateDuplicateSignaturesTest: INVALID_ARGUMENT "Duplicate evaluation of signature: regress_x_to_y"."""
+    request = request_with_x()
+    populate_task(request, MODEL, "regress_x_to_y", REGRESS)
+    populate_task(request, MODEL, "regress_x_to_y", REGRESS)
+    code, details = code_and_details(lambda: multi(request))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "Duplicate evaluation of signature: regress_x_to_y" in details
+
+
+def test_unsupported_signature_type(multi):
+    """UsupportedSignatureTypeTest: a predict task is UNIMPLEMENTED "Unsupported signature"."""
+    request = request_with_x()
+    populate_task(request, MODEL, "serving_default", PREDICT)
+    code, details = code_and_details(lambda: multi(request))
+    assert code is grpc.StatusCode.UNIMPLEMENTED and "Unsupported signature" in details
+
+
+def expected_result(response: inference_pb2.MultiInferenceResponse, signature_name: str, value: float,
+                    classify: bool = False) -> None:
+    result = response.results.add()
+    result.model_spec.name, result.model_spec.signature_name = MODEL, signature_name
+    result.model_spec.version.value = VERSION
+    if classify:
+        result.classification_result.classifications.add().classes.add(score=value)
+    else:
+        result.regression_result.regressions.add(value=value)
+
+
+@pytest.mark.parametrize("tasks", [
+    [("regress_x_to_y", REGRESS, 3.0)],                                   # ValidSingleSignatureTest
+    [("regress_x_to_y", REGRESS, 3.0), ("regress_x_to_y2", REGRESS, 4.0)],  # MultipleValidRegressSignaturesTest
+    [("regress_x_to_y", REGRESS, 3.0), ("classify_x_to_y", CLASSIFY, 3.0)],  # RegressAndClassifySignaturesTest
+])
+def test_valid_signatures(multi, tasks):
+    """ValidSingleSignatureTest, MultipleValidRegressSignaturesTest, RegressAndClassifySignaturesTest:
+    x=2 gives 3 (y) and 4 (y2); each result names the model, version 123 and its signature."""
+    request, expected = request_with_x(), inference_pb2.MultiInferenceResponse()
+    for signature_name, method, value in tasks:
+        populate_task(request, MODEL, signature_name, method, VERSION)
+        expected_result(expected, signature_name, value, classify=method == CLASSIFY)
+    assert multi(request) == expected
+
+
+def test_model_spec_override(multi):
+    """ModelSpecOverride (over the wire: the first task's spec): test_model is found, nonexistent_model is
+    NOT_FOUND."""
+    request = request_with_x()
+    populate_task(request, MODEL, "regress_x_to_y", REGRESS, VERSION)
+    assert code_and_details(lambda: multi(request))[0] is not grpc.StatusCode.NOT_FOUND
+    request.tasks[0].model_spec.name = "nonexistent_model"
+    assert code_and_details(lambda: multi(request))[0] is grpc.StatusCode.NOT_FOUND
+
+
+def test_no_tasks_is_model_spec_has_no_name(multi):
+    """multi_inference_helper.cc GetModelSpecFromRequest: no task, so an empty ModelSpec, so
+    ServerCore's INVALID_ARGUMENT "ModelSpec has no name specified."."""
+    assert code_and_details(lambda: multi(request_with_x())) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "ModelSpec has no name specified.")

@@ -1,0 +1,205 @@
+"""TF Serving's ``model_servers/tensorflow_model_server_test.py`` (2.17.1), ported.
+
+TF Serving starts one ``tensorflow_model_server`` per test; here one server of
+TF Serving's rebuilt test models (``tfs_testdata``) answers them all:
+``default`` and ``half_plus_two`` are ``saved_model_half_plus_two_cpu`` (version
+123), ``half_plus_three`` is ``saved_model_half_plus_three``. The config-reload
+tests start a server of their own with ``--model_config_file_poll_wait_seconds``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from tensorflow.core.framework import types_pb2
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    inference_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+
+from tests.support.contract.tfs_expect import HALF_PLUS_TWO_SIGNATURES, metadata_json, version_status_json
+from tests.support.contract.tfs_grpc import RPC_TIMEOUT, add_example
+from tests.support.half_plus_two import half_plus_two_repo
+from tests.support.servers import EmbeddedServer
+
+VERSION = 123
+
+
+@pytest.fixture
+def prediction(tfs_channel) -> prediction_service_pb2_grpc.PredictionServiceStub:
+    return prediction_service_pb2_grpc.PredictionServiceStub(tfs_channel)
+
+
+def verify_predict_request(stub, expected_output: float, model_name: str = "default",
+                           specify_output: bool = True) -> None:
+    """``VerifyPredictRequest``: x = [2.0] (shape [1]) -> y = [expected_output], version 123."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name, request.model_spec.signature_name = model_name, "serving_default"
+    request.inputs["x"].dtype = types_pb2.DT_FLOAT
+    request.inputs["x"].float_val.append(2.0)
+    request.inputs["x"].tensor_shape.dim.add().size = 1
+    if specify_output:
+        request.output_filter.append("y")
+    result = stub.Predict(request, timeout=RPC_TIMEOUT)
+    assert "y" in result.outputs
+    assert result.outputs["y"].dtype == types_pb2.DT_FLOAT
+    assert list(result.outputs["y"].float_val) == [expected_output]
+    verify_model_spec(result.model_spec, model_name, "serving_default")
+
+
+def verify_model_spec(model_spec, name: str, signature_name: str) -> None:
+    assert (model_spec.name, model_spec.signature_name, model_spec.version.value) == (name, signature_name, VERSION)
+
+
+def test_get_model_status(tfs_channel):
+    """testGetModelStatus: one version, 123, error code OK."""
+    request = get_model_status_pb2.GetModelStatusRequest()
+    request.model_spec.name = "default"
+    result = model_service_pb2_grpc.ModelServiceStub(tfs_channel).GetModelStatus(request, timeout=RPC_TIMEOUT)
+    assert [(v.version, v.status.error_code) for v in result.model_version_status] == [(VERSION, 0)]
+
+
+def test_get_model_metadata(prediction):
+    """testGetModelMetadata: the ModelSpec (default, 123) and one metadata entry, signature_def."""
+    request = get_model_metadata_pb2.GetModelMetadataRequest()
+    request.model_spec.name = "default"
+    request.metadata_field.append("signature_def")
+    result = prediction.GetModelMetadata(request, timeout=RPC_TIMEOUT)
+    assert (result.model_spec.name, result.model_spec.version.value) == ("default", VERSION)
+    assert list(result.metadata) == ["signature_def"]
+
+
+def test_classify(prediction):
+    """testClassify: classify_x_to_y on x=2 is one class scored 3.0."""
+    request = classification_pb2.ClassificationRequest()
+    request.model_spec.name, request.model_spec.signature_name = "default", "classify_x_to_y"
+    add_example(request.input, x=2.0)
+    result = prediction.Classify(request, timeout=RPC_TIMEOUT)
+    assert [[c.score for c in item.classes] for item in result.result.classifications] == [[3.0]]
+    verify_model_spec(result.model_spec, "default", "classify_x_to_y")
+
+
+def test_regress(prediction):
+    """testRegress: regress_x_to_y on x=2 is 3.0."""
+    request = regression_pb2.RegressionRequest()
+    request.model_spec.name, request.model_spec.signature_name = "default", "regress_x_to_y"
+    add_example(request.input, x=2.0)
+    result = prediction.Regress(request, timeout=RPC_TIMEOUT)
+    assert [r.value for r in result.result.regressions] == [3.0]
+    verify_model_spec(result.model_spec, "default", "regress_x_to_y")
+
+
+def test_multi_inference(prediction):
+    """testMultiInference: regress_x_to_y and classify_x_to_y on x=2, both 3.0."""
+    request = inference_pb2.MultiInferenceRequest()
+    for signature_name, method in (("regress_x_to_y", "tensorflow/serving/regress"),
+                                   ("classify_x_to_y", "tensorflow/serving/classify")):
+        task = request.tasks.add()
+        task.model_spec.name, task.model_spec.signature_name, task.method_name = "default", signature_name, method
+    add_example(request.input, x=2.0)
+    result = prediction.MultiInference(request, timeout=RPC_TIMEOUT)
+    assert len(result.results) == 2
+    assert result.results[0].regression_result.regressions[0].value == 3.0
+    assert result.results[1].classification_result.classifications[0].classes[0].score == 3.0
+    for i, signature_name in enumerate(("regress_x_to_y", "classify_x_to_y")):
+        verify_model_spec(result.results[i].model_spec, "default", signature_name)
+
+
+def test_predict_saved_model(prediction):
+    """testPredictSavedModel: Predict x=[2.0] -> y=[3.0]."""
+    verify_predict_request(prediction, 3.0)
+
+
+@pytest.mark.parametrize("model_name, expected", [("half_plus_two", 3.0), ("half_plus_three", 4.0)])
+@pytest.mark.parametrize("specify_output", [True, False])
+def test_good_model_config(prediction, model_name, expected, specify_output):
+    """testGoodModelConfig: both models of the config file answer, with and without an output filter."""
+    verify_predict_request(prediction, expected, model_name, specify_output)
+
+
+def test_classify_rest(tfs_rest):
+    """testClassifyREST: {'results': [[['', 3.0]]]}."""
+    body = {"signature_name": "classify_x_to_y", "examples": [{"x": 2.0}]}
+    assert tfs_rest.post("/v1/models/default:classify", json=body).json() == {"results": [[["", 3.0]]]}
+
+
+def test_regress_rest(tfs_rest):
+    """testRegressREST: {'results': [3.0]}."""
+    body = {"signature_name": "regress_x_to_y", "examples": [{"x": 2.0}]}
+    assert tfs_rest.post("/v1/models/default:regress", json=body).json() == {"results": [3.0]}
+
+
+def test_predict_rest(tfs_rest):
+    """testPredictREST: instances [2.0, 3.0, 4.0] reach the [-1,1] input unchecked: [3.0, 3.5, 4.0]."""
+    response = tfs_rest.post("/v1/models/default:predict", json={"instances": [2.0, 3.0, 4.0]})
+    assert response.json() == {"predictions": [3.0, 3.5, 4.0]}
+
+
+def test_predict_columnar_rest(tfs_rest):
+    """testPredictColumnarREST: inputs [2.0, 3.0, 4.0] -> outputs [3.0, 3.5, 4.0]."""
+    response = tfs_rest.post("/v1/models/default:predict", json={"inputs": [2.0, 3.0, 4.0]})
+    assert response.json() == {"outputs": [3.0, 3.5, 4.0]}
+
+
+def test_get_status_rest(tfs_rest):
+    """testGetStatusREST: version 123 AVAILABLE."""
+    assert tfs_rest.get("/v1/models/default").json() == version_status_json(VERSION)
+
+
+def test_get_model_metadata_rest(tfs_rest):
+    """testGetModelMetadataREST: the signature map of saved_model_half_plus_two_cpu
+    (half_plus_two_model_metadata.json)."""
+    assert tfs_rest.get("/v1/models/default/metadata").json() == metadata_json(
+        "default", VERSION, HALF_PLUS_TWO_SIGNATURES)
+
+
+def test_prometheus_endpoint(tfs_rest):
+    """testPrometheusEndpoint: the page has '# TYPE' lines."""
+    assert "# TYPE" in tfs_rest.get("/monitoring/prometheus/metrics").text
+
+
+CONFIG = """model_config_list: {{
+  config: {{
+    name: "{name}",
+    base_path: "{model_path}",
+    model_platform: "tensorflow"
+  }}
+}}
+"""
+
+
+def wait_for_predict(stub, model_name: str, expected: float, timeout: float = 60.0) -> None:
+    """Poll until ``model_name`` answers (the test waits poll_period + 1 s; a busy machine may need more)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            verify_predict_request(stub, expected, model_name, specify_output=False)
+            return
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            threading.Event().wait(0.2)
+
+
+def test_model_config_reload(tmp_path: Path):
+    """testModelConfigReload: with a 1 s poll period, rewriting the config file to half_plus_three
+    replaces half_plus_two."""
+    models = half_plus_two_repo(tmp_path / "models")
+    config = tmp_path / "model_config.txt"
+    config.write_text(CONFIG.format(name="half_plus_two", model_path=models / "saved_model_half_plus_two_cpu"))
+    with EmbeddedServer([f"--model_config_file={config}", "--model_config_file_poll_wait_seconds=1"],
+                        wait_for=["half_plus_two"], log_path=tmp_path / "server.log") as server, \
+            grpc.insecure_channel(server.grpc_target) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        verify_predict_request(stub, 3.0, "half_plus_two", specify_output=False)
+        config.write_text(CONFIG.format(name="half_plus_three", model_path=models / "saved_model_half_plus_three"))
+        wait_for_predict(stub, "half_plus_three", 4.0)
