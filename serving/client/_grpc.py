@@ -86,7 +86,10 @@ class ChannelPlan:
             return tls_error if not self.tls_for_credentials else TlsError(
                 f"{tls_error.details} TLS is on because a credential was given without TLS arguments; "
                 "pass insecure=True (CLI --insecure) to send it in plaintext")
-        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "Received message larger than max" in details:
+        # grpc core tags a receive limit with the side that hit it: "SERVER: ..." is the server refusing
+        # the request, not this client refusing the answer.
+        if (exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "Received message larger than max" in details
+                and not details.startswith("SERVER:")):
             return ResponseTooLarge(f"the answer is larger than max_response_bytes={self.max_response_bytes} "
                                     f"bytes ({details})")
         return error_from_rpc(_Details(exc.code(), details))
