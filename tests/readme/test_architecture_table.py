@@ -19,16 +19,6 @@ ROW = re.compile(r"^\| `([\w/]+/)` \| (.*) \|$", re.M)
 MODULE = re.compile(r"`(_?[a-z][a-z0-9_]*(?:/|\.py)?)`")
 # Modules that other branches add at the same time as this table names them: tolerated while missing, so this
 # branch passes alone; once merged they exist and this set is inert (delete it then).
-NAMED_BEFORE_MERGE = {
-    "serving/client/_http_body.py", "serving/client/_http_deadline.py", "serving/client/connection.py",
-    "serving/config/config_lock.py", "serving/config/names.py", "serving/config/rollbacks.py",
-    "serving/server/config_file.py", "serving/server/quarantine.py", "serving/server/core/quarantine.py",
-    "serving/server/frontends/grpc_health.py",
-    "serving/stack/endpoint.py", "serving/stack/identity.py", "serving/stack/recorded.py",
-    "serving/stack/running.py", "serving/stack/scrape.py", "serving/stack/work_lock.py",
-}
-
-
 def table(text: str) -> dict[str, set[str]]:
     """``{folder: names of the modules its row names}``."""
     return {folder: set(MODULE.findall(body)) for folder, body in ROW.findall(text)}
@@ -44,9 +34,7 @@ def missing_modules(rows: dict[str, set[str]], root: Path) -> list[str]:
     missing = []
     for folder, names in rows.items():
         for name in names:
-            path = f"{folder}{name.rstrip('/').removesuffix('.py')}.py"
-            if not _module_paths(root / folder, name, recursive=not folder.startswith("serving/")) \
-                    and path not in NAMED_BEFORE_MERGE:
+            if not _module_paths(root / folder, name, recursive=not folder.startswith("serving/")):
                 missing.append(f"{folder}{name}")
     return sorted(missing)
 
