@@ -86,7 +86,7 @@ def test_a_version_directory_beyond_int64_is_ignored_with_one_warning(scratch):
         server.stop(timeout=10)
 
 
-def test_undecodable_text_is_400_with_tf_serving_json_error_everywhere(server):
+def test_undecodable_text_is_400_with_tf_serving_error_body_everywhere(server):
     row = attacks.case_text(server, rounds=2)
     assert row.c4xx == row.sent, row.codes
     assert_unharmed(row, server)

@@ -411,6 +411,10 @@ def case_text(server: ServerProcess, rounds: int = 3) -> Row:
 
 
 def _is_error_json(head: bytes, reply: bytes) -> bool:
+    """TF Serving's JSON error, or its empty body: http_server.cc writes whatever the handler put in its output,
+    and the handler's early refusals (a version or a path it cannot decode) put nothing there."""
+    if reply == b"":
+        return True
     if b"application/json" not in head.lower():
         return False
     try:
