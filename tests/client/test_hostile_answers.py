@@ -16,7 +16,7 @@ import pytest
 
 from serving import status
 from serving.client import AsyncRestClient, GrpcClient, NO_RETRY, RestClient, RetryPolicy, errors
-from tests.client import hostile_servers as hs
+from tests.support import hostile_servers as hs
 from tests.support.servers import REPO_ROOT
 
 GET_META = "/tensorflow.serving.PredictionService/GetModelMetadata"
@@ -99,7 +99,7 @@ import json, resource, sys
 sys.path.insert(0, {root!r})
 import numpy as np
 from serving.client import GrpcClient, RestClient, NO_RETRY
-from tests.client import hostile_servers as hs
+from tests.support import hostile_servers as hs
 def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 {setup}
 base = rss()

@@ -1,6 +1,6 @@
 """Concurrent operator commands on a live embedded server never lose or revert each other's change.
 
-The races and their counting are ``tests/config/races.py`` (which also prints the 20-trial counts as a
+The races and their counting are ``tests/support/races.py`` (which also prints the 20-trial counts as a
 script). Here each race runs a few trials and must end with every command done and nothing lost; the
 poller's race runs 12 adds against a server polling its config file every second.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.config.races import run_race
+from tests.support.races import run_race
 
 pytestmark = pytest.mark.slow
 

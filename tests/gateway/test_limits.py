@@ -23,7 +23,7 @@ import pytest
 
 from gateway.certs import Credentials, init_secrets
 from serving.server.launcher import free_port
-from tests.gateway.stub_upstream import StubUpstream
+from tests.support.stub_upstream import StubUpstream
 from tests.support.gateway import (
     MODEL,
     SLOW_REFILL,

@@ -3,7 +3,7 @@
 Run as a script for the trial counts (the code under test is the one on PYTHONPATH, so the same script
 measures another checkout)::
 
-    PYTHONPATH=$PWD .venv/bin/python tests/config/races.py --trials 20
+    PYTHONPATH=$PWD .venv/bin/python tests/support/races.py --trials 20
 
 The races (``serving.config`` and ``serving.rollout`` run in threads of this process, each with its own
 stdout/stderr; their order is set by events, never by sleeps):
