@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import http.client
 import socket
 import ssl
 import urllib.error
@@ -26,6 +27,7 @@ from typing import Optional
 from loadtest.options import UsageError
 from loadtest.payloads import Target
 from serving.client import NO_RETRY, Connection, GrpcClient, RestClient, ServingError
+from serving.client.errors import TlsError
 from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, read_state
 from serving.server.launcher import MONITORING_PATH
 from serving.status import Code
@@ -55,6 +57,8 @@ def check_served(protocol: str, address: str, target: Target, *, timeout: float 
     try:
         with client:
             metadata = client.metadata(target.name, version=target.version, label=target.version_label)
+    except TlsError as error:  # the handshake failed: its sentence says which side refused what
+        raise UsageError(f"{flag}: {error.details}") from None
     except ServingError as error:
         tls = _tls_unconfigured(protocol, address, tls=bool(connection.root_certificates or connection.client_cert))
         if tls:  # nginx answers plain HTTP at a TLS port with a 400 page: not a model's fault
@@ -130,7 +134,7 @@ def _answers_http(hostport: str) -> bool:
             return True
     except urllib.error.HTTPError:  # an HTTP status: an HTTP server
         return True
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):  # nothing, or not HTTP/1.1 (a gRPC port's HTTP/2)
         return False
 
 

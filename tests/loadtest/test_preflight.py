@@ -10,6 +10,7 @@ import pytest
 from loadtest import preflight
 from loadtest.__main__ import main
 from serving.config.stack import STATE_FILE, StackState, write_state
+from tests.support.pki import make_pki
 from tests.support.ports import free_port
 
 _RUN = ["run", "steady", "--run-time", "60s", "-u", "1"]
@@ -79,3 +80,15 @@ def test_the_stacks_metrics_page_is_the_default_for_its_own_server(tmp_path):
     assert preflight.stack_metrics_url(None, "http://127.0.0.1:8501", work) == page
     assert preflight.stack_metrics_url("127.0.0.1:9500", None, work) is None  # another server: none
     assert preflight.stack_metrics_url("127.0.0.1:8500", None, tmp_path / "no-stack") is None
+
+
+@pytest.mark.slow
+def test_tls_arguments_at_a_plaintext_grpc_port_are_one_clear_error(digits_server, capsys, tmp_path):
+    """The stack's CA and key given to a plaintext server: the handshake's own sentence, not a traceback (the
+    probe for a REST port got the gRPC port's HTTP/2 bytes and raised http.client.BadStatusLine)."""
+    ca = make_pki(tmp_path).ca
+    key = tmp_path / "client.api-key"
+    key.write_text("k" * 64 + "\n")
+    err = _refused(capsys, [*_RUN, "--grpc", digits_server.grpc_target, "--root-certificates", str(ca),
+                            "--api-key-file", str(key)])
+    assert "the server does not speak TLS on this port" in err and "k" * 64 not in err
