@@ -1,6 +1,7 @@
 # tfs-stack: two commands for a newcomer.
 #   make up    run the stack (docker compose where an engine answers, else the embedded server)
 #   make down  stop what make up started (compose or embedded, from .cache/serving/stack.json)
+#   make logs  its logs (SERVICE=NAME, FOLLOW=1), from what make up recorded; never compose by hand
 #   make test  install everything and run the whole test suite
 #   make certs the compose gateway's local CA, certificates and API keys (gateway/secrets/)
 #   make images the local stand-in images for an engine that reaches no registry (make up IMAGES=local)
@@ -19,11 +20,13 @@ GATEWAY_SECRETS ?= gateway/secrets
 # Extra names for the gateway's server certificate, e.g. make certs SERVER_NAMES="gpu-host 10.0.0.5".
 SERVER_NAMES ?=
 
-.PHONY: help up down test install debs venv clean bench monitor certs gpu-report images
+.PHONY: help up down logs export test install debs venv clean bench monitor certs gpu-report images
 
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make down   stop what make up started (compose or embedded)"
+	@echo "make logs   the stack's logs (SERVICE=tfserving for one compose service; FOLLOW=1 keeps printing)"
+	@echo "make export ARGS='export --model resnet50 --variant xla'  the exporter in its image on the compose stack"
 	@echo "make test   install what the tests need and run them"
 	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers, the gateway's cost"
 	@echo "make images local stand-in images (TF Serving, exporter base, nginx, Prometheus) for make up IMAGES=local"
@@ -84,6 +87,16 @@ up: $(STAMP) $(if $(filter local,$(IMAGES)),images)
 # from the stack.json make up wrote; says so when nothing runs.
 down: $(STAMP)
 	$(PY) -m serving.stack down
+
+# The logs of what make up started, with the compose files, profiles, project and variables it recorded
+# in .cache/serving/stack.json (the embedded stack: its server's log). SERVICE=tfserving for one service.
+logs: $(STAMP)
+	$(PY) -m serving.stack logs $(if $(FOLLOW),--follow) $(SERVICE)
+
+# One export in the exporter's image on the recorded compose stack (its model repository and user), e.g.
+# make export ARGS="export --model resnet50 --variant xla". On the embedded stack: python -m exporter ... here.
+export: $(STAMP)
+	$(PY) -m serving.stack run exporter "python -m exporter $(ARGS) --model-repo /models"
 
 # The compose gateway's secrets: a local CA, the server certificate, client and admin certificates and
 # API keys (openssl; python -m gateway.certs --help). Never overwrites: `python -m gateway.certs

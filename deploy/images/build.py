@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -101,12 +102,33 @@ IMAGES = _images()
 EXPORTER_IMAGE = "exporter"
 
 
+def dockerignore_patterns(root: Path) -> list[re.Pattern]:
+    """``root/.dockerignore``'s patterns as regular expressions over a path relative to the context
+    (Docker's syntax as used there: ``*`` within one path segment, ``**`` across segments, a trailing
+    ``/`` or a folder name covering what is below it)."""
+    path = root / ".dockerignore"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    patterns = []
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        parts = re.split(r"(\*\*/?|\*|\?)", line.strip("/"))
+        body = "".join({"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(p, re.escape(p)) for p in parts)
+        patterns.append(re.compile(f"{body}(?:/.*)?"))
+    return patterns
+
+
 def _files(root: Path, inputs: Sequence[str]) -> list[Path]:
+    """The files of ``inputs`` that a build sends: .dockerignore's exclusions apply (so the stand-in's
+    hash covers the code it runs, not ``serving/*.config``, which compose mounts at run time)."""
+    ignored = dockerignore_patterns(root)
     found: list[Path] = []
     for item in inputs:
         path = root / item
         candidates = [path] if path.is_file() else sorted(path.rglob("*"))
-        found += [p for p in candidates if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+        found += [p for p in candidates if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+                  and not any(pattern.fullmatch(p.relative_to(root).as_posix()) for pattern in ignored)]
     return found
 
 

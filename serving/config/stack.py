@@ -4,10 +4,11 @@
 (:class:`StackState`, default work dir ``<checkout>/.cache/serving``): the
 backend, the models config file its server reads, the server's gRPC target
 and REST URL, the model repository, and how the server's base paths map to
-this host. The compose backends serve ``serving/models.config`` (GPU) or
-``serving/models.cpu.config`` (CPU) with container paths (``/models/NAME``
-is ``<model repository>/NAME`` here); the embedded backend serves the
-persistent ``<work dir>/models.config`` with host paths.
+this host. The compose backends serve ``<work dir>/compose/models.config``
+(GPU) or ``models.cpu.config`` (CPU), seeded once from the tracked defaults in
+``serving/``, with container paths (``/models/NAME`` is ``<model
+repository>/NAME`` here); the embedded backend serves the persistent
+``<work dir>/models.config`` with host paths.
 
 :func:`served_config` is what ``python -m serving.config add|remove|render``
 and ``python -m serving.rollout`` work on (:class:`ServedConfig`):
@@ -61,7 +62,9 @@ __all__ = [
     "STATE_FILE",
     "COMPOSE_PAIR",
     "StackState",
+    "StateFileError",
     "read_state",
+    "load_state",
     "write_state",
     "ServedConfig",
     "served_config",
@@ -89,7 +92,12 @@ class StackState:
     took out (``make up`` does not add them back from the repository);
     ``exporting`` are zoo models a start is still exporting (the next start
     finishes them). A compose backend also records its ``compose_files``,
-    ``compose_profiles`` and ``compose_project``, which ``make down`` stops.
+    ``compose_profiles``, ``compose_project`` and ``compose_env`` (the variables of the files it ran
+    with), which ``make down``, ``make logs`` and ``python -m serving.stack run`` reuse.
+    The embedded backend records its ``make up`` process (``pid``, started at
+    ``pid_start``, clock ticks since boot) and its server's (``server_pid``,
+    ``server_start``): ``make down`` signals a pid only while its start time
+    still matches (``serving.stack.identity``).
     """
 
     backend: str
@@ -106,13 +114,20 @@ class StackState:
     compose_files: tuple[Path, ...] = ()
     compose_profiles: tuple[str, ...] = ()
     compose_project: str = ""
+    compose_env: Mapping[str, str] = field(default_factory=dict)
+    pid_start: Optional[int] = None
+    server_pid: Optional[int] = None
+    server_start: Optional[int] = None
 
     def to_json(self) -> dict:
         optional: dict[str, object] = {k: str(v) for k, v in (("root_certificates", self.root_certificates),
                                                               ("admin_key_file", self.admin_key_file)) if v is not None}
         if self.compose_files:
             optional.update(compose_files=[str(f) for f in self.compose_files],
-                            compose_profiles=list(self.compose_profiles), compose_project=self.compose_project)
+                            compose_profiles=list(self.compose_profiles), compose_project=self.compose_project,
+                            compose_env=dict(self.compose_env))
+        optional.update({k: v for k, v in (("pid_start", self.pid_start), ("server_pid", self.server_pid),
+                                           ("server_start", self.server_start)) if v is not None})
         return {"backend": self.backend, "models_config": str(self.models_config), "grpc": self.grpc,
                 "rest": self.rest, "model_repo": str(self.model_repo),
                 "mounts": {k: str(v) for k, v in self.mounts.items()},
@@ -129,18 +144,60 @@ class StackState:
                    admin_key_file=Path(doc["admin_key_file"]) if doc.get("admin_key_file") else None,
                    compose_files=tuple(Path(f) for f in doc.get("compose_files") or ()),
                    compose_profiles=tuple(doc.get("compose_profiles") or ()),
-                   compose_project=doc.get("compose_project") or "")
+                   compose_project=doc.get("compose_project") or "",
+                   compose_env={str(k): str(v) for k, v in (doc.get("compose_env") or {}).items()},
+                   pid_start=_int_or_none(doc.get("pid_start")), server_pid=_int_or_none(doc.get("server_pid")),
+                   server_start=_int_or_none(doc.get("server_start")))
 
     def replace(self, **changes: object) -> "StackState":
         return dataclasses.replace(self, **changes)
 
 
+def _int_or_none(value: object) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
+class StateFileError(ValueError):
+    """``stack.json`` exists but is not a stack record (truncated, edited, another program's file)."""
+
+
 def read_state(path: Path) -> Optional[StackState]:
     """The state in ``path``, or None when there is none (or it is unreadable)."""
     try:
-        return StackState.from_json(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+        return load_state(path)
+    except StateFileError:
         return None
+
+
+def load_state(path: Path) -> Optional[StackState]:
+    """The state in ``path``; None when there is no such file; :class:`StateFileError` (naming the file
+    and what is wrong) when it cannot be read as a stack record. For ``make up`` and ``make down``, which
+    must not take a corrupt record for "nothing runs"."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateFileError(f"{path}: cannot be read: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+        state = StackState.from_json(doc)
+        if state.pid is not None and (isinstance(state.pid, bool) or not isinstance(state.pid, int)):
+            raise TypeError(f"pid {state.pid!r} is not a number")
+        return state
+    except ValueError as exc:
+        raise StateFileError(f"{path}: not JSON ({exc})") from None
+    except KeyError as exc:
+        raise StateFileError(f"{path}: no {exc} field") from None
+    except (TypeError, AttributeError) as exc:
+        raise StateFileError(f"{path}: not a stack record ({exc})") from None
 
 
 def write_state(state: StackState, path: Path) -> Path:

@@ -134,13 +134,16 @@ class ServerProcess(LoopbackAddresses):
     (free ports by default). ``wait_for`` lists the models that must be
     AVAILABLE before ``start()`` returns. Output goes to ``log_path`` (a temp
     file by default), or to this process's own stdout/stderr with
-    ``capture_output=False``. ``env`` adds to the environment.
+    ``capture_output=False``. ``env`` adds to the environment. ``preexec_fn``
+    runs in the child before the server (``Popen``'s; e.g. a parent-death signal).
     """
 
     def __init__(self, flags: Sequence[str] = (), *, wait_for: Sequence[str] = (),
                  grpc_port: Optional[int] = None, rest_port: Optional[int] = None,
                  log_path: Optional[Path] = None, capture_output: bool = True, timeout: float = 180.0,
-                 env: Optional[Mapping[str, str]] = None) -> None:
+                 env: Optional[Mapping[str, str]] = None,
+                 preexec_fn: Optional[Callable[[], None]] = None) -> None:
+        self.preexec_fn = preexec_fn
         self.grpc_port = grpc_port or free_port()
         self.rest_port = rest_port or free_port()
         self.args = [f"--port={self.grpc_port}", f"--rest_api_port={self.rest_port}", *flags]
@@ -181,7 +184,7 @@ class ServerProcess(LoopbackAddresses):
             self._log = output = open(self.log_path, "wb")
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, env=env, stdout=output,
-                                     stderr=subprocess.STDOUT if output else None)
+                                     stderr=subprocess.STDOUT if output else None, preexec_fn=self.preexec_fn)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

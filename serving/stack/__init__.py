@@ -14,6 +14,11 @@
 - ``banner``: the progress lines and the banner (addresses, batching, log,
   how to stop);
 - ``down``: ``make down``, from ``stack.json``;
+- ``identity``: which process a pid is (pid and start time), and children that die with ``make up``;
+- ``work_lock``: one ``make up`` per work directory;
+- ``running``: what of a recorded stack runs now (``make up`` refuses on it, ``make down`` acts on it);
+- ``scrape``: Prometheus' config for the compose services started (no job for a service not running);
+- ``recorded``: ``logs``, ``run`` and ``ps`` with the compose files, project and variables recorded;
 - ``cli``: the command line.
 
 Every backend records what it started in ``<work dir>/stack.json``

@@ -86,13 +86,15 @@ Serving: gRPC {grpc_target}, REST {rest}
 
 
 def print_gateway_usage(grpc: str, rest: str, mtls: str, secrets: Path, model: str, *,
-                        dashboards: Sequence[str] = (), batching: str = "") -> None:
-    """The compose stack's banner: through the gateway, with the CA and a key of ``make certs``."""
+                        dashboards: Sequence[str] = (), batching: str = "", work_flag: str = "") -> None:
+    """The compose stack's banner: through the gateway, with the CA and a key of ``make certs``; logs and
+    one-off containers through ``serving.stack`` (the files, project and variables make up recorded)."""
     print(f"""
 Serving through the gateway: gRPC {grpc}, REST {rest} (TLS; API key or client certificate)
 {', '.join(dashboards)}
   {batching}
-  server log: docker compose logs tfserving
+  server log: make logs SERVICE=tfserving   (python -m serving.stack logs tfserving{work_flag}; -f follows)
+  containers: python -m serving.stack ps{work_flag}; an export in the exporter's image: make export ARGS="..."
   curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" {rest}/v1/models/{model}
   curl --cacert {secrets}/ca.crt --cert {secrets}/client.crt --key {secrets}/client.key \\
        https://{mtls}/v1/models/{model}

@@ -1,4 +1,5 @@
-"""``python -m serving.stack [up] [flags]`` (``make up``) and ``python -m serving.stack down`` (``make down``).
+"""``python -m serving.stack [up] [flags]`` (``make up``), ``down`` (``make down``), and ``logs`` (``make
+logs``), ``run`` (``make export``) and ``ps`` on the stack ``make up`` recorded (``serving.stack.recorded``).
 
 ``up`` chooses the backend (``serving.stack.choice``), runs it
 (``serving.stack.compose`` or ``serving.stack.embedded``) and records it in
@@ -17,16 +18,19 @@ from typing import Optional, Sequence
 
 from serving.addresses import grpc_address, rest_address
 from serving.config.compose import ComposeError
-from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE
+from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, StackState, StateFileError, load_state
 from serving.server.launcher import REPO_ROOT
 from serving.stack.choice import BACKENDS, Choice, choose_backend, docker_runtimes
-from serving.stack.compose import IMAGES, run_compose
+from serving.stack.compose import IMAGES, compose_containers, run_compose
 from serving.stack.down import stop_stack
 from serving.stack.embedded import DEFAULT_EXPORTS, EmbeddedOptions, run_embedded
+from serving.stack.recorded import run_service, show_logs, show_services
+from serving.stack.running import address_port, corrupt_state_advice, describe_running, held_ports
+from serving.stack.work_lock import WorkDirBusy, WorkDirLock
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = ("up", "down")
+COMMANDS = ("up", "down", "logs", "run", "ps")
 
 
 def _work_dir(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +72,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="say what would run (compose: the command and HOST_UID/HOST_GID), run nothing")
     down = commands.add_parser("down", help=f"stop what make up started (from <work dir>/{STATE_FILE})")
     _work_dir(down)
+    logs = commands.add_parser("logs", help="the recorded stack's logs (make logs)",
+                               description="compose's logs of the stack make up started, with the files, profiles, "
+                                           "project and variables it recorded; the embedded stack: its server's log")
+    logs.add_argument("services", nargs="*", metavar="SERVICE", help="compose services (default: all)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines (of each service)")
+    _work_dir(logs)
+    run = commands.add_parser("run", help="run a one-off container of the recorded compose stack (make export)",
+                              description="compose run --rm SERVICE ARGS with what make up recorded, e.g. "
+                                          "python -m serving.stack run exporter \"python -m exporter export --model "
+                                          "resnet50 --variant xla --model-repo /models\" (the exporter's entrypoint is "
+                                          "sh -ec: one argument, the script). Everything after SERVICE goes to the container: "
+                                          "give --work-dir before it")
+    run.add_argument("service", metavar="SERVICE")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    _work_dir(run)
+    ps = commands.add_parser("ps", help="the recorded compose stack's containers, state and health")
+    _work_dir(ps)
     return parser
 
 
@@ -78,6 +100,12 @@ def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "down":
         return stop_stack(args.work_dir.resolve())
+    if args.command == "logs":
+        return show_logs(args.work_dir.resolve(), args.services, follow=args.follow, tail=args.tail)
+    if args.command == "run":
+        return run_service(args.work_dir.resolve(), args.service, args.args)
+    if args.command == "ps":
+        return show_services(args.work_dir.resolve())
     if args.backend == "auto":
         choice = choose_backend(*docker_runtimes(args.docker))
     else:
@@ -89,12 +117,55 @@ def main(argv: Optional[Sequence[str]] = None, root: Path = REPO_ROOT) -> int:
         return 2
     if args.dry_run and choice.backend == "embedded":
         return 0
+    work_dir = args.work_dir.resolve()
     try:
+        lock = WorkDirLock(work_dir).acquire()
+    except WorkDirBusy as exc:
+        print(f"make up: {exc}: a stack is starting or runs from {work_dir}; make down stops it", file=sys.stderr)
+        return 1
+    try:
+        refusal = _running_stack_refusal(work_dir, choice.backend, args)
+        if refusal is not None:
+            code, message = refusal
+            print(message, file=sys.stderr)
+            return code
         if choice.backend == "embedded":
             return run_embedded(EmbeddedOptions(args.model_repo, args.work_dir, args.grpc, args.rest, args.models,
                                                 args.timeout, args.verbose), root)
         return run_compose(choice, images=args.images, docker=args.docker,
-                           state_file=args.work_dir.resolve() / STATE_FILE, root=root, dry_run=args.dry_run)
+                           state_file=work_dir / STATE_FILE, root=root, dry_run=args.dry_run)
     except ComposeError as exc:
         print(f"make up: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
+
+
+def _running_stack_refusal(work_dir: Path, backend: str, args: argparse.Namespace) -> Optional[tuple[int, str]]:
+    """Why ``make up`` must not start ``backend`` now (exit status, message), or None.
+
+    A corrupt ``stack.json`` (2): it cannot say what runs. A running embedded stack recorded there (1),
+    whichever backend is asked for. A compose stack recorded there with containers (1) when the embedded
+    server is asked for (compose itself brings its own stack up to date in place). For the embedded
+    server, its ports in use by anything (1).
+    """
+    try:
+        state = load_state(work_dir / STATE_FILE)
+    except StateFileError as exc:
+        return 2, f"make up: {exc}\n{corrupt_state_advice(work_dir / STATE_FILE)}"
+    stop = "make down stops it" + ("" if work_dir == DEFAULT_WORK_DIR.resolve() else f" (--work-dir {work_dir})")
+    if state is not None and state.backend == "embedded":
+        running = describe_running(state)
+        if running:
+            return 1, f"make up: {running} already runs from {work_dir / STATE_FILE}; {stop}"
+    if state is not None and state.compose_files and backend == "embedded" and compose_containers(state):
+        return 1, (f"make up: the {state.backend} stack (compose project {state.compose_project}) runs; {stop}, "
+                   "then make up again")
+    if backend == "embedded" and not args.dry_run:
+        wanted = StackState("embedded", Path(), args.grpc, args.rest, Path())
+        held = held_ports(wanted)
+        if held:
+            ports = ", ".join(f"port {address_port(a)[1]} ({a})" for a in held)
+            return 1, (f"make up: {ports} already in use by a process this work dir did not start "
+                       f"(ss -ltnp shows which); stop it, or run on other ports with --grpc HOST:PORT --rest URL")
+    return None

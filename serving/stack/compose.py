@@ -12,6 +12,7 @@ files, profiles and project, so :func:`compose_down` stops what was started.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -32,14 +33,16 @@ from serving.config.compose import (
     with_grafana_placeholder,
 )
 from serving.config.models import CONTAINER_MODELS_DIR
-from serving.config.stack import StackState, read_state, write_state
+from serving.config.stack import DEFAULT_WORK_DIR, StackState, read_state, write_state
 from serving.stack.banner import batching_summary, print_gateway_usage
 from serving.stack.choice import Choice, compose_files, compose_profiles
 from serving.stack.docker import image_present
+from serving.stack.scrape import scrape_config_for, write_scrape_config
+from serving.stack.served import prepare_compose_configs
 
-__all__ = ["NON_ROOT_ID", "IMAGES", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
+__all__ = ["NON_ROOT_ID", "IMAGES", "CONFIG_DIR_VARIABLE", "COMPOSE_CONFIG_DIR", "recorded_env", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
            "ComposePlan", "plan_compose", "cpu_limits", "missing_local_images", "HostPath", "host_paths",
-           "prepare_host_paths", "missing_gateway_files", "run_compose", "compose_down"]
+           "prepare_host_paths", "missing_gateway_files", "run_compose", "compose_containers", "compose_down"]
 
 # The uid and gid the containers run as when make up runs as root: the exporter image's own user
 # (exporter/Dockerfile's `useradd --uid 10001`, also the Kubernetes pods' runAsUser). No container runs
@@ -49,6 +52,13 @@ NON_ROOT_ID = 10001
 LOCAL_IMAGE_PREFIX = "tfs-stack-local/"
 IMAGES = ("upstream", "local")
 GATEWAY_SECRETS_TARGET = "/etc/nginx/secrets"
+# The compose variable naming the host directory mounted as tfserving's /etc/tfserving, and where make up
+# keeps it: the served models config (seeded once from serving/) and the other configs (from serving/).
+CONFIG_DIR_VARIABLE = "TFS_CONFIG_HOST_DIR"
+# The compose variable naming the Prometheus config make up renders for the services it starts.
+PROMETHEUS_CONFIG_VARIABLE = "PROMETHEUS_CONFIG_HOST_FILE"
+CONFIG_TARGET = "/etc/tfserving"
+COMPOSE_CONFIG_DIR = "compose"
 
 
 def missing_gateway_files(services: dict) -> list[Path]:
@@ -162,12 +172,14 @@ def _compose_base(files: Sequence[Path], profiles: Sequence[str], project: str =
 
 
 def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, str],
-                 uid: int, gid: int) -> ComposePlan:
+                 uid: int, gid: int, *, config_dir: Optional[Path] = None) -> ComposePlan:
     """The compose run of ``backend`` on ``images`` (``upstream`` or ``local``) for user ``uid:gid``.
 
     ``local`` adds :data:`~serving.config.compose.LOCAL_OVERRIDE`, stays on the CPU files (the stand-ins are CPU-only) and names
-    only the services with a local image. Raises ValueError for HOST_UID/HOST_GID
-    (:func:`container_user`), ComposeError when compose rejects the files.
+    only the services with a local image. ``config_dir`` is the host directory tfserving reads its
+    configs from (:data:`CONFIG_DIR_VARIABLE`; make up: ``<work dir>/compose``, default ``serving/``).
+    Raises ValueError for HOST_UID/HOST_GID (:func:`container_user`), ComposeError when compose
+    rejects the files.
     """
     user = container_user(environ, uid, gid)
     notes = []
@@ -185,7 +197,8 @@ def plan_compose(backend: str, images: str, root: Path, environ: Mapping[str, st
     if limits:
         notes.append(f"this host has {os.cpu_count()} CPUs: " + ", ".join(f"{k}={v}" for k, v in limits.items())
                      + " (.env asks for more; export a value to choose)")
-    env = {**environ, **limits, **user.env()}
+    env = {**environ, **limits, **user.env(),
+           **({CONFIG_DIR_VARIABLE: str(config_dir)} if config_dir is not None else {})}
     model_env = {**with_grafana_placeholder(env), "COMPOSE_PROFILES": model_profiles}
     model = load_compose_model(files, env=model_env, project_dir=root)
     services = model["services"]
@@ -293,8 +306,11 @@ def _tree(top: Path) -> list[Path]:
 def run_compose(choice: Choice, *, images: str, docker: str, state_file: Path, root: Path,
                 dry_run: bool = False) -> int:
     """Plan, check and start the compose stack of ``choice``; record it in ``state_file``; print the banner."""
+    config_dir = Path(state_file).parent / COMPOSE_CONFIG_DIR
+    scrape_file = Path(state_file).parent / "prometheus" / "prometheus.yml"
     try:
-        plan = plan_compose(choice.backend, images, root, os.environ, os.getuid(), os.getgid())
+        plan = plan_compose(choice.backend, images, root, {**os.environ, PROMETHEUS_CONFIG_VARIABLE: str(scrape_file)},
+                            os.getuid(), os.getgid(), config_dir=config_dir)
     except ValueError as exc:
         print(f"make up: {exc}", file=sys.stderr)
         return 2
@@ -316,12 +332,54 @@ def run_compose(choice: Choice, *, images: str, docker: str, state_file: Path, r
         return 2
     for line in prepare_host_paths(paths, as_root=as_root):
         print(f"make up: {line}", flush=True)
+    tfserving = plan.services["tfserving"]
+    prepare_compose_configs(config_dir, root / "serving", tfserving.get("command") or [], CONFIG_TARGET)
+    if "prometheus" in plan.started:
+        every = set(plan_services_all_profiles(plan, root))
+        write_scrape_config(scrape_config_for(plan.started, every, root / "monitoring/prometheus/prometheus.yml"),
+                            scrape_file, root / "monitoring/prometheus/prometheus.yml")
     print("+", command, flush=True)
-    code = subprocess.run(plan.command(), cwd=root, env=plan.env).returncode
+    code = _compose_up(plan, root, images)
     if code == 0:
         _write_compose_state(plan, state_file)
-        _print_banner(plan, root)
+        _print_banner(plan, root, state_file)
     return code
+
+
+# What compose prints when an image cannot be pulled because no registry answers (name lookups, refused
+# connections, timeouts on the registry's address).
+PULL_FAILURES = ("no such host", "registry-1.docker.io", "pull access denied", "failed to resolve reference",
+                 "error pulling image", "Error response from daemon: Get \"https://", "i/o timeout",
+                 "connection refused", "TLS handshake timeout")
+
+
+def _compose_up(plan: ComposePlan, root: Path, images: str) -> int:
+    """``compose up`` of ``plan``, its output on this terminal; a failed pull is explained."""
+    proc = subprocess.Popen(plan.command(), cwd=root, env=plan.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    pulled_failed = False
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        pulled_failed = pulled_failed or any(marker in line for marker in PULL_FAILURES)
+    code = proc.wait()
+    if code != 0 and pulled_failed and images != "local":
+        print("make up: no registry answered, so the images could not be pulled. Build the local stand-ins "
+              "and run on them:\n  make images && make up IMAGES=local", file=sys.stderr, flush=True)
+    return code
+
+
+def plan_services_all_profiles(plan: ComposePlan, root: Path) -> list[str]:
+    """Every service the plan's files define, whatever profile it is under (dcgm-exporter too)."""
+    model_env = {**with_grafana_placeholder(plan.env), "COMPOSE_PROFILES": "*"}
+    return list(load_compose_model(plan.files, env=model_env, project_dir=root)["services"])
+
+
+def recorded_env(state: StackState, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment to run compose with for the stack ``state`` records: ``environ`` with the variables
+    make up set (HOST_UID/HOST_GID, the config directory, capped CPU limits) and a Grafana placeholder."""
+    return with_grafana_placeholder({**environ, **state.compose_env})
 
 
 def _compose_problem(plan: ComposePlan, docker: str) -> Optional[str]:
@@ -331,8 +389,9 @@ def _compose_problem(plan: ComposePlan, docker: str) -> Optional[str]:
                 f"  export {GRAFANA_PASSWORD}='<a password>' && make up")
     missing = missing_gateway_files(plan.services) if "gateway" in plan.started else []
     if missing:
+        again = "make up" + (" IMAGES=local" if any(f.name == LOCAL_OVERRIDE for f in plan.files) else "")
         return ("the gateway's certificates and API keys are missing: "
-                f"{', '.join(str(p) for p in missing)}\n  make certs && make up")
+                f"{', '.join(str(p) for p in missing)}\n  make certs && {again}")
     images = missing_local_images(plan, docker) if any(f.name == LOCAL_OVERRIDE for f in plan.files) else []
     if images:
         return f"local images missing: {', '.join(images)}\n  make images && make up IMAGES=local"
@@ -350,14 +409,24 @@ def _write_compose_state(plan: ComposePlan, state_file: Path) -> None:
                            f"https://{_address(gateway, 8501)}", model_repo, {CONTAINER_MODELS_DIR: model_repo},
                            removed=old.removed if old else (), root_certificates=secrets / "ca.crt",
                            admin_key_file=secrets / "admin.api-key", compose_files=tuple(plan.files),
-                           compose_profiles=tuple(plan.profiles), compose_project=plan.project), state_file)
+                           compose_profiles=tuple(plan.profiles), compose_project=plan.project,
+                           compose_env=_set_by_make_up(plan)), state_file)
 
 
-def _print_banner(plan: ComposePlan, root: Path) -> None:
+def _set_by_make_up(plan: ComposePlan) -> dict[str, str]:
+    """The variables of the compose files that compose ran with (``.env`` aside): what make up set
+    (HOST_UID/HOST_GID, the config directory, capped CPU limits) and what was exported then (ports, ...),
+    so later commands interpolate the files the same way. Grafana's password is never recorded."""
+    used = {name for path in plan.files for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", path.read_text())}
+    return {k: plan.env[k] for k in sorted(used) if k in plan.env and k != GRAFANA_PASSWORD}
+
+
+def _print_banner(plan: ComposePlan, root: Path, state_file: Path) -> None:
     """How to call the compose stack: through the gateway; Grafana and Prometheus where they were started."""
     services = plan.services
     gateway, tfserving = services["gateway"], services["tfserving"]
-    model = load_model_server_config(service_models_config(tfserving)).model_config_list.config[0].name
+    served = [e.name for e in load_model_server_config(service_models_config(tfserving)).model_config_list.config]
+    model = served[0] if served else "NAME"
     dashboards = []
     if "grafana" in plan.started:
         dashboards.append(f"Grafana: http://{_address(services['grafana'], 3000)} (admin / $GRAFANA_ADMIN_PASSWORD)")
@@ -366,7 +435,9 @@ def _print_banner(plan: ComposePlan, root: Path) -> None:
     host_args = remap_server_args(tfserving.get("command") or [], volume_map(tfserving))
     print_gateway_usage(_address(gateway, 8500), f"https://{_address(gateway, 8501)}", _address(gateway, 8443),
                         _gateway_secrets(gateway), model, dashboards=dashboards,
-                        batching=batching_summary(host_args, root))
+                        batching=batching_summary(host_args, root),
+                        work_flag="" if Path(state_file).parent == DEFAULT_WORK_DIR.resolve()
+                        else f" --work-dir {Path(state_file).parent}")
 
 
 def _address(service: Mapping, target: int) -> str:
@@ -376,13 +447,25 @@ def _address(service: Mapping, target: int) -> str:
     return f"{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{int(port['published'])}"
 
 
+def compose_containers(state: StackState, *, timeout: float = 120.0) -> Optional[list[str]]:
+    """The ids of the containers of the compose project ``state`` records (stopped ones too); None when
+    compose cannot tell (no engine answers, or compose fails)."""
+    base = _compose_base(state.compose_files, state.compose_profiles, state.compose_project)
+    env = recorded_env(state, os.environ)  # compose interpolates every service's variables
+    try:
+        running = subprocess.run([*base, "ps", "--all", "-q"], capture_output=True, text=True, env=env,
+                                 timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return running.stdout.split() if running.returncode == 0 else None
+
+
 def compose_down(state: StackState, *, timeout: float = 600.0) -> int:
     """``compose down`` of the stack ``state`` records (its files, profiles and project); 0 when nothing
     runs (said so). Volumes (Prometheus' data) and the model repository stay."""
     base = _compose_base(state.compose_files, state.compose_profiles, state.compose_project)
-    env = with_grafana_placeholder(os.environ)  # down interpolates every service's variables
-    running = subprocess.run([*base, "ps", "--all", "-q"], capture_output=True, text=True, env=env, timeout=timeout)
-    if running.returncode == 0 and not running.stdout.split():
+    env = recorded_env(state, os.environ)  # down interpolates every service's variables
+    if compose_containers(state, timeout=timeout) == []:
         print(f"make down: nothing runs: no container of the compose project {state.compose_project or '(default)'}"
               f" ({state.backend})", flush=True)
         return 0

@@ -40,6 +40,7 @@ from serving.model_repo import SMALL_ZOO, ZOO, model_versions
 from serving.server.launcher import ServerProcess, model_available, port_open
 from serving.stack.banner import batching_summary, print_usage, say
 from serving.stack.choice import compose_files
+from serving.stack.identity import ProcessIdentity, die_with_parent
 from serving.stack.served import MODELS_CONFIG, prepare_served_config
 
 __all__ = ["DEFAULT_EXPORTS", "SERVER_LOG", "EmbeddedOptions", "ensure_commands", "zoo_selection", "export_order",
@@ -131,7 +132,8 @@ class Exports:
         number = self.total - len(self.queue)
         say(self.started, f"[{number}/{self.total}] exporting {name} into {self.model_repo}")
         with open(self.log_dir / f"export-{name}.log", "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=die_with_parent())
         self.current = (name, proc, time.monotonic())
 
     def poll(self) -> list[str]:
@@ -211,21 +213,28 @@ def run_embedded(options: EmbeddedOptions, root: Path) -> int:
     plan = plan_embedded_server(service, work_dir=work_dir, models_dir=model_repo,
                                 models_config=work_dir / MODELS_CONFIG,
                                 overrides={"port": None, "rest_api_port": None})
+    me = ProcessIdentity.of(os.getpid())
     state = StackState("embedded", plan.models_config, options.grpc, options.rest, model_repo, {}, removed,
-                       tuple(to_export), os.getpid())
+                       tuple(to_export), os.getpid(), pid_start=me.start if me else None)
     write_state(state, state_file)
     names = [e.name for e in config.model_config_list.config]
     say(started, f"serving {', '.join(names) or 'no model yet'} from {plan.models_config}"
         + (f"; exporting {', '.join(to_export)} (smallest first; each is served once exported)"
            if to_export else ""))
     log_path = None if options.verbose else work_dir / SERVER_LOG
+    # The server (and each export) gets SIGTERM when this make up dies, even by SIGKILL: no orphan keeps
+    # the ports, and a second make up is refused only while this one lives.
     server = ServerProcess(plan.args, grpc_port=_port(options.grpc), rest_port=_port(options.rest),
-                           capture_output=not options.verbose, log_path=log_path, timeout=options.timeout)
+                           capture_output=not options.verbose, log_path=log_path, timeout=options.timeout,
+                           preexec_fn=die_with_parent())
     if options.verbose:
         print("+", " ".join(server.command), flush=True)
     else:
         say(started, f"server log: {log_path} (make up VERBOSE=1 streams it)")
     server.launch()
+    child = ProcessIdentity.of(server.proc.pid)
+    if child is not None:
+        write_state(state.replace(server_pid=child.pid, server_start=child.start), state_file)
     batching = next((a.split("=", 1)[1] for a in plan.args if a.startswith("--batching_parameters_file=")), None)
     exports = Exports(to_export, model_repo, batching, work_dir, root, started)
     stopping = threading.Event()

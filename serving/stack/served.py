@@ -1,4 +1,5 @@
-"""The embedded stack's persistent served config, reconciled with the model repository at each start.
+"""The stacks' persistent served configs: the embedded one, reconciled with the model repository at each
+start, and compose's configs directory (:func:`prepare_compose_configs`).
 
 ``<work dir>/models.config`` (TF Serving's ``ModelServerConfig`` text format):
 
@@ -13,7 +14,8 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from serving.config import load_model_server_config
@@ -25,7 +27,7 @@ from serving.model_repo import model_versions
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
-__all__ = ["MODELS_CONFIG", "EMBEDDED_HEADER", "prepare_served_config"]
+__all__ = ["MODELS_CONFIG", "EMBEDDED_HEADER", "prepare_served_config", "prepare_compose_configs"]
 
 # The persistent models config of the embedded stack, in the work directory.
 MODELS_CONFIG = "models.config"
@@ -74,3 +76,39 @@ def prepare_served_config(path: Path, model_repo: Path, *, removed: Sequence[str
         path.parent.mkdir(parents=True, exist_ok=True)
         write_model_server_config(config, path, header=EMBEDDED_HEADER)
     return config
+
+
+def prepare_compose_configs(config_dir: Path, defaults: Path, command: Sequence[str], target: str,
+                            *, log: Callable[[str], None] = print) -> list[Path]:
+    """The directory compose mounts as tfserving's ``target`` (``/etc/tfserving``), ready: every file
+    ``command`` names under ``target``, from ``defaults`` (the tracked ``serving/``).
+
+    The models config (``--model_config_file``) is the served config: copied from ``defaults`` only when
+    it is missing (the first ``make up``), then left to ``serving.config`` and ``serving.rollout``, so
+    the tracked file stays the default. Every other file (batching, monitoring) is a copy of its
+    default, refreshed when the default changed. Files are replaced atomically (write, then rename);
+    the directory is mounted, not the files, so the container sees each new file. The files written.
+    """
+    config_dir = Path(config_dir)
+    config_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for item in command:
+        flag, sep, value = item.partition("=")
+        inside = PurePosixPath(value)
+        if not sep or PurePosixPath(target) not in inside.parents:
+            continue
+        relative = inside.relative_to(target)
+        source, dest = Path(defaults) / relative, config_dir / relative
+        seeded_once = flag.lstrip("-") == "model_config_file"
+        if dest.is_file() and (seeded_once or dest.read_bytes() == source.read_bytes()):
+            continue
+        if seeded_once:
+            log(f"make up: serving {dest} (created from {source}: serving.config and serving.rollout change it; "
+                f"{source} stays the default)")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(source.read_bytes())
+        tmp.chmod(0o644)
+        tmp.replace(dest)
+        written.append(dest)
+    return written

@@ -144,3 +144,16 @@ def test_dcgm_exporter_skips_its_entrypoints_setcap_on_the_read_only_root(every_
         service = every_service[key]
         assert service["read_only"] is True and "SYS_ADMIN" in service["cap_add"]
         assert service["environment"]["NO_SETCAP"]
+
+
+def test_every_container_log_is_rotated(every_service):
+    """json-file with a size and a count, on every service of both variants (the local images' override
+    changes image names only: test_local_override.py). Before: Docker's default json-file without
+    max-size, which grows until the disk is full."""
+    def rule(name: str, service: dict):
+        logging = service.get("logging") or {}
+        options = logging.get("options") or {}
+        if logging.get("driver") != "json-file" or not options.get("max-size") or not options.get("max-file"):
+            return f"log not rotated: {logging}"
+        return None
+    assert failures(every_service, rule) == {}

@@ -21,6 +21,7 @@ from exporter.manifest import load_manifest
 from serving.client import NO_RETRY, GrpcClient, RestClient
 from serving.client.errors import PermissionDenied, TlsError, Unauthenticated
 from tests.support.compose_stack import EXPORTED_IN_CONTAINER, SERVICES, Stack, docker
+from tests.support.servers import REPO_ROOT
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -157,7 +158,18 @@ def test_every_service_runs_hardened(stack):
             assert proc.returncode != 0 and "Read-only file system" in proc.stderr, (name, proc.stderr)
 
 
+def tracked_configs(stack: Stack) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((stack.root / "serving").glob("*.config"))}
+
+
 def test_config_add_and_the_rollout_work_through_the_gateway_with_the_admin_key(stack):
+    # The served config is in the work dir; serving/*.config stay the defaults (git status stays clean), and
+    # no change restarts tfserving (its container's start time).
+    defaults = tracked_configs(stack)
+    assert defaults == {p.name: p.read_bytes() for p in sorted((REPO_ROOT / "serving").glob("*.config"))}
+    tfserving_started = stack.inspect("tfserving")["State"]["StartedAt"]
+    served = stack.root / ".cache" / "serving" / "compose" / "models.cpu.config"
+    before = served.read_text()
     # A second model from the same files, added the README's way (stack.json holds the gateway and admin key).
     shutil.copytree(stack.root / "models" / MODEL, stack.root / "models" / "digits_copy")
     proc = stack.python("-m", "serving.config", "add", "digits_copy", "--base-path", "models/digits_copy")
@@ -178,6 +190,35 @@ def test_config_add_and_the_rollout_work_through_the_gateway_with_the_admin_key(
     with client(stack, "grpc") as sdk:
         assert sdk.metadata(MODEL, label="stable").version == 2
         assert [s.version for s in sdk.status(MODEL) if s.state == "AVAILABLE"] == [2]
+    assert tracked_configs(stack) == defaults
+    assert "digits_copy" in served.read_text() and served.read_text() != before
+    assert stack.inspect("tfserving")["State"]["StartedAt"] == tfserving_started
+    print(f"tfserving StartedAt {tfserving_started}, unchanged across config add, canary, promote, rollback")
+
+
+def test_make_up_again_after_config_changes_neither_rebuilds_nor_restarts_tfserving(stack):
+    info = stack.inspect("tfserving")
+    proc = stack.make_up()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = stack.inspect("tfserving")
+    assert (again["Id"], again["State"]["StartedAt"], again["Image"]) == (
+        info["Id"], info["State"]["StartedAt"], info["Image"])
+
+
+def test_logs_and_ps_come_from_what_make_up_recorded_and_every_log_is_rotated(stack):
+    logs = stack.python("-m", "serving.stack", "logs", "tfserving", "--tail", "5")
+    assert logs.returncode == 0 and "tfserving" in logs.stdout, logs.stdout + logs.stderr
+    ps = stack.python("-m", "serving.stack", "ps")
+    assert ps.returncode == 0 and "healthy" in ps.stdout, ps.stdout + ps.stderr
+    for name in SERVICES:
+        log = stack.inspect(name)["HostConfig"]["LogConfig"]
+        assert log["Type"] == "json-file" and log["Config"].get("max-size") and log["Config"].get("max-file"), (
+            name, log)
+
+
+def test_prometheus_has_no_dcgm_exporter_job_on_the_cpu_stack(stack):
+    targets = prometheus(stack, "targets")["activeTargets"]
+    assert {t["labels"]["job"] for t in targets} == {"tfserving", "prometheus"}
 
 
 def restarted(stack: Stack, service: str, count: int) -> bool:
@@ -279,3 +320,22 @@ def test_down_then_make_up_keeps_the_models_the_config_and_the_labels(stack):
         assert sdk.metadata(MODEL, label="stable").version == 2
         assert sdk.status("digits_copy")[0].state == "AVAILABLE"
     assert (stack.root / "models" / MODEL / "2").is_dir()
+
+
+def test_a_stack_serving_only_a_users_model_stays_healthy_through_down_and_up(stack):
+    """Every zoo model removed: only digits_copy (the user's) is served. tfserving's health asks for what
+    is served, so make up --wait returns (healthy) after make down. Before: the check asked for digits."""
+    config = stack.root / ".cache" / "serving" / "compose" / "models.cpu.config"
+    from serving.config import load_model_server_config
+
+    for name in [e.name for e in load_model_server_config(config).model_config_list.config]:
+        if name != "digits_copy":
+            proc = stack.python("-m", "serving.config", "remove", name)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [e.name for e in load_model_server_config(config).model_config_list.config] == ["digits_copy"]
+    assert stack.python("-m", "serving.stack", "down").returncode == 0
+    proc = stack.make_up()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert healthy(stack, "tfserving")
+    with client(stack, "rest") as sdk:
+        assert sdk.status("digits_copy")[0].state == "AVAILABLE"

@@ -3,6 +3,7 @@ scrape targets name its services (no Docker needed: the YAML is read as data).""
 from __future__ import annotations
 
 import posixpath
+import re
 
 import yaml
 
@@ -16,11 +17,17 @@ def services() -> dict:
     return yaml.safe_load(COMPOSE.read_text())["services"]
 
 
+def _defaults(text: str) -> str:
+    """``${NAME:-default}`` as its default (what a checkout without make up's variables mounts)."""
+    return re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}", r"\1", text)
+
+
 def mounts(service: dict) -> dict[str, str]:
     """host path (normalised, relative to the repo) -> container path."""
     found = {}
     for volume in service.get("volumes", []):  # short syntax ("src:dst[:ro]") or long ({source:, target:})
-        source, target = (volume["source"], volume["target"]) if isinstance(volume, dict) else volume.split(":")[:2]
+        source, target = ((_defaults(volume["source"]), volume["target"]) if isinstance(volume, dict)
+                          else _defaults(volume).split(":")[:2])
         found[posixpath.normpath(source)] = target
     return found
 

@@ -21,7 +21,7 @@ def checkout(tmp_path: Path) -> Path:
     root = tmp_path / "checkout"
     for folder in ("deploy/images", "serving"):
         shutil.copytree(REPO_ROOT / folder, root / folder)
-    for name in ("pyproject.toml", "README.md", ".env"):
+    for name in ("pyproject.toml", "README.md", ".env", ".dockerignore"):
         shutil.copy(REPO_ROOT / name, root / name)
     return root
 
@@ -48,6 +48,20 @@ def test_the_hash_is_stable_and_changes_with_each_input(checkout):
     assert content_hash(nginx, "base", checkout) == content_hash(nginx, "base", checkout)
     (checkout / "serving" / "status.py").write_text("changed")
     assert content_hash(nginx, "base", checkout) == content_hash(nginx, "base", checkout)
+
+
+def test_a_config_change_never_rebuilds_the_stand_in(checkout):
+    """serving/*.config are mounted at run time, not run from the image: .dockerignore leaves them out of
+    the build context and so out of the hash. Before: a `serving.config add` (which rewrote
+    serving/models.config) made the next make up IMAGES=local rebuild the stand-in and restart tfserving."""
+    tfserving = next(i for i in IMAGES if i.name.startswith("tfs-stack-local/tfserving:"))
+    before = content_hash(tfserving, "base", checkout)
+    for name in ("models.config", "models.cpu.config", "batching.config", "monitoring.config"):
+        (checkout / "serving" / name).write_text((checkout / "serving" / name).read_text() + "\n# edited\n")
+    (checkout / "serving" / "new.config").write_text("model_config_list {}\n")
+    assert content_hash(tfserving, "base", checkout) == before
+    (checkout / "serving" / "server" / "extra.py").write_text("# code the server could run\n")
+    assert content_hash(tfserving, "base", checkout) != before  # code still counts
 
 
 @pytest.mark.docker

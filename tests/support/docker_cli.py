@@ -44,7 +44,8 @@ esac
 
 # What make up and Compose read from the environment; the tests set them themselves.
 READ_FROM_ENV = ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_PROFILES", "GATEWAY_SECRETS_HOST_DIR",
-                 "COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "PROMETHEUS_PORT")
+                 "COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "PROMETHEUS_PORT",
+                 "TFS_CONFIG_HOST_DIR")
 
 
 def environ(**extra: str) -> dict[str, str]:

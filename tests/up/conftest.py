@@ -13,13 +13,15 @@ from tests.support.servers import REPO_ROOT
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """The compose files, .env and serving configs of the checkout, and gateway secrets (empty files)."""
+    """The compose files, .env, serving configs and Prometheus config of the checkout, and gateway secrets
+    (empty files)."""
     root = tmp_path / "checkout"
     (root / "serving").mkdir(parents=True)
     for name in [".env", *(p.name for p in REPO_ROOT.glob("docker-compose*.yml"))]:
         shutil.copy(REPO_ROOT / name, root / name)
     for config in (REPO_ROOT / "serving").glob("*.config"):
         shutil.copy(config, root / "serving" / config.name)
+    shutil.copytree(REPO_ROOT / "monitoring" / "prometheus", root / "monitoring" / "prometheus")
     secrets = root / "gateway" / "secrets"
     secrets.mkdir(parents=True)
     for name in [*SECRETS, "ca.key", "client.key"]:

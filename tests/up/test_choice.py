@@ -93,10 +93,11 @@ def test_compose_backend_runs_compose_up_with_the_variants_files_and_prints_the_
     assert (f'curl --cacert {secrets}/ca.crt -H "x-api-key: $(cat {secrets}/client.api-key)" '
             "https://127.0.0.1:8501/v1/models/digits") in stdout
     assert "Grafana: http://127.0.0.1:3000" in stdout
-    # The state the rollout and serving.config default to: the CPU file, container paths under models/.
+    # The state the rollout and serving.config default to: the CPU file in the work dir (seeded from
+    # serving/), container paths under models/.
     state = read_state(work / STATE_FILE)
     # The rollout and serving.config push through the gateway: TLS with the local CA, the admin key.
     assert (state.backend, state.models_config, state.grpc, state.rest) == (
-        "compose-cpu", checkout / "serving" / "models.cpu.config", "127.0.0.1:8500", "https://127.0.0.1:8501")
+        "compose-cpu", work / "compose" / "models.cpu.config", "127.0.0.1:8500", "https://127.0.0.1:8501")
     assert (state.root_certificates, state.admin_key_file) == (secrets / "ca.crt", secrets / "admin.api-key")
     assert dict(state.mounts) == {"/models": checkout / "models"} == {"/models": state.model_repo}

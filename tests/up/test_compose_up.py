@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from serving.config.compose import load_compose_model, volume_map
 from serving.config.stack import STATE_FILE, read_state
@@ -216,8 +217,72 @@ def test_local_images_run_compose_write_the_state_and_leave_grafana_out_of_the_b
     assert "Prometheus: http://127.0.0.1:19090" in out and "Grafana:" not in out
     state = read_state(work / STATE_FILE)
     assert (state.backend, state.grpc, state.rest) == ("compose-cpu", "127.0.0.1:18500", "https://127.0.0.1:18501")
-    assert state.models_config == checkout / "serving" / "models.cpu.config"
     assert state.model_repo == checkout / "models" and (checkout / "models").is_dir()
+    assert (state.compose_env["GATEWAY_GRPC_PORT"], state.compose_env["TFS_CONFIG_HOST_DIR"]) == (
+        "18500", str(work / "compose"))
+    assert "GRAFANA_ADMIN_PASSWORD" not in state.compose_env
+    # Prometheus gets the jobs of what runs: no dcgm-exporter job on the CPU stack (before: down for good).
+    scrape = yaml.safe_load(Path(state.compose_env["PROMETHEUS_CONFIG_HOST_FILE"]).read_text())
+    assert [j["job_name"] for j in scrape["scrape_configs"]] == ["tfserving", "prometheus"]
+    assert scrape["rule_files"] == ["rules/*.yml"]
+    banner = out[out.index("Serving through the gateway"):]
+    assert "server log: make logs SERVICE=tfserving" in banner and "docker compose" not in banner
+
+
+def test_compose_serves_a_config_in_the_work_dir_seeded_once_from_the_tracked_default(checkout, tmp_path,
+                                                                                       monkeypatch):
+    """The served config lives in <work dir>/compose (mounted as /etc/tfserving); serving/*.config stay the
+    defaults. Before: stack.json named serving/models.cpu.config, which serving.config add rewrote."""
+    fake = fake_docker_cli(tmp_path / "bin", tmp_path / "calls")
+    set_environ(monkeypatch, PATH=f"{fake.parent}:{os.environ['PATH']}")
+    work, defaults = tmp_path / "work", checkout / "serving"
+    tracked = {p.name: p.read_bytes() for p in defaults.glob("*.config")}
+    assert main(["--backend", "compose-cpu", "--images", "local", "--work-dir", str(work)], root=checkout) == 0
+    state = read_state(work / STATE_FILE)
+    served = work / "compose" / "models.cpu.config"
+    assert state.models_config == served and served.read_bytes() == tracked["models.cpu.config"]
+    assert (work / "compose" / "monitoring.config").read_bytes() == tracked["monitoring.config"]
+    # The served config is the operator's from now on; the other files follow their defaults.
+    served.write_text("model_config_list {\n}\n")
+    (defaults / "monitoring.config").write_text((defaults / "monitoring.config").read_text() + "\n# changed\n")
+    assert main(["--backend", "compose-cpu", "--images", "local", "--work-dir", str(work)], root=checkout) == 0
+    assert served.read_text() == "model_config_list {\n}\n"
+    assert (work / "compose" / "monitoring.config").read_bytes() == (defaults / "monitoring.config").read_bytes()
+    assert {p.name: p.read_bytes() for p in defaults.glob("*.config") if p.name != "monitoring.config"} == {
+        k: v for k, v in tracked.items() if k != "monitoring.config"}
+    # tfserving mounts that directory; the banner names no model when none is served.
+    model = load_compose_model([checkout / "docker-compose.yml", checkout / "docker-compose.cpu.yml"],
+                               env={**environ(GRAFANA_ADMIN_PASSWORD="x"), **state.compose_env}, project_dir=checkout)
+    assert volume_map(model["services"]["tfserving"])["/etc/tfserving"] == work / "compose"
+
+
+def test_the_certs_hint_keeps_images_local(checkout, tmp_path, monkeypatch, capsys):
+    """Before: the hint said `make certs && make up`, and plain make up then tried to pull upstream images."""
+    fake = fake_docker_cli(tmp_path / "bin", tmp_path / "calls")
+    set_environ(monkeypatch, PATH=f"{fake.parent}:{os.environ['PATH']}")
+    for name in SECRETS:
+        (checkout / "gateway" / "secrets" / name).unlink()
+    assert main(["--backend", "compose-cpu", "--images", "local", "--work-dir", str(tmp_path / "w")], root=checkout) == 2
+    assert "make certs && make up IMAGES=local" in capsys.readouterr().err
+    monkeypatch.setenv("GRAFANA_ADMIN_PASSWORD", "x")
+    assert main(["--backend", "compose-cpu", "--work-dir", str(tmp_path / "w")], root=checkout) == 2
+    assert capsys.readouterr().err.rstrip().endswith("make certs && make up")
+
+
+def test_a_pull_that_no_registry_answers_names_the_local_images(checkout, tmp_path, monkeypatch, capsys):
+    """compose's own error (a name lookup of the registry) is followed by what to do. Before: the raw
+    registry error alone."""
+    calls = tmp_path / "calls"
+    fake = fake_docker_cli(tmp_path / "bin", calls)
+    fake.write_text(fake.read_text().replace(
+        'echo "$*" >> ' + str(calls) + '; exit 0',
+        'echo "$*" >> ' + str(calls) + '; echo "Error response from daemon: Get \\"https://registry-1.docker.io/v2/\\": '
+        'dial tcp: lookup registry-1.docker.io: no such host"; exit 18'))
+    set_environ(monkeypatch, PATH=f"{fake.parent}:{os.environ['PATH']}", GRAFANA_ADMIN_PASSWORD="x")
+    assert main(["--backend", "compose-cpu", "--work-dir", str(tmp_path / "w")], root=checkout) == 18
+    captured = capsys.readouterr()
+    assert "no such host" in captured.out
+    assert "no registry answered" in captured.err and "make images && make up IMAGES=local" in captured.err
 
 
 def test_local_images_without_an_engine_are_refused_not_embedded(tmp_path):

@@ -1,4 +1,4 @@
-"""`make down` (`python -m serving.stack down`) where nothing runs, and the embedded backend's pid check.
+"""`make down` (`python -m serving.stack down`) where nothing runs (the pid checks: tests/up/test_stack_guard.py).
 
 Stopping a running stack is tested where one runs: the embedded backend in
 tests/up/test_stack_state.py, the compose backend in tests/e2e.
@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 from serving.config.stack import STATE_FILE, StackState, write_state
-from serving.stack.down import stack_process_alive, stop_stack
+from serving.stack.down import stop_stack
+from serving.stack.identity import start_time
 from tests.support.servers import REPO_ROOT
 
 
@@ -28,14 +29,13 @@ def test_down_without_a_state_file_says_nothing_runs(tmp_path):
 def test_down_after_the_embedded_stack_exited_says_nothing_runs(tmp_path, capsys):
     exited = subprocess.Popen([sys.executable, "-c", "pass"])
     exited.wait()
-    write_state(_state(tmp_path, exited.pid), tmp_path / STATE_FILE)
+    write_state(_state(tmp_path, exited.pid).replace(pid_start=1), tmp_path / STATE_FILE)
     assert stop_stack(tmp_path) == 0
     assert "nothing runs: the embedded stack's make up (pid" in capsys.readouterr().out
 
 
 def test_a_pid_that_is_not_make_up_is_left_alone(tmp_path, capsys):
-    """A pid reused by another process (here this test's own) is not signalled."""
-    write_state(_state(tmp_path, os.getpid()), tmp_path / STATE_FILE)
-    assert not stack_process_alive(os.getpid())
+    """A pid reused by another process (here this test's own, recorded with another start time) is not signalled."""
+    write_state(_state(tmp_path, os.getpid()).replace(pid_start=start_time(os.getpid()) + 1), tmp_path / STATE_FILE)
     assert stop_stack(tmp_path) == 0
     assert "nothing runs" in capsys.readouterr().out

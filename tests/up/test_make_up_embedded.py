@@ -11,6 +11,7 @@ exporter's repository fit together.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import pytest
 from serving import codec
 from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model
+from serving.config.stack import STATE_FILE, read_state
 from tests.support.compose import GPU, PASSWORD, compose_env
 from tests.support.ports import free_port
 from tests.support.processes import MakeUpEmbedded
@@ -93,20 +95,36 @@ def test_every_cpu_model_answers_its_golden_inputs(make_up, name):
             assert np.asarray(outputs[key]).shape == want.shape, f"{name}:{key}"
 
 
-def healthcheck_script(rest_port: int) -> str:
+def healthcheck_script(rest_port: int, cmdline: str) -> str:
+    """The container's healthcheck for this host: the server's own command line is ``cmdline`` (a
+    /proc/PID/cmdline) instead of the container's /proc/1/cmdline, its REST port ``rest_port``."""
     service = load_compose_model(GPU, env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))["services"]["tfserving"]
-    script = service["healthcheck"]["test"][3]
-    return script.replace("/dev/tcp/127.0.0.1/8501", f"/dev/tcp/127.0.0.1/{rest_port}")
+    script = service["healthcheck"]["test"][3].replace("$$", "$")  # Compose's escaped $, as the engine reads it
+    return (script.replace("/dev/tcp/127.0.0.1/8501", f"/dev/tcp/127.0.0.1/{rest_port}")
+            .replace("/proc/1/cmdline", cmdline))
 
 
 def test_the_compose_healthcheck_passes_against_the_running_server(make_up):
-    proc = subprocess.run(["bash", "-c", healthcheck_script(make_up["rest_port"])], capture_output=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
+    """The check reads the config the running server's command line names (make up's served config)."""
+    server = read_state(make_up["work"] / STATE_FILE).server_pid
+    script = healthcheck_script(make_up["rest_port"], f"/proc/{server}/cmdline")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_the_compose_healthcheck_fails_for_a_model_that_is_not_served(make_up):
-    script = healthcheck_script(make_up["rest_port"]).replace("/v1/models/digits", "/v1/models/not_served")
-    assert subprocess.run(["bash", "-c", script], capture_output=True, timeout=30).returncode != 0
+def test_the_compose_healthcheck_fails_for_a_model_that_is_not_served(make_up, tmp_path):
+    server = read_state(make_up["work"] / STATE_FILE).server_pid
+    argv = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
+    config = tmp_path / "wider.config"
+    served = (make_up["work"] / "models.config").read_text()
+    config.write_text(served.replace("model_config_list {", 'model_config_list {\n  config {\n    name: "not_served"\n'
+                                     '    base_path: "/nowhere"\n    model_platform: "tensorflow"\n  }', 1))
+    wider = tmp_path / "cmdline"
+    wider.write_bytes(b"\0".join(a if not a.startswith(b"--model_config_file=") else
+                                  b"--model_config_file=" + str(config).encode() for a in argv))
+    proc = subprocess.run(["bash", "-c", healthcheck_script(make_up["rest_port"], str(wider))],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "not_served: no version AVAILABLE" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_prometheus_path_from_monitoring_config_serves_tf_serving_metrics(make_up):
