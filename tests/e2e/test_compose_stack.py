@@ -328,14 +328,18 @@ def test_a_stack_serving_only_a_users_model_stays_healthy_through_down_and_up(st
     config = stack.root / ".cache" / "serving" / "compose" / "models.cpu.config"
     from serving.config import load_model_server_config
 
-    for name in [e.name for e in load_model_server_config(config).model_config_list.config]:
-        if name != "digits_copy":
+    removed = [e.name for e in load_model_server_config(config).model_config_list.config if e.name != "digits_copy"]
+    try:
+        for name in removed:
             proc = stack.python("-m", "serving.config", "remove", name)
             assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [e.name for e in load_model_server_config(config).model_config_list.config] == ["digits_copy"]
-    assert stack.python("-m", "serving.stack", "down").returncode == 0
-    proc = stack.make_up()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert healthy(stack, "tfserving")
-    with client(stack, "rest") as sdk:
-        assert sdk.status("digits_copy")[0].state == "AVAILABLE"
+        assert [e.name for e in load_model_server_config(config).model_config_list.config] == ["digits_copy"]
+        assert stack.python("-m", "serving.stack", "down").returncode == 0
+        proc = stack.make_up()
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert healthy(stack, "tfserving")
+        with client(stack, "rest") as sdk:
+            assert sdk.status("digits_copy")[0].state == "AVAILABLE"
+    finally:  # the session's stack serves the zoo again for the tests after this one
+        for name in removed:
+            stack.python("-m", "serving.config", "add", name, "--base-path", f"models/{name}")
