@@ -43,6 +43,10 @@ def rest_request_to_input(request: JSON, input_proto: Input) -> Input:
     """
     if not isinstance(request, dict):
         raise status.InvalidArgument(f"JSON Value: {json_value_string(request)} Is not object")
+    if not isinstance(request.get("signature_name", ""), str):  # FillSignature
+        raise status.InvalidArgument(
+            f"JSON Value: {json_value_string(request)} not formatted correctly. "
+            "'signature_name' key must be a string value.")
     context = request.get("context")
     target = input_proto.example_list
     if context is not None:
