@@ -14,7 +14,8 @@ import numpy as np
 
 from serving import status
 from serving.codec._dtypes import enum_from_dtype
-from serving.codec._json import JSON, decimal_fragment, decimal_rows, json_dumps, json_loads, json_value_string
+from serving.codec._decimal import decimal_fragment, decimal_rows
+from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
     array_to_json,

@@ -13,7 +13,8 @@ import numpy as np
 
 from serving import status
 from serving.codec._example import Features, example_from_dict
-from serving.codec._json import JSON, decimal_fragment, json_dumps, json_loads, json_value_string
+from serving.codec._decimal import decimal_fragment
+from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_tensor import array_to_json
 
 if TYPE_CHECKING:
