@@ -7,12 +7,13 @@ Six significant digits (``absl::StrCat``, like ``%g``: ``9e+06``, ``3e-05``,
 (``3.0``); ``NaN``, ``Infinity``, ``-Infinity`` for non-finite values. float16
 is written as float32.
 
-Formatting is the cost of a REST response, so it is done three ways with one
-result: a bounded cache of the words of values already written (model outputs
-repeat), the per-value rule above for small tensors, and for large float32
-tensors the same rule in integer arithmetic over the whole array, each value
-whose rounding is not certain there (a digit at a tie, a power of ten beyond
-float64's exact ones) taken from the per-value rule.
+Formatting is most of the cost of a REST response, so it is done two ways with
+one result: the per-value rule above for small tensors, and for float32 tensors
+of ``_VECTOR_MIN`` values or more the same rule in integer arithmetic over the
+whole array, each value whose rounding is not certain there (a digit at a tie,
+a power of ten beyond float64's exact ones) taken from the per-value rule. (A
+cache of written words was measured and dropped: it sped up outputs that repeat
+and slowed never-seen ones, which real outputs are, by half.)
 """
 from __future__ import annotations
 
@@ -54,9 +55,7 @@ def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
     return "[" + ",".join(_nested(words, shape[1:], start + i * inner) for i in range(shape[0])) + "]"
 
 
-_VECTOR_MIN = 1024      # from this many float32 values the whole-array rule is cheaper than per value
-_CACHE_MAX = 1 << 16    # words kept per dtype; the cache is emptied when full (bounded memory)
-_CACHES: dict[bool, dict[float, str]] = {False: {}, True: {}}
+_VECTOR_MIN = 1024   # from this many float32 values the whole-array rule is cheaper than per value
 
 
 def decimal_words(arr: np.ndarray) -> list[str]:
@@ -70,20 +69,7 @@ def decimal_words(arr: np.ndarray) -> list[str]:
             for i in np.flatnonzero(~sure).tolist():
                 words[i] = _word(values[i], double)
         return words
-    cache = _CACHES[double]
-    values = flat.tolist()
-    get = cache.get
-    words = [get(v) for v in values]
-    if None in words:
-        for i, word in enumerate(words):
-            if word is None:
-                value = values[i]
-                word = words[i] = _word(value, double)
-                if value and math.isfinite(value):   # 0.0 and -0.0 are one key: never cached
-                    if len(cache) >= _CACHE_MAX:
-                        cache.clear()
-                    cache[value] = word
-    return words
+    return [_word(v, double) for v in flat.tolist()]
 
 
 _F32 = struct.Struct("<f")

@@ -1,4 +1,4 @@
-"""WriteDecimal's text is the same whichever of the three ways computes it (cache, per value, whole array)."""
+"""WriteDecimal's text is the same whichever way computes it (per value, or over a whole float32 array)."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,16 +34,8 @@ def test_the_whole_array_rule_writes_what_the_per_value_rule_writes():
 
 @pytest.mark.parametrize("size", [3, _decimal._VECTOR_MIN + 5])
 def test_decimal_words_with_zeros_and_non_finite_values(size):
-    """-0.0 and 0.0 are one dict key and never share a cached word; NaN and the infinities are tokens."""
+    """-0.0 is not 0.0; NaN and the infinities are tokens; on both paths."""
     values = np.resize(np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 0.1, 9e6], np.float32), size)
     expected = [_decimal._word(v, False) for v in values.tolist()]
     assert _decimal.decimal_words(values) == expected
-    assert _decimal.decimal_words(values) == expected   # a second time, from the cache
     assert expected[:7] == ["0.0", "-0.0", "NaN", "Infinity", "-Infinity", "0.1", "9e+06"][:size]
-
-
-def test_the_cache_stays_bounded(monkeypatch):
-    monkeypatch.setattr(_decimal, "_CACHE_MAX", 8)
-    monkeypatch.setitem(_decimal._CACHES, True, {})
-    _decimal.decimal_words(np.arange(1, 100, dtype=np.float64))
-    assert len(_decimal._CACHES[True]) <= 8
