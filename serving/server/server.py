@@ -136,8 +136,8 @@ class ModelServer:
         if not self.flags.model_config_file:
             return single_model_config(self.flags.model_name, self.flags.model_base_path)
         try:
-            return config_files.load_model_server_config(self.flags.model_config_file)
-        except (OSError, ValueError) as exc:
+            return _read_model_config(self.flags.model_config_file)
+        except OSError as exc:
             raise status.InvalidArgument(str(exc)) from exc
 
     def _monitoring_path(self) -> Optional[str]:
@@ -224,9 +224,12 @@ class ModelServer:
         """
         while not self._poll_stop.wait(seconds):
             try:
-                config = config_files.load_model_server_config(self.flags.model_config_file)
-            except (OSError, ValueError) as exc:
+                config = _read_model_config(self.flags.model_config_file)
+            except OSError as exc:
                 logger.error("Failed to read ModelServerConfig file: %s", exc)
+                continue
+            except status.InvalidArgument as exc:
+                logger.error("Failed to read ModelServerConfig file: %s", exc.details)
                 continue
             try:
                 self._manager.reload_config(config, timeout=seconds, caller_gone=self._poll_stop)
@@ -272,3 +275,13 @@ class ModelServer:
             enable_cors=flags.rest_api_enable_cors_support,
             max_tensor_elements=effective_max_tensor_elements(flags))
         self.rest.start()
+
+
+def _read_model_config(path: str) -> ModelServerConfig:
+    """``ParseProtoTextFile<ModelServerConfig>``: a text proto that does not parse is logged as protobuf's
+    TextFormat logs it and is ``Invalid protobuf file: '<path>'`` (``util/proto_util.h``)."""
+    try:
+        return config_files.load_model_server_config(path)
+    except ValueError as exc:
+        logger.error("Error parsing text-format tensorflow.serving.ModelServerConfig: %s", exc.__cause__ or exc)
+        raise status.InvalidArgument(f"Invalid protobuf file: '{path}'") from exc
