@@ -30,7 +30,7 @@ from tensorflow_serving.apis import (
 
 from tests.support.contract.tfs_expect import HALF_PLUS_TWO_SIGNATURES, metadata_json, version_status_json
 from tests.support.contract.tfs_grpc import RPC_TIMEOUT, add_example
-from tests.support.half_plus_two import half_plus_two_repo
+from tests.support.half_plus_two import half_plus_two_model, half_plus_two_repo
 from tests.support.servers import EmbeddedServer
 
 VERSION = 123
@@ -84,40 +84,84 @@ def test_get_model_metadata(prediction):
     assert list(result.metadata) == ["signature_def"]
 
 
-def test_classify(prediction):
-    """testClassify: classify_x_to_y on x=2 is one class scored 3.0."""
+def check_classify(stub) -> None:
+    """``_TestClassify``: classify_x_to_y on x=2 is one class scored 3.0."""
     request = classification_pb2.ClassificationRequest()
     request.model_spec.name, request.model_spec.signature_name = "default", "classify_x_to_y"
     add_example(request.input, x=2.0)
-    result = prediction.Classify(request, timeout=RPC_TIMEOUT)
+    result = stub.Classify(request, timeout=RPC_TIMEOUT)
     assert [[c.score for c in item.classes] for item in result.result.classifications] == [[3.0]]
     verify_model_spec(result.model_spec, "default", "classify_x_to_y")
 
 
-def test_regress(prediction):
-    """testRegress: regress_x_to_y on x=2 is 3.0."""
+def check_regress(stub) -> None:
+    """``_TestRegress``: regress_x_to_y on x=2 is 3.0."""
     request = regression_pb2.RegressionRequest()
     request.model_spec.name, request.model_spec.signature_name = "default", "regress_x_to_y"
     add_example(request.input, x=2.0)
-    result = prediction.Regress(request, timeout=RPC_TIMEOUT)
+    result = stub.Regress(request, timeout=RPC_TIMEOUT)
     assert [r.value for r in result.result.regressions] == [3.0]
     verify_model_spec(result.model_spec, "default", "regress_x_to_y")
 
 
-def test_multi_inference(prediction):
-    """testMultiInference: regress_x_to_y and classify_x_to_y on x=2, both 3.0."""
+def check_multi_inference(stub) -> None:
+    """``_TestMultiInference``: regress_x_to_y and classify_x_to_y on x=2, both 3.0."""
     request = inference_pb2.MultiInferenceRequest()
     for signature_name, method in (("regress_x_to_y", "tensorflow/serving/regress"),
                                    ("classify_x_to_y", "tensorflow/serving/classify")):
         task = request.tasks.add()
         task.model_spec.name, task.model_spec.signature_name, task.method_name = "default", signature_name, method
     add_example(request.input, x=2.0)
-    result = prediction.MultiInference(request, timeout=RPC_TIMEOUT)
+    result = stub.MultiInference(request, timeout=RPC_TIMEOUT)
     assert len(result.results) == 2
     assert result.results[0].regression_result.regressions[0].value == 3.0
     assert result.results[1].classification_result.classifications[0].classes[0].score == 3.0
     for i, signature_name in enumerate(("regress_x_to_y", "classify_x_to_y")):
         verify_model_spec(result.results[i].model_spec, "default", signature_name)
+
+
+def test_classify(prediction):
+    """testClassify (the TF1 model)."""
+    check_classify(prediction)
+
+
+def test_regress(prediction):
+    """testRegress (the TF1 model)."""
+    check_regress(prediction)
+
+
+def test_multi_inference(prediction):
+    """testMultiInference (the TF1 model)."""
+    check_multi_inference(prediction)
+
+
+@pytest.fixture(scope="module")
+def tf2_prediction(tmp_path_factory):
+    """A server of ``saved_model_half_plus_two_tf2_cpu`` as ``default`` (``_GetSavedModelHalfPlusTwoTf2``)."""
+    root = tmp_path_factory.mktemp("tf2")
+    model = half_plus_two_model("half_plus_two_tf2", root / "saved_model_half_plus_two_tf2_cpu" / "00000123")
+    with EmbeddedServer(["--model_name=default", f"--model_base_path={model.parent}"], wait_for=["default"],
+                        log_path=root / "server.log") as server, \
+            grpc.insecure_channel(server.grpc_target) as channel:
+        yield prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+
+@pytest.mark.slow
+def test_classify_tf2(tf2_prediction):
+    """testClassifyTf2: the native TF2 model's classify_x_to_y."""
+    check_classify(tf2_prediction)
+
+
+@pytest.mark.slow
+def test_regress_tf2(tf2_prediction):
+    """testRegressTf2: the native TF2 model's regress_x_to_y."""
+    check_regress(tf2_prediction)
+
+
+@pytest.mark.slow
+def test_multi_inference_tf2(tf2_prediction):
+    """testMultiInferenceTf2: the native TF2 model, regress_x_to_y and classify_x_to_y in one request."""
+    check_multi_inference(tf2_prediction)
 
 
 def test_predict_saved_model(prediction):
