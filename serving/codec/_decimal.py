@@ -4,8 +4,7 @@ Six significant digits (``absl::StrCat``, like ``%g``: ``9e+06``, ``3e-05``,
 ``0.5``); a value that does not read back from them exactly is written with
 ``max_digits10`` digits (``%.9g`` for float32, ``%.17g`` for float64:
 ``0.123456702``); ``.0`` is added where the text has neither ``.`` nor ``e``
-(``3.0``); ``NaN``, ``Infinity``, ``-Infinity`` for non-finite values. float16
-is written as float32.
+(``3.0``); ``NaN``, ``Infinity``, ``-Infinity`` for non-finite values.
 
 Formatting is most of the cost of a REST response, so it is done two ways with
 one result: the per-value rule above for small tensors, and for float32 tensors

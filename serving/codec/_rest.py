@@ -230,12 +230,31 @@ def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool
     if not outputs:
         raise status.InvalidArgument("Cannot convert empty tensor map to JSON")
     arrays = {name: np.asarray(value) for name, value in outputs.items()}
+    for arr in arrays.values():
+        _check_writable(arr)
     if row_format:
         return json_dumps({"predictions": _response_rows(arrays)})
     if len(arrays) == 1:
         (name, arr), = arrays.items()
         return json_dumps({"outputs": _response_value(name, arr)})
     return json_dumps({"outputs": {name: _response_value(name, arr) for name, arr in arrays.items()}})
+
+
+# The dtypes json_tensor.cc's WriteDecimal/AddTensorValue write (numpy kinds: float32/64, ints but uint16,
+# bool, strings); any other tensor with an element fails the response.
+_WRITABLE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                            np.uint32, np.uint64, np.bool_))
+_TF_NAMES = {np.dtype(np.float16): "half", np.dtype(np.complex64): "complex64", np.dtype(np.complex128): "complex128",
+             np.dtype(np.uint16): "uint16"}
+
+
+def _check_writable(arr: np.ndarray) -> None:
+    """``AddTensorValue``'s default case: ``Failed to write JSON value for tensor type: half`` (a float16, complex
+    or uint16 output with at least one element; TF Serving writes none of them)."""
+    if arr.dtype in _WRITABLE or arr.dtype.kind in "OSU" or arr.size == 0:
+        return
+    raise status.InvalidArgument(
+        f"Failed to write JSON value for tensor type: {_TF_NAMES.get(arr.dtype, arr.dtype.name)}")
 
 
 def _response_value(name: str, arr: np.ndarray) -> object:

@@ -103,11 +103,68 @@ def test_json_from_result_errors():
         codec.regression_result_to_rest(regression_pb2.RegressionResult())
 
 
-@pytest.mark.parametrize("tensors, message", [({}, "Cannot convert empty tensor map to JSON")])
-def test_from_json_errors_empty_map(tensors, message):
-    """FromJsonSingleTensorErrors (the empty map)."""
-    with pytest.raises(status.InvalidArgument, match=message):
+@pytest.mark.parametrize("tensors, message", [
+    pytest.param({}, "Cannot convert empty tensor map to JSON", id="empty-map"),
+    pytest.param({"tensor": np.array([1 + 2j], np.complex64)}, "Failed to write JSON value for tensor type: complex64",
+                 id="complex64"),
+    pytest.param({"tensor": np.array([1.5], np.float16)}, "Failed to write JSON value for tensor type: half",
+                 id="half"),
+    pytest.param({"tensor": np.array(1, np.int32)}, "Tensor name: tensor has no shape information", id="no-shape"),
+])
+def test_from_json_single_tensor_errors(tensors, message):
+    """FromJsonSingleTensorErrors: the empty map, a complex64 tensor, a tensor without a shape (row format)."""
+    with pytest.raises(status.InvalidArgument) as caught:
         codec.outputs_to_rest_response(tensors, True)
+    assert message in caught.value.details
+
+
+def _named_tensors() -> dict[str, np.ndarray]:
+    return {"int_tensor": np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2], np.int32).reshape(2, 3, 2),
+            "str_tensor": np.array([[b"foo", b"bar"], [b"baz", b"bat"]], dtype=object),
+            "float_tensor": np.array([[1.0], [2.0]], np.float32),
+            "double_scalar_tensor": np.array([8.0, 9.0], np.float64),
+            "str_tensor_bytes": np.array([[b"hello", b"world"], [b"tf", b"serving"]], dtype=object)}
+
+
+def test_from_json_multiple_named_tensors():
+    """FromJsonMultipleNamedTensors: five outputs as rows of objects and as one object of columns."""
+    rows = json.loads(codec.outputs_to_rest_response(_named_tensors(), True))
+    assert rows == {"predictions": [
+        {"double_scalar_tensor": 8.0, "float_tensor": [1.0], "int_tensor": [[1, 2], [3, 4], [5, 6]],
+         "str_tensor": ["foo", "bar"], "str_tensor_bytes": [{"b64": "aGVsbG8="}, {"b64": "d29ybGQ="}]},
+        {"double_scalar_tensor": 9.0, "float_tensor": [2.0], "int_tensor": [[7, 8], [9, 0], [1, 2]],
+         "str_tensor": ["baz", "bat"], "str_tensor_bytes": [{"b64": "dGY="}, {"b64": "c2VydmluZw=="}]}]}
+    columns = json.loads(codec.outputs_to_rest_response(_named_tensors(), False))
+    assert columns == {"outputs": {
+        "double_scalar_tensor": [8.0, 9.0], "float_tensor": [[1.0], [2.0]],
+        "int_tensor": [[[1, 2], [3, 4], [5, 6]], [[7, 8], [9, 0], [1, 2]]],
+        "str_tensor": [["foo", "bar"], ["baz", "bat"]],
+        "str_tensor_bytes": [[{"b64": "aGVsbG8="}, {"b64": "d29ybGQ="}], [{"b64": "dGY="}, {"b64": "c2VydmluZw=="}]]}}
+
+
+@pytest.mark.parametrize("tensors", [
+    pytest.param({"int_tensor": np.arange(6, dtype=np.int32).reshape(2, 3),
+                  "str_tensor": np.array([[b"foo", b"bar", b"baz"]], dtype=object)},
+                 id="FromJsonMultipleNamedTensorsErrors"),
+    pytest.param({"int_tensor": np.zeros((0, 2), np.int32), "str_tensor": np.array([[b"foo", b"bar"]], dtype=object)},
+                 id="FromJsonMultipleZeroBatchTensorsErrors"),
+])
+def test_inconsistent_batch_size(tensors):
+    """FromJsonMultipleNamedTensorsErrors, FromJsonMultipleZeroBatchTensorsErrors: outputs of different batch
+    sizes have no row format."""
+    with pytest.raises(status.InvalidArgument) as caught:
+        codec.outputs_to_rest_response(tensors, True)
+    assert "Tensor name: str_tensor has inconsistent batch size: 1 expecting: " in caught.value.details
+
+
+@pytest.mark.parametrize("tensors", [
+    pytest.param({"int_tensor": np.zeros((0, 2), np.int32)}, id="FromJsonSingleZeroBatchTensor"),
+    pytest.param({"str_tensor": np.zeros((0, 1, 2), dtype=object), "float_tensor": np.zeros((0, 3, 4), np.float32)},
+                 id="FromJsonMultipleZeroBatchTensors"),
+])
+def test_zero_batch_tensors(tensors):
+    """FromJsonSingleZeroBatchTensor, FromJsonMultipleZeroBatchTensors: a batch of 0 is {"predictions": []}."""
+    assert json.loads(codec.outputs_to_rest_response(tensors, True)) == {"predictions": []}
 
 
 def decode(body: bytes | str, specs: dict) -> tuple[dict[str, np.ndarray], bool]:
