@@ -28,9 +28,13 @@ def tf2_channel(tmp_path_factory):
 
 
 @pytest.fixture(params=["tf1", pytest.param("tf2", marks=pytest.mark.slow)])
-def multi(request):
+def multi(request, tfs_channel):
     """MultiInferenceTest's ``T``: the TF1 or the TF2 half_plus_two as ``test_model``."""
-    channel = request.getfixturevalue("tfs_channel" if request.param == "tf1" else "tf2_channel")
+    channel = tfs_channel
+    if request.param == "tf2":
+        if request.node.callspec.params.get("tfs_testdata") != "server":
+            pytest.skip("the TF2 variant runs on an embedded server of its own")
+        channel = request.getfixturevalue("tf2_channel")
     stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
     return lambda request: stub.MultiInference(request, timeout=RPC_TIMEOUT)
 
