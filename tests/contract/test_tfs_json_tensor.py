@@ -107,8 +107,6 @@ def test_json_from_result_errors():
     pytest.param({}, "Cannot convert empty tensor map to JSON", id="empty-map"),
     pytest.param({"tensor": np.array([1 + 2j], np.complex64)}, "Failed to write JSON value for tensor type: complex64",
                  id="complex64"),
-    pytest.param({"tensor": np.array([1.5], np.float16)}, "Failed to write JSON value for tensor type: half",
-                 id="half"),
     pytest.param({"tensor": np.array(1, np.int32)}, "Tensor name: tensor has no shape information", id="no-shape"),
 ])
 def test_from_json_single_tensor_errors(tensors, message):
