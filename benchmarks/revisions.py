@@ -101,6 +101,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
     repo = args.model_repo.resolve()
+    if not (repo / args.model).is_dir():   # the servers would wait for it until their timeout
+        print(f"no model {args.model!r} in {repo}", file=sys.stderr)
+        return 2
     load_before = os.getloadavg()[0]
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-revisions-")))
