@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["BATCHING_ADDED_P50_MS", "BATCHING_GAIN_LARGE", "BATCHING_GAIN_SMALL", "GATEWAY_ADDED_P50_MS",
-           "GATEWAY_THROUGHPUT", "GRPC_CLIENT_OVER_REST_CLIENT", "GRPC_SERVER_CPU_OVER_REST", "SERVED_OVER_IN_PROCESS",
+           "GATEWAY_THROUGHPUT", "GRPC_CLIENT_OVER_REST_CLIENT", "REVISION_THROUGHPUT", "GRPC_SERVER_CPU_OVER_REST", "SERVED_OVER_IN_PROCESS",
            "SERVER_ADDED_P50_MS", "Target", "print_verdicts"]
 
 BATCHING_GAIN_SMALL = 1.0
@@ -37,6 +37,9 @@ GATEWAY_THROUGHPUT = 0.9
 """digits at c=32: requests/s through the gateway over straight to tfserving, at least (``benchmarks.gateway``)."""
 GATEWAY_ADDED_P50_MS = 1.0
 """digits at c=1: the p50 the gateway adds, at most (``benchmarks.gateway``)."""
+REVISION_THROUGHPUT = 0.97
+"""digits at c=32: this tree's requests/s over a base revision's, at least, per protocol: a change costs no
+more than 3 % throughput (``benchmarks.revisions``)."""
 
 
 @dataclass

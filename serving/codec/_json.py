@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 import sys
 from typing import Optional, Union
 
@@ -260,72 +259,6 @@ def _default(obj: object) -> object:
     if isinstance(obj, np.generic):
         return _prepare(obj.item())
     raise TypeError(f"Type is not JSON serializable: {type(obj).__name__}")
-
-
-def decimal_fragment(values: np.ndarray | np.floating) -> orjson.Fragment:
-    """Floats as TF Serving's ``WriteDecimal`` writes them, ready for ``json_dumps`` (nested as ``values``).
-
-    ``json_tensor.cc``: six significant digits (``absl::StrCat``, like
-    ``%g``: ``9e+06``, ``3e-05``, ``0.5``); a value that does not read back
-    from them exactly is written with ``max_digits10`` digits (``%.9g`` for
-    float32, ``%.17g`` for float64: ``0.123456702``); ``.0`` is added where
-    the text has neither ``.`` nor ``e`` (``3.0``); ``NaN``, ``Infinity``,
-    ``-Infinity`` for non-finite values. float16 is written as float32.
-    """
-    arr = _decimal_array(values)
-    words = _decimal_words(arr)
-    return orjson.Fragment((words[0] if arr.ndim == 0 else _nested(words, arr.shape, 0)).encode())
-
-
-def decimal_rows(values: np.ndarray) -> list[orjson.Fragment]:
-    """``decimal_fragment`` of each ``values[i]``, formatting every value once."""
-    arr = _decimal_array(values)
-    words = _decimal_words(arr)
-    inner = int(np.prod(arr.shape[1:]))
-    if arr.ndim == 1:
-        return [orjson.Fragment(word.encode()) for word in words]
-    return [orjson.Fragment(_nested(words, arr.shape[1:], i * inner).encode()) for i in range(arr.shape[0])]
-
-
-_F32 = struct.Struct("<f")
-_TOKENS = {math.inf: "Infinity", -math.inf: "-Infinity"}
-
-
-def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
-    arr = np.asarray(values)
-    return arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float32)
-
-
-def _decimal_words(arr: np.ndarray) -> list[str]:
-    """Each value of ``arr`` (C order) as ``WriteDecimal`` text."""
-    double = arr.dtype == np.float64
-    full = "%.17g" if double else "%.9g"
-    words = []
-    for value in arr.reshape(-1).tolist():   # Python floats: a float32's exact value
-        if value != value:
-            words.append("NaN")
-            continue
-        if value in _TOKENS:
-            words.append(_TOKENS[value])
-            continue
-        word = "%g" % value
-        back = float(word)
-        if not double:
-            try:
-                back = _F32.unpack(_F32.pack(back))[0]
-            except OverflowError:
-                back = math.nan
-        if back != value:
-            word = full % value
-        words.append(word if "." in word or "e" in word else word + ".0")
-    return words
-
-
-def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
-    if len(shape) == 1:
-        return "[" + ",".join(words[start:start + shape[0]]) + "]"
-    inner = int(np.prod(shape[1:]))
-    return "[" + ",".join(_nested(words, shape[1:], start + i * inner) for i in range(shape[0])) + "]"
 
 
 def json_type_name(value: object) -> str:

@@ -3,7 +3,9 @@
 Parsing follows TF Serving's ``util/json_tensor.cc``: the JSON value must be
 dense (every list at one level has one size, every scalar at the same depth),
 scalars must be of the tensor's type (no ``1.5`` in an int tensor, no ``true``
-in a float one, nothing out of range), and strings are either JSON strings or
+in a float one, an int within ``IsInt``'s int32 range for int32/int16/int8/uint8,
+then wrapped as a TensorProto's ``int_val`` is; any number for a float tensor,
+cast as rapidjson's ``GetFloat`` casts it: +-inf beyond its range), and strings are either JSON strings or
 ``{"b64": "<base64>"}`` objects. Errors are ``status.InvalidArgument`` with
 TF Serving's wording.
 
@@ -119,7 +121,7 @@ def json_to_array(value: DenseJSON, dtype: DTypeLike, *, budget: Optional[Elemen
     if row.numpy.kind in "iu" and arr.dtype.kind not in "iu":
         # Valid ints numpy could not hold in one int type (uint64 beyond int64).
         return np.array(value, dtype=row.numpy)
-    return arr.astype(row.numpy)
+    return _as_dtype(arr, row)
 
 
 def _numbers(arr: np.ndarray, row: DType) -> Optional[np.ndarray]:
@@ -130,20 +132,20 @@ def _numbers(arr: np.ndarray, row: DType) -> Optional[np.ndarray]:
         _check_kind(None, arr, row)  # the value only names an offending leaf; a failure is redone on lists
     except status.InvalidArgument:
         return None
-    return arr.astype(row.numpy)
+    return _as_dtype(arr, row)
 
 
 def _check_kind(value: JSON, arr: np.ndarray, row: DType) -> None:
     target = row.numpy.kind
     kind = arr.dtype.kind
     if target == "f":
-        if kind in "iu":
-            _check_lossless_ints(value, arr, row)
+        # AddValueToTensor: any JSON number (IsNumber), cast as rapidjson's GetFloat/GetDouble cast it.
+        if kind in "iuf":
             return
-        if kind == "f":
-            _check_float_range(value, arr, row)
-            return
-        raise _type_error(_first_leaf(value, lambda v: not _is_number(v)), row)
+        bad = _first_leaf(value, lambda v: not _is_number(v), _NONE)
+        if bad is not _NONE:
+            raise _type_error(bad, row)
+        return
     if target == "b":
         if kind != "b":
             raise _type_error(_first_leaf(value, lambda v: not isinstance(v, bool)), row)
@@ -159,40 +161,34 @@ def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _json_range(row: DType) -> np.iinfo:
+    """The JSON integers ``AddValueToTensor`` takes for an int dtype: ``IsInt`` (int32's range) for int32, int16,
+    int8 and uint8, whose values are then cast (wrapped) to the dtype as a TensorProto's ``int_val`` is."""
+    if row.numpy.itemsize < 4 or row.numpy == np.int32:
+        return np.iinfo(np.int32)
+    return np.iinfo(row.numpy)
+
+
 def _is_int_of(v: object, row: DType) -> bool:
     if not isinstance(v, int) or isinstance(v, bool):
         return False
-    info = np.iinfo(row.numpy)
+    info = _json_range(row)
     return int(info.min) <= v <= int(info.max)
 
 
 def _ints_in_range(arr: np.ndarray, row: DType) -> bool:
-    info = np.iinfo(row.numpy)
+    info = _json_range(row)
     return int(arr.min()) >= int(info.min) and int(arr.max()) <= int(info.max)
 
 
-def _check_lossless_ints(value: JSON, arr: np.ndarray, row: DType) -> None:
-    # json_tensor.cc IsLosslessDecimal: integers must fit the float's mantissa.
-    limit = (1 << np.finfo(row.numpy).nmant + 1) - 1
-    if int(arr.max()) > limit or int(arr.min()) < -limit:
-        bad = _first_leaf(value, lambda v: isinstance(v, int) and abs(v) > limit)
-        raise _lossy_error(bad, row)
-
-
-def _check_float_range(value: JSON, arr: np.ndarray, row: DType) -> None:
-    if row.numpy.itemsize >= arr.dtype.itemsize:
-        return
-    biggest = float(np.finfo(row.numpy).max)
-    finite = arr[np.isfinite(arr)]
-    if finite.size and float(np.abs(finite).max()) > biggest:
-        bad = _first_leaf(value, lambda v: _is_number(v) and abs(v) > biggest and abs(v) != float("inf"))
-        raise _lossy_error(bad, row)
-
-
-def _lossy_error(value: JSON, row: DType) -> status.InvalidArgument:
-    return status.InvalidArgument(
-        f"Cannot convert JSON value: {json_value_string(value)} to {row.tf_name} "
-        "without loss of precision.")
+def _as_dtype(arr: np.ndarray, row: DType) -> np.ndarray:
+    """``arr`` cast to the tensor's dtype as TF Serving casts a JSON number: a number reaches a float tensor
+    through a double (``GetFloat`` is ``static_cast<float>(GetDouble())``: beyond float's range +-inf,
+    below it +-0), a narrow int wraps."""
+    if row.numpy.kind == "f" and arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        return arr.astype(row.numpy)
 
 
 def _type_error(value: object, row: DType) -> status.InvalidArgument:

@@ -13,7 +13,8 @@ import numpy as np
 
 from serving import status
 from serving.codec._example import Features, example_from_dict
-from serving.codec._json import JSON, decimal_fragment, json_dumps, json_loads, json_value_string
+from serving.codec._decimal import decimal_fragment
+from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_tensor import array_to_json
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ def rest_request_to_input(request: JSON, input_proto: Input) -> Input:
     """
     if not isinstance(request, dict):
         raise status.InvalidArgument(f"JSON Value: {json_value_string(request)} Is not object")
+    if not isinstance(request.get("signature_name", ""), str):  # FillSignature
+        raise status.InvalidArgument(
+            f"JSON Value: {json_value_string(request)} not formatted correctly. "
+            "'signature_name' key must be a string value.")
     context = request.get("context")
     target = input_proto.example_list
     if context is not None:

@@ -72,8 +72,16 @@ DEFAULT_BATCH_THREAD_POOL = "model_server_batch_threads"
 
 
 def _read_model_server_config(path: str) -> ModelServerConfig:
-    """``--model_config_file``, read with ``serving.server.config_file``'s bounds (a regular file, 16 MiB)."""
-    return config_files.parse_text_proto(read_config_text(path), ModelServerConfig())
+    """``--model_config_file``, read with ``serving.server.config_file``'s bounds (a regular file, 16 MiB; an
+    ``OSError`` otherwise) and parsed as ``ParseProtoTextFile<ModelServerConfig>`` parses it: a text proto that
+    does not parse is logged as protobuf's TextFormat logs it and is ``Invalid protobuf file: '<path>'``
+    (``util/proto_util.h``)."""
+    text = read_config_text(path)
+    try:
+        return config_files.parse_text_proto(text, ModelServerConfig())
+    except ValueError as exc:
+        logger.error("Error parsing text-format tensorflow.serving.ModelServerConfig: %s", exc.__cause__ or exc)
+        raise status.InvalidArgument(f"Invalid protobuf file: '{path}'") from exc
 
 
 def single_model_config(name: str, base_path: str) -> ModelServerConfig:
@@ -263,6 +271,9 @@ class ModelServer:
                 config = _read_model_server_config(self.flags.model_config_file)
             except (OSError, ValueError) as exc:
                 logger.error("Failed to read ModelServerConfig file: %s", exc)
+                continue
+            except status.InvalidArgument as exc:
+                logger.error("Failed to read ModelServerConfig file: %s", exc.details)
                 continue
             try:
                 self._manager.reload_config(config, timeout=seconds, caller_gone=self._poll_stop)

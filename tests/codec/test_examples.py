@@ -54,7 +54,6 @@ def test_wire_and_official_examples_serialize_identically():
     ({"x": [1, 2.5]}, "Unexpected element type in feature: x expecting type: int64"),
     ({"x": ["a", 1]}, "Unexpected element type in feature: x expecting type: bytes"),
     ({"x": 2 ** 63}, "Feature: x has uint64_t element. Only int64_t is supported."),
-    ({"x": 1e39}, "to float without loss of precision"),
 ])
 def test_bad_feature_values_are_invalid_argument(features, message):
     with pytest.raises(status.InvalidArgument, match=message):

@@ -1,7 +1,8 @@
 """TF Serving's ``servables/tensorflow/multi_inference_helper_test.cc`` (2.17.1), ported over gRPC MultiInference.
 
-``test_model`` is ``tfs_testdata``'s (``saved_model_half_plus_two_2_versions``, version 123; the TF1 model:
-the typed suite's TF2 variant is listed in NOT_APPLICABLE.md).
+The typed suite runs twice, as TF Serving's does: ``tf1`` is ``tfs_testdata``'s ``test_model``
+(``saved_model_half_plus_two_2_versions``, version 123); ``tf2`` a server of its own (``slow``) whose
+``test_model`` is ``saved_model_half_plus_two_tf2_cpu`` (the export script's native TF2 model), version 123.
 """
 from __future__ import annotations
 
@@ -10,14 +11,31 @@ import pytest
 from tensorflow_serving.apis import inference_pb2, prediction_service_pb2_grpc
 
 from tests.support.contract.tfs_grpc import RPC_TIMEOUT, add_example, code_and_details, populate_task
+from tests.support.half_plus_two import half_plus_two_model
+from tests.support.servers import EmbeddedServer
 
 MODEL, VERSION = "test_model", 123
 REGRESS, CLASSIFY, PREDICT = "tensorflow/serving/regress", "tensorflow/serving/classify", "tensorflow/serving/predict"
 
 
-@pytest.fixture
-def multi(tfs_channel):
-    stub = prediction_service_pb2_grpc.PredictionServiceStub(tfs_channel)
+@pytest.fixture(scope="module")
+def tf2_channel(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multi-inference-tf2")
+    model = half_plus_two_model("half_plus_two_tf2", root / "saved_model_half_plus_two_tf2_cpu" / f"{VERSION:08d}")
+    with EmbeddedServer([f"--model_name={MODEL}", f"--model_base_path={model.parent}"], wait_for=[MODEL],
+                        log_path=root / "server.log") as server, grpc.insecure_channel(server.grpc_target) as channel:
+        yield channel
+
+
+@pytest.fixture(params=["tf1", pytest.param("tf2", marks=pytest.mark.slow)])
+def multi(request, tfs_channel):
+    """MultiInferenceTest's ``T``: the TF1 or the TF2 half_plus_two as ``test_model``."""
+    channel = tfs_channel
+    if request.param == "tf2":
+        if request.node.callspec.params.get("tfs_testdata") != "server":
+            pytest.skip("the TF2 variant runs on an embedded server of its own")
+        channel = request.getfixturevalue("tf2_channel")
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
     return lambda request: stub.MultiInference(request, timeout=RPC_TIMEOUT)
 
 

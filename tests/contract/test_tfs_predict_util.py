@@ -117,3 +117,59 @@ def test_prediction_success(predict, signature_name, alias, output, expected):
     got = response.outputs[output]
     assert got.dtype == types_pb2.DT_FLOAT and len(got.tensor_shape.dim) == 0
     np.testing.assert_array_equal(codec.tensor_proto_to_ndarray(got), np.float32(expected))
+
+
+def _export_counter(path: str) -> None:
+    """TF Serving's ``testdata/export_counter.py`` model: a float variable ``counter`` and four predict
+    signatures, ``get_counter`` / ``incr_counter`` / ``reset_counter`` (no inputs) and ``incr_counter_by``
+    (input ``delta``), each with the output ``output``."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
+        counter = v1.Variable(0.0, dtype=tf.float32, name="counter", use_resource=False)  # a TF1 ref variable
+        delta = v1.placeholder(dtype=tf.float32, name="delta")
+        outputs = {"get_counter": ({}, counter), "incr_counter": ({}, counter.assign_add(1.0)),
+                   "incr_counter_by": ({"delta": delta}, counter.assign_add(delta)),
+                   "reset_counter": ({}, counter.assign(0.0))}
+        session.run(v1.global_variables_initializer())
+        info = v1.saved_model.utils.build_tensor_info
+        builder = v1.saved_model.builder.SavedModelBuilder(path)
+        builder.add_meta_graph_and_variables(session, [v1.saved_model.tag_constants.SERVING], signature_def_map={
+            name: v1.saved_model.signature_def_utils.build_signature_def(
+                {k: info(t) for k, t in inputs.items()}, {"output": info(output)}, "tensorflow/serving/predict")
+            for name, (inputs, output) in outputs.items()})
+        builder.save()
+
+
+@pytest.mark.slow
+def test_prediction_with_customized_signatures(tmp_path):
+    """PredictionWithCustomizedSignatures: on the counter model, get_counter 0, incr_counter 1, reset_counter 0,
+    incr_counter (output_filter "output") 1, incr_counter_by delta=3 4; each a float scalar "output" and the
+    request's model spec."""
+    from tests.support.servers import EmbeddedServer
+
+    _export_counter(str(tmp_path / "saved_model_counter" / f"{VERSION:08d}"))
+    with EmbeddedServer([f"--model_name={MODEL}", f"--model_base_path={tmp_path / 'saved_model_counter'}"],
+                        wait_for=[MODEL], log_path=tmp_path / "server.log") as server, \
+            grpc.insecure_channel(server.grpc_target) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        steps = [("get_counter", None, False, 0.0), ("incr_counter", None, False, 1.0),
+                 ("reset_counter", None, False, 0.0), ("incr_counter", None, True, 1.0),
+                 ("incr_counter_by", 3.0, False, 4.0)]
+        for signature_name, delta, output_filter, expected in steps:
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name, request.model_spec.signature_name = MODEL, signature_name
+            request.model_spec.version.value = VERSION
+            if output_filter:
+                request.output_filter.append("output")
+            if delta is not None:
+                request.inputs["delta"].dtype = types_pb2.DT_FLOAT
+                request.inputs["delta"].float_val.append(delta)
+            response = stub.Predict(request, timeout=RPC_TIMEOUT)
+            want = predict_pb2.PredictResponse()
+            want.model_spec.CopyFrom(request.model_spec)
+            want.outputs["output"].dtype = types_pb2.DT_FLOAT
+            want.outputs["output"].tensor_shape.SetInParent()
+            want.outputs["output"].float_val.append(expected)
+            assert response == want, signature_name

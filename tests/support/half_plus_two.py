@@ -22,6 +22,12 @@ dtypes, shapes and values), each built once per version of this file into
 - ``"half_plus_three"`` (``saved_model_half_plus_three``): a=0.5, b=3, c=3;
   ``serving_default`` (``x`` -> ``y`` = 0.5x + 3, shapes unset) and
   ``tensorflow/serving/regress`` (``inputs`` -> ``outputs``).
+- ``"half_plus_two_tf2"`` (``saved_model_half_plus_two_tf2_cpu``): the export
+  script's native TF2 ``tf.Module`` (``tf2=True``), saved by
+  ``tf.saved_model.save``: a=0.5, b=2, c=3; ``serving_default`` (``x`` float
+  [1] -> ``y``), ``regress_x_to_y`` / ``regress_x_to_y2`` / ``classify_x_to_y``
+  (serialized tf.Examples [None] -> ``outputs`` / ``scores``),
+  ``regress_x2_to_y3`` / ``classify_x2_to_y3`` (x2 float [1]); an asset ``foo.txt``.
 
 ``half_plus_two_model(kind, dest)`` writes one version directory.
 """
@@ -37,7 +43,7 @@ from tests.support.servers import REPO_ROOT
 
 __all__ = ["KINDS", "TEST_VERSION", "half_plus_two_model", "half_plus_two_repo"]
 
-KINDS = ("half_plus_two", "half_plus_two_2_versions", "half_plus_three")
+KINDS = ("half_plus_two", "half_plus_two_2_versions", "half_plus_three", "half_plus_two_tf2")
 TEST_VERSION = 123   # TF Serving's testdata versions (00000123, 00000124)
 _CACHE = REPO_ROOT / ".cache" / "test-models"
 
@@ -80,6 +86,10 @@ def _build(kind: str, path: Path, assets_dir: Path) -> None:
     v1 = tf.compat.v1
     assets_dir.mkdir(parents=True, exist_ok=True)
     (assets_dir / "foo.txt").write_text("asset-file-contents")
+    if kind == "half_plus_two_tf2":
+        _build_tf2(path, assets_dir / "foo.txt")
+        shutil.rmtree(assets_dir, ignore_errors=True)
+        return
     with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
         a = v1.Variable(0.5, name="a")
         b = v1.Variable(3.0 if kind == "half_plus_three" else 2.0, name="b")
@@ -141,3 +151,35 @@ def _signatures(kind: str, serialized, x, y, y2, x2, y3) -> dict:
     if kind == "half_plus_two_2_versions":
         signatures["classify_x2_to_y3"] = sig({"inputs": info(x2)}, {"scores": info(y3)}, classify)
     return signatures
+
+
+def _build_tf2(path: Path, asset: Path) -> None:
+    """The export script's ``HalfPlusTwoModel`` (``tf2=True``): y = a*x + b, y2 = a*x + c, y3 = a*x2 + c."""
+    import tensorflow as tf
+
+    def parsed_x(serialized):
+        return tf.io.parse_example(serialized, {
+            "x": tf.io.FixedLenFeature([1], dtype=tf.float32),
+            "x2": tf.io.FixedLenFeature([1], dtype=tf.float32, default_value=[0.0])})["x"]
+
+    examples = tf.TensorSpec([None], tf.string, name="inputs")
+    module = tf.Module()
+    module.a, module.b, module.c = tf.Variable(0.5, name="a"), tf.Variable(2.0, name="b"), tf.Variable(3.0, name="c")
+    module.asset = tf.saved_model.Asset(str(asset))
+    module.predict = tf.function(lambda x: {"y": module.a * x + module.b},
+                                 input_signature=[tf.TensorSpec([1], tf.float32)])
+    module.regress_xy = tf.function(lambda serialized_proto: {"outputs": module.a * parsed_x(serialized_proto) + module.b},
+                                    input_signature=[examples])
+    module.regress_xy2 = tf.function(lambda serialized_proto: {"outputs": module.a * parsed_x(serialized_proto) + module.c},
+                                     input_signature=[examples])
+    module.regress_x2y3 = tf.function(lambda x2: {"outputs": module.a * x2 + module.c},
+                                      input_signature=[tf.TensorSpec([1], tf.float32, name="inputs")])
+    module.classify_xy = tf.function(lambda serialized_proto: {"scores": module.a * parsed_x(serialized_proto) + module.b},
+                                     input_signature=[examples])
+    module.classify_x2y3 = tf.function(lambda x2: {"scores": module.a * x2 + module.c},
+                                       input_signature=[tf.TensorSpec([1], tf.float32, name="inputs")])
+    tf.saved_model.save(module, str(path), signatures={
+        "serving_default": module.predict, "regress_x_to_y": module.regress_xy,
+        "regress_x_to_y2": module.regress_xy2, "regress_x2_to_y3": module.regress_x2y3,
+        "classify_x_to_y": module.classify_xy, "classify_x2_to_y3": module.classify_x2y3})
+

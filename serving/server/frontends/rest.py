@@ -190,13 +190,18 @@ def _json_object(body: bytes, loads: Callable[[bytes], object] = codec.json_load
         raise status.InvalidArgument("JSON Parse error: The document is empty")
     document = loads(body)
     if not isinstance(document, dict):
-        # Cut the text, not its UTF-8 bytes: a cut inside a character is not text.
-        echoed = codec.json_dumps(document)[:4 * _ECHOED_CHARS].decode("utf-8", errors="ignore")[:_ECHOED_CHARS]
-        raise status.InvalidArgument(f"JSON Value: {echoed} Is not object")
+        raise status.InvalidArgument(f"JSON Value: {_echoed(document)} Is not object")
     signature_name = document.get("signature_name", "")
-    if not isinstance(signature_name, str):
-        raise status.InvalidArgument("'signature_name' key must be a string value.")
+    if not isinstance(signature_name, str):  # FillSignature's words
+        raise status.InvalidArgument(
+            f"JSON Value: {_echoed(document)} not formatted correctly. 'signature_name' key must be a string value.")
     return document
+
+
+def _echoed(document: object) -> str:
+    """The start of a request document, for an error message."""
+    # Cut the text, not its UTF-8 bytes: a cut inside a character is not text.
+    return codec.json_dumps(document)[:4 * _ECHOED_CHARS].decode("utf-8", errors="ignore")[:_ECHOED_CHARS]
 
 
 def _examples_input(document: dict) -> Input:

@@ -122,8 +122,8 @@ def test_errors_are_tf_servings_statuses_and_messages(http):
 
 def test_the_json_document_is_checked_before_the_model_is_looked_up(http):
     assert error_of(http.post("/v1/models/nope:predict", content=b"{"), 400).startswith("JSON Parse error")
-    assert error_of(http.post("/v1/models/nope:predict", json={"signature_name": 1}),
-                    400) == "'signature_name' key must be a string value."
+    assert error_of(http.post("/v1/models/nope:predict", json={"signature_name": 1}), 400) == (
+        "JSON Value: {\"signature_name\":1} not formatted correctly. 'signature_name' key must be a string value.")
 
 
 def test_prometheus_page_counts_rest_requests_by_verb(http):
