@@ -9,9 +9,10 @@ tests (``loadtest.servers``), the benchmarks and the test suite
   writes the config files for a set of models (with optional
   ``BatchingParameters``) through ``serving.config.files.write_config_files``.
 - Ports are free loopback ports (:func:`free_port`) unless given.
-- Ready means: every listed model has an AVAILABLE version in REST model
-  status (:func:`wait_until_available`, the one readiness probe) and the REST
-  port accepts connections.
+- Ready means: every listed model has an AVAILABLE version and no version
+  still loading in REST model status (:func:`wait_until_available`, the one
+  readiness probe: every version the config serves answers, not only the
+  newest) and the REST port accepts connections.
 - ``stop()`` sends SIGTERM (the server drains and exits 0), then kills after
   a timeout. The server's output goes to a log file (``log_tail()``) unless
   ``capture_output=False`` leaves it on the caller's terminal.
@@ -77,19 +78,31 @@ def wait_for_port(port: int, timeout: float = 30.0, *, alive: Callable[[], bool]
         time.sleep(0.1)
 
 
+_STILL_LOADING = frozenset({"START", "LOADING"})
+
+
 def model_available(rest_url: str, model: str, timeout: float = 2.0) -> bool:
-    """Whether REST model status at ``rest_url`` lists an AVAILABLE version of ``model``."""
+    """Whether REST model status at ``rest_url`` lists an AVAILABLE version of ``model`` and no version still
+    loading (START or LOADING).
+
+    A server answers as soon as each model's newest version is AVAILABLE (TF Serving's
+    ``WaitUntilModelsAvailable`` waits for ``Latest(model)`` only), while the other versions its config
+    serves (a ``specific`` policy, ``latest { num_versions: N }``, the versions labels point at) may still
+    be loading: a request for one of them would get NOT_FOUND. So a model is ready once every version the
+    server is bringing up has settled: AVAILABLE, or END (a failed load reports its error in the status).
+    """
     try:
         with urllib.request.urlopen(f"{rest_url}/v1/models/{model}", timeout=timeout) as response:
             body = json.loads(response.read())
     except (OSError, ValueError):
         return False
-    return any(v.get("state") == "AVAILABLE" for v in body.get("model_version_status", []))
+    states = [v.get("state") for v in body.get("model_version_status", [])]
+    return "AVAILABLE" in states and not _STILL_LOADING.intersection(states)
 
 
 def wait_until_available(rest_url: str, models: Sequence[str], timeout: float, *,
                          alive: Callable[[], bool] = lambda: True) -> None:
-    """Block until each of ``models`` has an AVAILABLE version (REST model status at ``rest_url``).
+    """Block until each of ``models`` has an AVAILABLE version and none still loading (:func:`model_available`).
 
     Raises ``RuntimeError`` as soon as ``alive()`` is false (the server exited)
     and ``TimeoutError`` naming the models still pending after ``timeout`` seconds.
