@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from serving.codec import JSON
 
 __all__ = ["TrafficRoutes", "HostNginx", "ComposeGateway", "NoGateway", "KubernetesRoutes", "nginx_workers",
-           "routes_for"]
+           "nginx_reloaded", "routes_for"]
 
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -70,6 +70,13 @@ def _accepting(worker: int) -> bool:
     except OSError:
         return False
     return bool(title) and b"shutting down" not in title
+
+
+def nginx_reloaded(master_pid: int, workers_before: set[int]) -> bool:
+    """Whether nginx ``master_pid`` switched to a new config since it ran ``workers_before``: new workers run
+    (the master starts them once it read the config) and no old one accepts any more (each sets its title to
+    "... is shutting down" and closes its listeners)."""
+    return bool(nginx_workers(master_pid) - workers_before) and not any(_accepting(w) for w in workers_before)
 
 
 class HostNginx:
@@ -114,9 +121,7 @@ class HostNginx:
         before = nginx_workers(pid)
         os.kill(pid, signal.SIGHUP)  # graceful reload
         deadline = time.monotonic() + self.reload_timeout
-        # Done when new workers run (the master starts them once it read the new config) and no old one
-        # accepts any more (each sets its title to "... is shutting down" and closes its listeners).
-        while not nginx_workers(pid) - before or any(_accepting(worker) for worker in before):
+        while not nginx_reloaded(pid, before):
             if time.monotonic() > deadline:
                 raise RolloutError(f"nginx {pid} did not switch to the new config within {self.reload_timeout:g} s")
             time.sleep(0.02)

@@ -22,7 +22,7 @@ import pytest
 from gateway.certs import Credentials, edit_key_map, init_secrets, issue_client, main as certs_main, rotate_client
 from serving.client import NO_RETRY, GrpcClient
 from serving.client.errors import PermissionDenied, Unauthenticated
-from serving.rollout.traffic import nginx_workers
+from serving.rollout.traffic import nginx_reloaded, nginx_workers
 from tests.support.gateway import MODEL, Gateway, compose_values, running_gateway, served_config, upstream_values
 
 STATUS = f"/v1/models/{MODEL}"
@@ -41,21 +41,13 @@ def keys_gateway(nginx, nginx_version, secrets, compose_gateway_env, tf_serving,
         yield gateway
 
 
-def _accepting(worker: int) -> bool:
-    try:
-        title = Path(f"/proc/{worker}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return bool(title) and b"shutting down" not in title
-
-
 @contextlib.contextmanager
 def reloaded(gateway: Gateway, timeout: float = 30.0) -> Iterator[None]:
     """Waits, after the block, until nginx runs new workers and no old one accepts (a reload happened)."""
     before = nginx_workers(gateway.proc.pid)
     yield
     deadline = time.monotonic() + timeout
-    while not nginx_workers(gateway.proc.pid) - before or any(_accepting(w) for w in before):
+    while not nginx_reloaded(gateway.proc.pid, before):
         assert time.monotonic() < deadline, "nginx did not reload"
         threading.Event().wait(0.02)
 
