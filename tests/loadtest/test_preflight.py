@@ -2,28 +2,18 @@
 protocol or model; a sweep's level time must hold its stable windows; the stack's metrics page by default."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from loadtest import preflight
-from loadtest.__main__ import main
 from serving.config.stack import STATE_FILE, StackState, write_state
+from tests.support.cli import loadtest_refused
 from tests.support.pki import make_pki
 from tests.support.ports import free_port
 
 _RUN = ["run", "steady", "--run-time", "60s", "-u", "1"]
 
-
-def _refused(capsys, argv: list[str]) -> str:
-    """``python -m loadtest ARGV`` in this process: it must exit 2 at once; its one stderr line."""
-    began = time.monotonic()
-    assert main(argv) == 2
-    assert time.monotonic() - began < 30  # a preflight, not the 60 s run
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"python -m loadtest {argv[0]}: error: "), err
-    return err
 
 
 def _port(address: str) -> str:
@@ -31,20 +21,20 @@ def _port(address: str) -> str:
 
 
 def test_a_sweep_level_time_that_cannot_hold_its_windows_is_refused_naming_the_numbers(capsys):
-    err = _refused(capsys, ["sweep", "--grpc", "127.0.0.1:1", "--max-level-time", "5", "--warmup", "1"])
+    err = loadtest_refused(capsys, ["sweep", "--grpc", "127.0.0.1:1", "--max-level-time", "5", "--warmup", "1"])
     assert ("--max-level-time 5 s cannot hold 3 stable windows of 2 s after a warmup of 1 s: needs at least 7 s"
             in err)
 
 
 def test_nothing_listening_is_refused_before_the_run(capsys):
-    err = _refused(capsys, [*_RUN, "--grpc", f"127.0.0.1:{free_port()}"])
+    err = loadtest_refused(capsys, [*_RUN, "--grpc", f"127.0.0.1:{free_port()}"])
     assert "no server answers there (UNAVAILABLE" in err
 
 
 @pytest.mark.slow
 def test_grpc_at_the_rest_port_is_refused_before_the_run(digits_server, capsys):
     rest_port = _port(digits_server.rest_url)
-    err = _refused(capsys, [*_RUN, "--grpc", f"127.0.0.1:{rest_port}"])
+    err = loadtest_refused(capsys, [*_RUN, "--grpc", f"127.0.0.1:{rest_port}"])
     assert (f"--grpc 127.0.0.1:{rest_port}: this port answers HTTP/1.1 (a REST port), not gRPC; "
             f"load it with --rest http://127.0.0.1:{rest_port}") in err
 
@@ -52,7 +42,7 @@ def test_grpc_at_the_rest_port_is_refused_before_the_run(digits_server, capsys):
 @pytest.mark.slow
 def test_rest_at_the_grpc_port_is_refused_before_the_sweep(digits_server, capsys):
     grpc_port = _port(digits_server.grpc_target)
-    err = _refused(capsys, ["sweep", "--rest", f"http://127.0.0.1:{grpc_port}", "--concurrency", "1"])
+    err = loadtest_refused(capsys, ["sweep", "--rest", f"http://127.0.0.1:{grpc_port}", "--concurrency", "1"])
     assert f"this port answers gRPC, not REST; load it with --grpc 127.0.0.1:{grpc_port}" in err
 
 
@@ -64,8 +54,8 @@ def test_rest_at_the_grpc_port_is_refused_before_the_sweep(digits_server, capsys
     (["--signature", "nope"], "model 'digits' has no signature 'nope'; its signatures: "),
 ])
 def test_a_model_version_label_or_signature_not_served_is_refused(digits_server, capsys, flags, rule):
-    assert rule in _refused(capsys, [*_RUN, "--grpc", digits_server.grpc_target, *flags])
-    assert rule in _refused(capsys, ["sweep", "--rest", digits_server.rest_url, "--concurrency", "1", *flags])
+    assert rule in loadtest_refused(capsys, [*_RUN, "--grpc", digits_server.grpc_target, *flags])
+    assert rule in loadtest_refused(capsys, ["sweep", "--rest", digits_server.rest_url, "--concurrency", "1", *flags])
 
 
 def _state(work: Path, grpc: str, rest: str) -> Path:
@@ -89,6 +79,6 @@ def test_tls_arguments_at_a_plaintext_grpc_port_are_one_clear_error(digits_serve
     ca = make_pki(tmp_path).ca
     key = tmp_path / "client.api-key"
     key.write_text("k" * 64 + "\n")
-    err = _refused(capsys, [*_RUN, "--grpc", digits_server.grpc_target, "--root-certificates", str(ca),
+    err = loadtest_refused(capsys, [*_RUN, "--grpc", digits_server.grpc_target, "--root-certificates", str(ca),
                             "--api-key-file", str(key)])
     assert "the server does not speak TLS on this port" in err and "k" * 64 not in err

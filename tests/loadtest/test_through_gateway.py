@@ -11,15 +11,13 @@ digits`` loads the compose stack.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from gateway.certs import Credentials, init_secrets, issue_client
-from loadtest.__main__ import main
+from gateway.certs import Credentials, init_secrets
 from serving.config.stack import STATE_FILE, StackState, write_state
-from tests.support.cli import run_loadtest
+from tests.support.cli import loadtest_refused, run_loadtest
 from tests.support.gateway import compose_values, running_gateway, upstream_values
 
 pytestmark = pytest.mark.slow
@@ -29,11 +27,8 @@ _RUN = ["run", "steady", "--run-time", "60s", "-u", "1"]
 
 @pytest.fixture(scope="module")
 def secrets(tmp_path_factory) -> Credentials:
-    """make certs' secrets, with a loadtest credential (issued here where make certs issued none)."""
-    creds = init_secrets(tmp_path_factory.mktemp("loadtest-secrets"))
-    if not creds.path("loadtest.api-key").is_file():
-        issue_client(creds.directory, "loadtest")
-    return creds
+    """make certs' secrets: the CA, the gateway's certificate, and client, admin and loadtest credentials."""
+    return init_secrets(tmp_path_factory.mktemp("loadtest-secrets"))
 
 
 @pytest.fixture(scope="module")
@@ -57,25 +52,17 @@ def work_dir(limited_gateway, model_repo, tmp_path_factory) -> Path:
     return work
 
 
-def _refused(capsys, argv: list[str]) -> str:
-    began = time.monotonic()
-    assert main(argv) == 2
-    assert time.monotonic() - began < 30  # a preflight, not the 60 s run
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"python -m loadtest {argv[0]}: error: "), err
-    return err
-
 
 def test_grpc_at_a_tls_port_without_a_ca_names_tls(limited_gateway, capsys):
     target = limited_gateway.grpc_target
-    err = _refused(capsys, [*_RUN, "--grpc", target])
+    err = loadtest_refused(capsys, [*_RUN, "--grpc", target])
     assert f"--grpc {target}: this port speaks TLS: pass --root-certificates (make up's stack does this for you)" in err
     assert "HTTP/1.1" not in err
 
 
 def test_plain_http_at_a_tls_rest_port_names_tls(limited_gateway, capsys):
     url = limited_gateway.rest_url.replace("https://", "http://")
-    err = _refused(capsys, [*_RUN, "--rest", url])
+    err = loadtest_refused(capsys, [*_RUN, "--rest", url])
     assert "this port speaks TLS: pass --root-certificates" in err and "https:// URL" in err
 
 

@@ -21,7 +21,7 @@ import shutil
 
 import pytest
 
-from gateway.certs import init_secrets, issue_client
+from gateway.certs import init_secrets
 from serving.config.stack import STATE_FILE, StackState, write_state
 from serving.rollout.cli import main
 from tests.rollout.v2_models import build_wrapped
@@ -35,11 +35,8 @@ IDENTICAL, SHUFFLED = 2, 3
 
 @pytest.fixture(scope="module")
 def secrets(tmp_path_factory):
-    """make certs' secrets, with a loadtest credential (issued here where make certs issued none)."""
-    creds = init_secrets(tmp_path_factory.mktemp("analyze-secrets"))
-    if not creds.path("loadtest.api-key").is_file():
-        issue_client(creds.directory, "loadtest")
-    return creds
+    """make certs' secrets: the CA, the gateway's certificate, and client, admin and loadtest credentials."""
+    return init_secrets(tmp_path_factory.mktemp("analyze-secrets"))
 
 
 @pytest.fixture(scope="module")

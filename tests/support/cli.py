@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
+from loadtest.__main__ import main as loadtest_main
 from tests.support.servers import REPO_ROOT
 
-__all__ = ["run_module", "run_loadtest"]
+__all__ = ["run_module", "run_loadtest", "loadtest_refused"]
 
 
 def run_module(module: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -18,3 +20,14 @@ def run_module(module: str, *args: str, timeout: float = 300) -> subprocess.Comp
 def run_loadtest(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m loadtest args``."""
     return run_module("loadtest", *args, timeout=timeout)
+
+
+def loadtest_refused(capsys, argv: list[str]) -> str:
+    """``python -m loadtest ARGV`` in this process must exit 2 at once (a preflight, not the run): its one
+    stderr line."""
+    began = time.monotonic()
+    assert loadtest_main(argv) == 2
+    assert time.monotonic() - began < 30
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"python -m loadtest {argv[0]}: error: "), err
+    return err
