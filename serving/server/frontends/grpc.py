@@ -215,19 +215,22 @@ def _deadline(context: grpc.ServicerContext) -> Optional[float]:
 
 
 def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto], max_elements: Optional[int],
-               max_decoded_bytes: Optional[int] = None) -> dict[str, np.ndarray]:
+               request: Optional[message.Message] = None,
+               max_receive_bytes: Optional[int] = None) -> dict[str, np.ndarray]:
     """Decode every input; InvalidArgument, before anything is allocated, if together they pass ``max_elements``,
-    or, before TensorFlow fills a broadcast, if they would hold more than ``max_decoded_bytes``."""
+    or, before TensorFlow fills a broadcast, if they would hold more than ``request`` may decode to
+    (:func:`_max_decoded_bytes`)."""
     budget = codec.ElementBudget(max_elements)
     for name, proto in tensors.items():
         budget.take(_checked(name, codec.tensor_proto_shape, proto))
     arrays = {name: _checked(name, codec.tensor_proto_to_ndarray, proto) for name, proto in tensors.items()}
-    if max_decoded_bytes is not None:
+    if request is not None and max_receive_bytes is not None:
         decoded = sum(array_bytes(array) for array in arrays.values())
-        if decoded > max_decoded_bytes:
+        # the message's own size is only read when the receive limit alone would refuse it
+        if decoded > max_receive_bytes and decoded > (allowed := _max_decoded_bytes(request, max_receive_bytes)):
             raise status.InvalidArgument(
                 f"The request's input tensors would hold {decoded} bytes once decoded (strings and broadcast "
-                f"values counted per element), more than the {max_decoded_bytes} allowed "
+                f"values counted per element), more than the {allowed} allowed "
                 "(--grpc_max_receive_message_bytes, or 32 x the message's own size if more)")
     return arrays
 
@@ -235,11 +238,9 @@ def _to_arrays(tensors: Mapping[str, tensor_pb2.TensorProto], max_elements: Opti
 _DECODED_BYTES_PER_MESSAGE_BYTE = 32   # a 2-byte empty string_val entry is a 32-byte TensorFlow string
 
 
-def _max_decoded_bytes(request: message.Message, max_receive_bytes: Optional[int]) -> Optional[int]:
+def _max_decoded_bytes(request: message.Message, max_receive_bytes: int) -> int:
     """What a request's tensors may hold once decoded: the receive limit, or 32 x its own size if more (so a
     message of many short strings, which grows as TensorFlow strings, is never refused)."""
-    if max_receive_bytes is None:
-        return None
     return max(max_receive_bytes, _DECODED_BYTES_PER_MESSAGE_BYTE * request.ByteSize())
 
 
@@ -310,8 +311,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 ) -> predict_pb2.PredictResponse:
         with self._dp.track(request.model_spec.name, "Predict", "GRPC"):
             _require_model_spec(request)
-            inputs = _to_arrays(request.inputs, self._max_tensor_elements,
-                                _max_decoded_bytes(request, self._max_receive_message_bytes))
+            inputs = _to_arrays(request.inputs, self._max_tensor_elements, request, self._max_receive_message_bytes)
             result = self._dp.predict(_spec(request.model_spec), inputs, list(request.output_filter),
                                       deadline=_deadline(context))
         response = predict_pb2.PredictResponse()
