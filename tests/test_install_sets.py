@@ -15,13 +15,16 @@ import pytest
 
 from tests.support.servers import REPO_ROOT
 
-INSTALL = re.compile(r'pip install -q -e "\.\[([\w,-]+)\]"')
+INSTALL = re.compile(r'pip install -q -c constraints\.txt -e "\.\[([\w,-]+)\]"')
 
 
 def _dry_run(tmp_path: Path, target: str) -> list[str]:
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "constraints.txt"):
         shutil.copy(REPO_ROOT / name, tmp_path / name)
     out = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    unconstrained = [line for line in out.splitlines()
+                     if "pip install" in line and "--upgrade pip" not in line and "-c constraints.txt" not in line]
+    assert not unconstrained, f"installs without constraints.txt's versions: {unconstrained}"
     return INSTALL.findall(out)
 
 

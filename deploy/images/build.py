@@ -88,7 +88,7 @@ def _images(root: Path = REPO_ROOT) -> tuple[Image, ...]:
               args={"TENSORFLOW": f"tensorflow=={_dotenv('TF_VERSION', root)}"}),
         Image(f"tfs-stack-local/tfserving:{_dotenv('TF_SERVING_VERSION', root)}",
               dockerfile="deploy/images/tfserving/Dockerfile", base=tensorflow,
-              inputs=("deploy/images/tfserving", "pyproject.toml", "README.md", "serving"),
+              inputs=("deploy/images/tfserving", "pyproject.toml", "constraints.txt", "README.md", "serving"),
               args={"TF_SERVING_API": serving_api}),
         Image(NGINX_IMAGE, dockerfile="deploy/images/nginx/Dockerfile",
               base="tfs-stack-local/debian:forky", context="folder", inputs=("deploy/images/nginx",)),

@@ -146,10 +146,20 @@ def test_guessed_keys_from_one_address_get_429_and_a_valid_key_is_unaffected(sta
     assert valid == [200] * 10
     error = next(r for r in guesses if r.status_code == 429).json()["error"]
     assert "GATEWAY_FAILED_AUTH_RATE" in error, error
+    # The same address over gRPC shares the bucket. Tokens refilled since the loop ended (opening a TLS
+    # channel on a loaded machine takes a while at 5r/s) each let one guess through as UNAUTHENTICATED;
+    # then the guess is refused before any key is looked at.
+    let_through = []
     with grpc.secure_channel(gateway.grpc_target, gateway.channel_credentials()) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            model_status(channel, [("x-api-key", "guess")])
-    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for _ in range(200):
+            with pytest.raises(grpc.RpcError) as caught:
+                model_status(channel, [("x-api-key", "guess")])
+            if caught.value.code() != grpc.StatusCode.UNAUTHENTICATED:
+                break
+            let_through.append(caught.value.code())
+    since = time.monotonic() - started - elapsed
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value
+    assert len(let_through) <= 1 + math.ceil(rate * since), (len(let_through), since)
 
 
 def test_an_unknown_key_within_the_burst_is_still_401(start_gateway):
