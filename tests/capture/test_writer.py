@@ -145,7 +145,7 @@ print(s.written, s.dropped_error, s.stopped_by)
 w.close()
 """
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+                         env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[True, True, True, False, False]", "3 2 write_error"]
     assert "request capture stopped: writing to" in out.stderr and out.stderr.count("stopped") == 1
