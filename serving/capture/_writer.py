@@ -112,7 +112,7 @@ class CaptureWriter:
         try:
             data = log if isinstance(log, (bytes, bytearray)) else log.SerializeToString()
             record = frame(bytes(data))
-        except Exception:  # a message that does not serialize is the caller's bug; still never raise
+        except Exception:  # noqa: BLE001 - a message that does not serialize is the caller's bug; never raise
             _log.exception("request capture: a record did not serialize; dropped")
             with self._lock:
                 self._dropped_error += 1
