@@ -135,23 +135,22 @@ def _ls(args: argparse.Namespace) -> int:
             group[1] += size
             first = record.time if first is None else min(first, record.time)
             last = record.time if last is None else max(last, record.time)
-    summary = {
-        "files": len(files), "file_bytes": sum(p.stat().st_size for p in files),
-        "records": sum(g[0] for g in groups.values()),
-        "first": _iso(first), "last": _iso(last),
-        "groups": [{"model": m, "signature": s, "method": k, "records": n, "bytes": b}
-                   for (m, s, k), (n, b) in sorted(groups.items())],
-    }
+    file_bytes = sum(p.stat().st_size for p in files)
+    records = sum(n for n, _ in groups.values())
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps({
+            "files": len(files), "file_bytes": file_bytes, "records": records,
+            "first": _iso(first), "last": _iso(last),
+            "groups": [{"model": m, "signature": s, "method": k, "records": n, "bytes": b}
+                       for (m, s, k), (n, b) in sorted(groups.items())]}, indent=2))
         return 0
     rows = [("MODEL", "SIGNATURE", "METHOD", "RECORDS", "BYTES")]
-    rows += [(g["model"], g["signature"], g["method"], str(g["records"]), str(g["bytes"])) for g in summary["groups"]]
+    rows += [(m, s, k, str(n), str(b)) for (m, s, k), (n, b) in sorted(groups.items())]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    print(f"{summary['records']} records in {summary['files']} file(s), {summary['file_bytes']} bytes; "
-          f"from {summary['first'] or '-'} to {summary['last'] or '-'}")
+    print(f"{records} records in {len(files)} file(s), {file_bytes} bytes; "
+          f"from {_iso(first) or '-'} to {_iso(last) or '-'}")
     return 0
 
 

@@ -5,7 +5,6 @@ import datetime as dt
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Union
 
 from google.protobuf.message import DecodeError
 
@@ -17,8 +16,8 @@ from serving.wire import apis
 
 __all__ = ["Moment", "Source", "capture_files", "is_capture", "read_capture", "read_file_records"]
 
-Source = Union[str, os.PathLike, Sequence[str | os.PathLike]]
-Moment = Union[float, int, dt.datetime]
+Source = str | os.PathLike | Sequence[str | os.PathLike]
+Moment = float | int | dt.datetime
 
 
 def capture_files(source: Source, *, include_partial: bool = False) -> list[Path]:
