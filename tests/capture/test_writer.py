@@ -122,11 +122,10 @@ def test_day_budget_counts_todays_files_only(tmp_path: Path):
     (tmp_path / "capture-gateway-20251231T100000Z-000001.tfrecord").write_bytes(b"x" * 10 * RECORD)
     (tmp_path / "capture-gateway-20260101T000000Z-000001.tfrecord").write_bytes(b"x" * RECORD)
     clock = Clock(1_767_225_600.0 + 3600)
-    with _writer(tmp_path, clock, max_day_bytes=3 * RECORD) as writer:
+    with _writer(tmp_path, clock, max_day_bytes=3 * RECORD, recheck_seconds=60) as writer:
         assert [writer.write(predict_log(f"r{i}")) for i in range(3)] == [True, True, False]
         assert writer.stats().stopped_by == "max_day_bytes"
-        clock.now += 86400
-        writer._recheck_seconds = 0  # the next write looks again: a new day
+        clock.now += 86400  # a new UTC day: the next write looks again and resumes
         assert writer.write(predict_log("tomorrow"))
 
 
