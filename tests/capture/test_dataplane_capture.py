@@ -27,7 +27,7 @@ from tensorflow_serving.apis import (
 
 from serving import codec
 from serving.capture import read_capture
-from serving.server.frontends.dataplane import DataPlane
+from serving.server.frontends.dataplane import DataPlane, ModelSpec
 from serving.server.frontends.grpc import GrpcFrontend
 from serving.server.frontends.rest import RestFrontend
 from serving.server.launcher import free_port
@@ -167,3 +167,26 @@ def test_metadata_and_api_keys_are_never_recorded(served: Served, tmp_path: Path
     assert len(list(read_capture(tmp_path / "capture"))) == 2
     for secret in (b"SECRET-API-KEY-42", b"TOKEN-XYZZY", b"COOKIE-PLUGH", b"x-api-key", b"authorization", b"Bearer"):
         assert secret.lower() not in data.lower()
+
+
+class _BrokenCapture:
+    """A RequestCapture whose submit fails: the data plane must still answer."""
+
+    def __init__(self) -> None:
+        self.offered: list[str] = []
+
+    def offer(self, model_name: str) -> bool:
+        self.offered.append(model_name)
+        return True
+
+    def submit(self, call) -> None:
+        raise RuntimeError("capture is broken")
+
+
+def test_a_failing_capture_never_fails_the_request(tiny_manager, caplog):
+    capture = _BrokenCapture()
+    dataplane = DataPlane(tiny_manager, capture=capture)
+    answer = dataplane.predict(ModelSpec("tiny"), {"x": X})
+    np.testing.assert_array_equal(answer.outputs["y"], 2 * X)
+    assert capture.offered == ["tiny"]
+    assert "Request capture failed for model tiny; the request is answered" in caplog.text

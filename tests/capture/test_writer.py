@@ -27,8 +27,8 @@ class Clock:
 
 
 def _writer(directory: Path, clock: Clock | None = None, **overrides) -> CaptureWriter:
-    settings = dict(origin="embedded-server", max_file_bytes=1 << 20, max_file_seconds=3600,
-                    max_total_bytes=1 << 30, setting_names={"max_total_bytes": "--request_capture_max_bytes"})
+    settings = {"origin": "embedded-server", "max_file_bytes": 1 << 20, "max_file_seconds": 3600,
+                    "max_total_bytes": 1 << 30, "setting_names": {"max_total_bytes": "--request_capture_max_bytes"}}
     settings.update(overrides)
     return CaptureWriter(directory, clock=clock or Clock(), **settings)
 
