@@ -11,6 +11,7 @@ from typing import Awaitable, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
+from serving import codec
 from serving.client._protocol import (
     ApiGen,
     Call,

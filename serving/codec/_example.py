@@ -11,20 +11,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from serving import status
 from serving.codec._json import json_type_name
 from serving.codec._json_tensor import decode_b64_object, is_b64_object
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-
     # The wire messages stand for both schemas: tf.train.Example's official ones have the same fields.
     from serving.wire.serving_apis_pb2 import Example, Feature
 
 __all__ = ["Features", "example_from_dict", "example_to_dict"]
 
-Features = Mapping[str, "ArrayLike"]
+Features = Mapping[str, ArrayLike]
 """One tf.Example as a dict: feature name to its value or values (bytes or text, ints, floats)."""
 
 _INT64_MAX = (1 << 63) - 1

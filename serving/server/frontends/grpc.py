@@ -86,7 +86,6 @@ import os
 import socket
 import threading
 import time
-from concurrent import futures
 from typing import Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 import grpc
