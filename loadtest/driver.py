@@ -367,7 +367,8 @@ class Load:
                 if first.start is None:
                     pool.submit(run, scheduled)
                 else:   # no thread per call: the transport calls back when the call ends
-                    first.start(lambda failure, scheduled=scheduled, sent=clock(): ended(scheduled, sent, failure))
+                    sent = clock()
+                    first.start(lambda failure, scheduled=scheduled, sent=sent: ended(scheduled, sent, failure))
             self.stopped_sending.set()
             for _ in range(self.concurrency):   # every slot back: every call has ended
                 self._slots.acquire()

@@ -71,9 +71,8 @@ def rest_request_to_input(request: JSON, input_proto: Input) -> Input:
 
 def _features_json(features: Features) -> dict[str, JSON | np.ndarray]:
     out = {}
-    for name, value in features.items():
-        if isinstance(value, (bytes, str)) or np.ndim(value) == 0:
-            value = [value]
+    for name, given in features.items():
+        value = [given] if isinstance(given, (bytes, str)) or np.ndim(given) == 0 else given
         out[name] = array_to_json(np.asarray(value, dtype=object)) if _has_text(value) else value
     return out
 

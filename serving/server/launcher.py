@@ -194,10 +194,11 @@ class ServerProcess(LoopbackAddresses):
                 handle, name = tempfile.mkstemp(prefix="embedded-server-", suffix=".log")
                 os.close(handle)
                 self.log_path = Path(name)
-            self._log = output = open(self.log_path, "wb")
+            self._log = output = open(self.log_path, "wb")  # noqa: SIM115 - the child's log, closed by stop()
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, env=env, stdout=output,
-                                     stderr=subprocess.STDOUT if output else None, preexec_fn=self.preexec_fn)
+                                     stderr=subprocess.STDOUT if output else None,
+                                     preexec_fn=self.preexec_fn)  # noqa: PLW1509 - callers pass die_with_parent()
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

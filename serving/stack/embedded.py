@@ -133,7 +133,7 @@ class Exports:
         say(self.started, f"[{number}/{self.total}] exporting {name} into {self.model_repo}")
         with open(self.log_dir / f"export-{name}.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
-                                    preexec_fn=die_with_parent())
+                                    preexec_fn=die_with_parent())  # noqa: PLW1509 - prctl in the child, no lock
         self.current = (name, proc, time.monotonic())
 
     def poll(self) -> list[str]:

@@ -416,7 +416,7 @@ class ServableManager(Generic[ServableT]):
     def _flush_locked(self) -> None:
         """Forget un-aspired versions that are new, unloaded or failed (``FlushServables``)."""
         done = (HarnessState.NEW, HarnessState.DISABLED, HarnessState.ERROR)
-        for name, versions in self._harnesses.items():
+        for versions in self._harnesses.values():
             for version in [v for v, h in versions.items() if not h.is_aspired and h.state in done]:
                 del versions[version]
 
