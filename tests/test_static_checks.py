@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -243,3 +244,27 @@ def test_the_psutil_the_load_tools_import_is_declared_and_docker_is_not():
     assert not re.search(r'"docker[=<>~ ]', text)
     files = [p for folder in (*FIRST_PARTY, "examples") for p in (REPO / folder).rglob("*.py")]
     assert [p for p in files if "docker" in _third_party_imports(p)] == []
+
+
+@pytest.mark.slow   # mypy reads numpy's and the SDK's types from scratch (seconds)
+def test_an_applications_type_checker_sees_the_sdks_types(tmp_path):
+    """An application's mypy sees what the clients return, awaited for the async ones, through `with`: the
+    async clients' methods were typed with the sync return values and `with` gave Any."""
+    app = tmp_path / "app.py"
+    app.write_text(
+        "from serving.client import AsyncGrpcClient, GrpcClient, RestClient\n"
+        "async def main() -> None:\n"
+        "    async with AsyncGrpcClient('localhost:1') as client:\n"
+        "        reveal_type(await client.predict('m', [1.0]))\n"
+        "        reveal_type(await client.status('m'))\n"
+        "def sync() -> None:\n"
+        "    with RestClient('http://localhost:1') as rest, GrpcClient('localhost:1') as grpc_client:\n"
+        "        reveal_type(rest.regress('m', [{'x': 1.0}]))\n"
+        "        reveal_type(grpc_client.metadata('m'))\n")
+    run = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports",
+                          "--follow-imports=silent", "--cache-dir", str(tmp_path / "cache"), str(app)],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MYPYPATH": str(REPO)})
+    revealed = re.findall(r'Revealed type is "([^"]+)"', run.stdout)
+    assert revealed == ["dict[str, numpy.ndarray[Any, Any]]", "list[serving.codec._metadata.VersionStatus]",
+                        "numpy.ndarray[Any, Any]", "serving.codec._metadata.ModelMetadata"], run.stdout

@@ -7,7 +7,7 @@ client returns (``classification_result_to_list``, ``regression_result_to_array`
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -122,6 +122,12 @@ def regression_result_to_rest(result: RegressionResult) -> bytes:
     return json_dumps({"results": decimal_fragment(regression_result_to_array(result))})
 
 
+@overload
+def rest_response_to_results(body: bytes | str | JSON, *, method: Literal["classify"]) -> Classifications: ...
+@overload
+def rest_response_to_results(body: bytes | str | JSON, *, method: Literal["regress"]) -> np.ndarray: ...
+@overload
+def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]: ...
 def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]:
     """The ``results`` of a Classify (``method="classify"``) or Regress body, as gRPC returns them."""
     doc = body if isinstance(body, dict) else json_loads(body)
