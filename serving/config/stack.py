@@ -37,7 +37,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from serving import status
 from serving.client import Connection, GrpcClient
@@ -155,7 +155,7 @@ class StackState:
                    pid_start=_int_or_none(doc.get("pid_start")), server_pid=_int_or_none(doc.get("server_pid")),
                    server_start=_int_or_none(doc.get("server_start")))
 
-    def replace(self, **changes: object) -> "StackState":
+    def replace(self, **changes: Any) -> "StackState":
         return dataclasses.replace(self, **changes)
 
 
