@@ -8,7 +8,7 @@ taken by dtype.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -84,7 +84,7 @@ def _kind_of(value: object, name: str) -> str:
         f"Feature: {name} has element with unexpected type: {type(value).__name__}")
 
 
-def _add_value(name: str, value: object, feature: Feature) -> None:
+def _add_value(name: str, value: Any, feature: Feature) -> None:   # of the kind _kind_of names
     kind = _kind_of(value, name)
     current = feature.WhichOneof("kind")
     if current is not None and current != kind:

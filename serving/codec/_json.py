@@ -149,7 +149,7 @@ def _too_big() -> status.InvalidArgument:
     return status.InvalidArgument("JSON Parse error: Number too big to be stored in double.")
 
 
-def _stdlib_loads(body: bytes | bytearray | memoryview | str) -> JSON:
+def _stdlib_loads(body: bytes | bytearray | str) -> JSON:
     """The documents orjson refuses for their ``NaN``/``Infinity`` tokens (and its errors' wording)."""
     try:
         value = json.loads(body, parse_int=_parse_int)
@@ -212,13 +212,13 @@ def _prepare(obj: object) -> object:
     return obj
 
 
-def _non_finite_token(value: float) -> bytes:
+def _non_finite_token(value: float | np.floating) -> bytes:
     if math.isnan(value):
         return b"NaN"
     return b"Infinity" if value > 0 else b"-Infinity"
 
 
-def _non_finite(value: float) -> orjson.Fragment:
+def _non_finite(value: float | np.floating) -> orjson.Fragment:
     return _FRAGMENTS[_non_finite_token(value)]
 
 
