@@ -2,7 +2,8 @@
 #   make up    run the stack (docker compose where an engine answers, else the embedded server)
 #   make down  stop what make up started (compose or embedded, from .cache/serving/stack.json)
 #   make logs  its logs (SERVICE=NAME, FOLLOW=1), from what make up recorded; never compose by hand
-#   make test  install what testing needs (on top of what make up installs) and run the whole test suite
+#   make test  install what testing needs (on top of what make up installs), make lint, then the whole test suite
+#   make lint  the static checks: ruff (bug rules, not formatting) and mypy, configured in pyproject.toml
 #   make certs the compose gateway's local CA, certificates and API keys (gateway/secrets/)
 #   make images the local stand-in images for an engine that reaches no registry (make up IMAGES=local)
 SHELL := /bin/bash
@@ -27,14 +28,15 @@ GATEWAY_SECRETS ?= gateway/secrets
 # Extra names for the gateway's server certificate, e.g. make certs SERVER_NAMES="gpu-host 10.0.0.5".
 SERVER_NAMES ?=
 
-.PHONY: help up down logs export test install lock debs venv clean bench monitor certs gpu-report images
+.PHONY: help up down logs export test lint install lock debs venv clean bench monitor certs gpu-report images
 
 help:
 	@echo "make up     run the stack (serves models/; exports the small demo models into an empty repository, MODELS=all for every zoo model)"
 	@echo "make down   stop what make up started (compose or embedded)"
 	@echo "make logs   the stack's logs (SERVICE=tfserving for one compose service; FOLLOW=1 keeps printing)"
 	@echo "make export ARGS='export --model resnet50 --variant xla'  the exporter in its image on the compose stack"
-	@echo "make test   install what the tests need and run them"
+	@echo "make test   install what the tests need, run make lint, then the tests"
+	@echo "make lint   ruff and mypy over the product code (pyproject.toml's [tool.ruff] and [tool.mypy])"
 	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers, the gateway's cost"
 	@echo "make images local stand-in images (TF Serving, exporter base, nginx, Prometheus) for make up IMAGES=local"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
@@ -85,8 +87,15 @@ debs:
 # The suite runs on TEST_WORKERS pytest-xdist workers (default 2, one per core here; 1 runs it in one process);
 # tests/conftest.py keeps all that drive the engine on one worker, and runs the tests marked alone by themselves.
 TEST_WORKERS ?= 2
-test: $(TEST_STAMP) debs
+test: $(TEST_STAMP) debs lint
 	$(PY) -m deploy.images run -- $(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+
+# The static checks, before the suite (make test) or alone: ruff's bug rules over the whole tree, tests
+# included, and mypy over the product packages; each prints its count of findings, and any finding fails.
+# The paths and rules are pyproject.toml's ([tool.ruff], [tool.mypy]); tests/test_static_checks.py runs ruff too.
+lint: $(TEST_STAMP)
+	@echo "== ruff check"; $(VENV)/bin/ruff check --output-format concise . || { $(VENV)/bin/ruff check --statistics .; exit 1; }
+	@echo "== mypy"; $(PY) -m mypy
 
 # The stand-in images docker-compose.local.yml names, built from Debian's packages (no registry needed;
 # python -m deploy.images --help). Starts dockerd where none answers, and leaves it running.

@@ -102,7 +102,8 @@ class CannedServer:
 
     def __enter__(self) -> "CannedServer":
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loadgen", self.command, str(self.port)],
-                                     cwd=REPO_ROOT, preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
+                                     cwd=REPO_ROOT)
+        os.sched_setaffinity(self.proc.pid, self.cpus)  # Popen returns once exec ran: before any thread starts
         try:
             wait_for_port(self.port, 120.0, alive=lambda: self.proc.poll() is None)  # a busy machine starts it slowly
         except BaseException:
@@ -127,8 +128,8 @@ def locust_rate(target: str, model_repo: Path, model: str, users: int, duration:
            "--csv", str(out / "run"), "--csv-full-history", "--model", model, "--model-repo", str(model_repo),
            "--exit-code-on-error", "0", user_class]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.sched_setaffinity(proc.pid, {cpu})  # Popen returns once exec ran: before locust starts a thread
     ps = psutil.Process(proc.pid)
     time.sleep(duration * 0.3)
     t1, c1 = time.time(), sum(ps.cpu_times()[:2])

@@ -9,7 +9,7 @@ SavedModel directory, or a model directory (its latest version).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from exporter import warmup
 from exporter.manifest import MANIFEST_FILE, load_manifest
@@ -32,7 +32,7 @@ def inspect_saved_model(path: Union[str, Path]) -> dict[str, JSON]:
             "warmup": _warmup(version_dir), "manifest": _manifest(version_dir)}
 
 
-def _meta_graphs(version_dir: Path) -> list[dict[str, JSON]]:
+def _meta_graphs(version_dir: Path) -> list[JSON]:
     from tensorflow.core.protobuf import saved_model_pb2  # TensorFlow: only when a SavedModel is read
 
     saved_model = saved_model_pb2.SavedModel()
@@ -43,7 +43,7 @@ def _meta_graphs(version_dir: Path) -> list[dict[str, JSON]]:
             for meta_graph in saved_model.meta_graphs]
 
 
-def _warmup(version_dir: Path) -> Optional[dict[str, JSON]]:
+def _warmup(version_dir: Path) -> Optional[dict[str, Any]]:   # JSON-able (of ints: JSON's list is invariant)
     path = warmup.warmup_path(version_dir)
     if not path.is_file():
         return None
@@ -51,7 +51,8 @@ def _warmup(version_dir: Path) -> Optional[dict[str, JSON]]:
         records = warmup.read_warmup(version_dir)
     except Exception as exc:  # a corrupt file is reported, not raised
         return {"file": str(path.relative_to(version_dir)), "error": str(exc)}
-    sizes, by_signature = set(), {}
+    sizes: set[int] = set()
+    by_signature: dict[str, int] = {}
     for record in records:
         request = record.predict_log.request
         name = request.model_spec.signature_name or DEFAULT_SIGNATURE
@@ -77,7 +78,7 @@ def _manifest(version_dir: Path) -> Optional[dict[str, JSON]]:
             "metrics": dict(manifest.metrics), "notes": list(manifest.notes)}
 
 
-def format_report(info: dict[str, JSON]) -> str:
+def format_report(info: Mapping[str, Any]) -> str:   # inspect_saved_model's document, read back
     """The description as text: ``saved_model_cli show --all``'s layout, then warmup and manifest."""
     lines = [f"SavedModel: {info['path']}", ""]
     for meta_graph in info["meta_graphs"]:
@@ -104,7 +105,7 @@ def _tensor_lines(part: str, name: str, spec: TensorSpec) -> list[str]:
             f"        shape: {shape}", f"        name: {spec.tensor_name}"]
 
 
-def _warmup_lines(summary: Optional[Mapping[str, JSON]]) -> list[str]:
+def _warmup_lines(summary: Optional[Mapping[str, Any]]) -> list[str]:
     if summary is None:
         return ["Warmup: none (no assets.extra/tf_serving_warmup_requests; the first requests pay for the kernels)"]
     if "error" in summary:
@@ -114,7 +115,7 @@ def _warmup_lines(summary: Optional[Mapping[str, JSON]]) -> list[str]:
             f"{', '.join(map(str, summary['batch_sizes']))}; signatures {per_signature}"]
 
 
-def _manifest_lines(manifest: Optional[Mapping[str, JSON]]) -> list[str]:
+def _manifest_lines(manifest: Optional[Mapping[str, Any]]) -> list[str]:
     if manifest is None:
         return ["Manifest: none (not written by the exporter; `python -m exporter validate` runs synthetic inputs)"]
     rows = ", ".join(f"{k} {n} rows" for k, n in manifest["golden_rows"].items())

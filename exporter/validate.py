@@ -240,7 +240,7 @@ def check_warmup(signatures: Mapping[str, Signature], version_dir: Path, report:
     report.warmup_records = len(records)
     problems = [] if len(records) <= warmup.MAX_RECORDS else [
         f"warmup file has {len(records)} records; TF Serving accepts at most {warmup.MAX_RECORDS}"]
-    sizes = set()
+    sizes: set[int] = set()
     for i, record in enumerate(records):
         if record.WhichOneof("log_type") != "predict_log":
             problems.append(f"warmup record {i} is a {record.WhichOneof('log_type')}, expected predict_log")

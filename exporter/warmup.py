@@ -76,7 +76,8 @@ def build_requests(model_name: str, inputs_by_signature: Mapping[str, Mapping[st
     """
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2  # tensorflow_serving: only when exporting
 
-    logs, total = [], 0
+    logs: list = []   # PredictionLog messages (tensorflow_serving's, imported above)
+    total = 0
     for batch_size in sorted(batch_sizes):
         for signature, inputs in inputs_by_signature.items():
             batch = _tile_rows(inputs, batch_size)

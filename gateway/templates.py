@@ -100,7 +100,9 @@ def for_nginx_version(text: str, version: NginxVersion) -> str:
         text = _SERVER_RESOLVE.sub(r"\1\2", text)
     if tuple(version) >= HTTP2_DIRECTIVE_SINCE:
         return text
-    out, block, depth = [], None, 0
+    out: list[str] = []
+    block: Optional[list[str]] = None
+    depth = 0
     for line in text.splitlines(keepends=True):
         code = _QUOTED_OR_COMMENT.sub("", line)
         if block is None and _SERVER_OPEN.match(code):

@@ -45,7 +45,7 @@ from loadtest.procfs import tree_cpu_seconds
 
 if TYPE_CHECKING:
     from loadtest.payloads import Payload
-    from serving.client import Connection
+    from serving.client import Connection as ClientConnection   # the SDK's: credentials, TLS
 
 __all__ = ["CallFailed", "Connection", "Done", "Load", "Record", "Transport", "Window", "call_transport", "clock",
            "future_done", "grpc_transport", "http_transport", "measure", "percentile", "transport_for"]
@@ -188,7 +188,7 @@ def call_transport(call: Callable[[], object], start: Optional[Callable[[Done], 
 
 
 def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0,
-                  connection: Optional[Connection] = None) -> Transport:
+                  connection: Optional[ClientConnection] = None) -> Transport:
     """``payload``'s prebuilt request over ``grpc`` (``address`` = HOST:PORT) or ``rest`` (a base URL), with
     ``connection``'s TLS (gRPC: TLS when it names a CA or a client pair) and credential headers."""
     headers = _auth_headers(connection)
@@ -205,14 +205,14 @@ def _pem(path: object) -> Optional[bytes]:
     return open(path, "rb").read() if path else None
 
 
-def _grpc_credentials(connection: Optional[Connection]) -> Optional[grpc.ChannelCredentials]:
+def _grpc_credentials(connection: Optional[ClientConnection]) -> Optional[grpc.ChannelCredentials]:
     if connection is None or not (connection.root_certificates or connection.client_cert):
         return None
     return grpc.ssl_channel_credentials(_pem(connection.root_certificates), _pem(connection.client_key),
                                         _pem(connection.client_cert))
 
 
-def _ssl_context(connection: Optional[Connection]) -> Optional[ssl.SSLContext]:
+def _ssl_context(connection: Optional[ClientConnection]) -> Optional[ssl.SSLContext]:
     if connection is None or not (connection.root_certificates or connection.client_cert):
         return None
     context = ssl.create_default_context(cafile=str(connection.root_certificates) if connection.root_certificates
@@ -223,7 +223,7 @@ def _ssl_context(connection: Optional[Connection]) -> Optional[ssl.SSLContext]:
     return context
 
 
-def _auth_headers(connection: Optional[Connection]) -> dict[str, str]:
+def _auth_headers(connection: Optional[ClientConnection]) -> dict[str, str]:
     headers = {}
     if connection is not None and connection.api_key:
         headers["x-api-key"] = connection.api_key
@@ -367,7 +367,8 @@ class Load:
                 if first.start is None:
                     pool.submit(run, scheduled)
                 else:   # no thread per call: the transport calls back when the call ends
-                    first.start(lambda failure, scheduled=scheduled, sent=clock(): ended(scheduled, sent, failure))
+                    sent = clock()
+                    first.start(lambda failure, scheduled=scheduled, sent=sent: ended(scheduled, sent, failure))
             self.stopped_sending.set()
             for _ in range(self.concurrency):   # every slot back: every call has ended
                 self._slots.acquire()

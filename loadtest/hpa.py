@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-if TYPE_CHECKING:
-    from serving.codec import JSON
-
-
+# A manifest is read as parsed YAML gives it (Any): its shape is Kubernetes' autoscaling/v2.
 __all__ = [
     "ScalingPolicy",
     "ScalingRules",
@@ -96,7 +93,7 @@ class HPASpec:
             raise ValueError(f"need 1 <= minReplicas <= maxReplicas, got {self.min_replicas}, {self.max_replicas}")
 
 
-def _rules(behavior: Mapping[str, JSON], default: ScalingRules) -> ScalingRules:
+def _rules(behavior: Mapping[str, Any], default: ScalingRules) -> ScalingRules:
     if not behavior:
         return default
     policies = tuple(ScalingPolicy(p["type"], int(p["value"]), float(p["periodSeconds"]))
@@ -106,7 +103,7 @@ def _rules(behavior: Mapping[str, JSON], default: ScalingRules) -> ScalingRules:
                         behavior.get("selectPolicy", "Max"))
 
 
-def spec_from_manifest(hpa: Mapping[str, JSON], target: float, *, tolerance: float = 0.1,
+def spec_from_manifest(hpa: Mapping[str, Any], target: float, *, tolerance: float = 0.1,
                        sync_period_s: float = 15.0) -> HPASpec:
     """An ``HPASpec`` from an ``autoscaling/v2`` HorizontalPodAutoscaler object (parsed YAML).
 

@@ -28,6 +28,7 @@ from loadtest.payloads import Payload, Target, build_payload, write_payload
 from loadtest.refusals import GATEWAY_LIMITED, failures_by_class
 from loadtest.slo import GateResult, Gates, evaluate
 from serving.client import Connection
+from serving.processes import stop_process
 
 if TYPE_CHECKING:
     from serving.codec import JSON

@@ -4,10 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
-
-if TYPE_CHECKING:
-    from serving.codec import JSON
+from typing import Any, Mapping, Optional
 
 
 __all__ = ["Gates", "GateResult", "evaluate", "load_gates"]
@@ -61,7 +58,7 @@ def load_gates(path: Path) -> Gates:
     return Gates(**{k: float(v) for k, v in data.items() if v is not None})
 
 
-def evaluate(gates: Gates, summary: Mapping[str, JSON]) -> list[GateResult]:
+def evaluate(gates: Gates, summary: Mapping[str, Any]) -> list[GateResult]:   # a run summary, as read
     """Check ``summary`` (keys ``p99_ms``, ``failure_ratio``, ``rps``) against every set gate."""
     results = []
     if gates.p99_ms is not None:

@@ -180,7 +180,7 @@ def describe_value(dimension: str, value: Setting, cpus: int) -> str:
     if dimension == "gpu_memory_fraction":
         return "TF default (grows to the card)" if not value else f"{value:g} of the card"
     if dimension == "variant":
-        return {"fp32": "fp32 (no XLA)", "xla": "xla (jit_compile)", "trt-fp16": "TF-TRT FP16"}.get(value, value)
+        return {"fp32": "fp32 (no XLA)", "xla": "xla (jit_compile)", "trt-fp16": "TF-TRT FP16"}.get(str(value), str(value))
     return str(value)
 
 

@@ -224,14 +224,14 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
                 kind, limited = "gateway limited", limited + 1
             kinds[kind] = kinds.get(kind, 0) + 1
     pct = np.percentile(ok, [50, 90, 95, 99]) if ok.size else [float("nan")] * 4
-    server_cpu = [w.server_cpu for w in windows]
+    server_cpu = [w.server_cpu for w in windows if w.server_cpu is not None]
     return LevelResult(
         level=level, mode=settings.mode, throughput_rps=ok.size / span,
         p50_ms=float(pct[0]), p90_ms=float(pct[1]), p95_ms=float(pct[2]), p99_ms=float(pct[3]),
         avg_ms=float(ok.mean()) if ok.size else float("nan"), requests=len(records), errors=sum(kinds.values()),
         error_kinds=kinds, stable=stable, windows=count, measured_s=span,
         client_cpu_pct=100.0 * sum(w.cpu for w in windows) / span,
-        server_cpu_pct=None if None in server_cpu else 100.0 * sum(server_cpu) / span,
+        server_cpu_pct=None if len(server_cpu) < len(windows) else 100.0 * sum(server_cpu) / span,
         late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict(),
         window_rps=[round(w.throughput, 3) for w in windows],
         window_p50_ms=[round(float(np.percentile(w.ok_latencies, 50)) * 1000.0, 4) for w in windows if w.ok_latencies],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from google.protobuf import text_format
 from google.protobuf.message import Message
@@ -20,9 +20,7 @@ from loadtest import space
 from loadtest.plots import plot_tune_rows
 from serving.model_repo import XLA_SERVING_FLAG, published_name
 
-if TYPE_CHECKING:
-    from serving.codec import JSON
-
+# The tune summary is read as JSON gives it (Any): its shape is tune.py's, checked by the tests that read it.
 __all__ = [
     "table_rows",
     "combined",
@@ -34,11 +32,11 @@ __all__ = [
 ]
 
 
-def _by_ratio(trial: Mapping[str, JSON]) -> float:
+def _by_ratio(trial: Mapping[str, Any]) -> float:
     return _score(trial) if not trial.get("error") else -1.0
 
 
-def _score(trial: Mapping[str, JSON]) -> float:
+def _score(trial: Mapping[str, Any]) -> float:
     """The objective's ratio minus its spread over the rounds (what the search compares)."""
     if "score" in trial:
         return trial["score"]
@@ -47,14 +45,14 @@ def _score(trial: Mapping[str, JSON]) -> float:
     return trial["ratio"] - spread
 
 
-def table_rows(summary: Mapping[str, JSON]) -> list[dict[str, JSON]]:
+def table_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per setting: measured values vs the default (paired rounds), the verdict, or why it was skipped."""
     default, best, cpus = summary["default"], summary["search_best"], summary.get("cpus", 1)
     grid, skipped = summary["grid"], summary.get("skipped", {})
     search = [t for t in summary["trials"] if t["label"] == "search"]
     rows = []
     for dim in space.DIMENSIONS:
-        row: dict[str, JSON] = {"dimension": dim, "setting": space.SETTING_NAMES[dim],
+        row: dict[str, Any] = {"dimension": dim, "setting": space.SETTING_NAMES[dim],
                                "default": space.describe_value(dim, default[dim], cpus)}
         mine = [t for t in search if t["dimension"] == dim]
         if dim in skipped:
@@ -100,7 +98,7 @@ def _on_top(config: Mapping[str, space.Setting], default: Mapping[str, space.Set
             and not (k in space.BATCHING_KNOBS and rest.get("batching") == "off")]
 
 
-def combined(summary: Mapping[str, JSON]) -> dict[str, JSON]:
+def combined(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The final paired check: the search's winner (or the default against itself) in fresh rounds."""
     final, default = summary["final"], summary["default"]
     is_default = space.normalize(final["config"], default) == space.normalize(default, default)
@@ -115,12 +113,12 @@ def combined(summary: Mapping[str, JSON]) -> dict[str, JSON]:
             "error": final.get("error")}
 
 
-def chosen_config(summary: Mapping[str, JSON]) -> space.Config:
+def chosen_config(summary: Mapping[str, Any]) -> space.Config:
     """The config to deploy: the winner if it held up in the final rounds, else TF Serving's defaults."""
     return dict(summary["final"]["config"]) if combined(summary)["holds"] else dict(summary["default"])
 
 
-def recommended_flags(summary: Mapping[str, JSON], config: Mapping[str, space.Setting],
+def recommended_flags(summary: Mapping[str, Any], config: Mapping[str, space.Setting],
                       batching_file: str = "/etc/tfserving/batching.config") -> list[str]:
     """The ``tensorflow_model_server`` flags for ``config`` (besides ports and the model config)."""
     flags = [f"--tensorflow_intra_op_parallelism={int(config['intra_op'])}",
@@ -148,11 +146,11 @@ def _gain(gain: Optional[float], spread_pct: float) -> str:
     return f"{gain:+.0f} % ± {spread_pct:.0f}" if gain is not None else "-"
 
 
-def render_markdown(summary: Mapping[str, JSON], base: Optional[Message] = None) -> str:
+def render_markdown(summary: Mapping[str, Any], base: Optional[Message] = None) -> str:
     """``tune.md``: the table, the combined config against the default, the flags and batching.config."""
     rows, total = table_rows(summary), combined(summary)
     config = chosen_config(summary)
-    name = published_name(summary["model"], config["variant"])
+    name = published_name(summary["model"], str(config["variant"]))
     lines = [f"# Tuning {summary['model']} on this host ({summary['backend']} server"
              f"{', GPU' if summary.get('gpu') else ''}, {summary['protocol']})", "",
              f"Command: `{summary.get('command', 'python -m loadtest tune')}`  ",
@@ -222,11 +220,11 @@ def render_markdown(summary: Mapping[str, JSON], base: Optional[Message] = None)
     return "\n".join(lines)
 
 
-def grid_of(summary: Mapping[str, JSON], dimension: str) -> list[space.Setting]:
+def grid_of(summary: Mapping[str, Any], dimension: str) -> list[space.Setting]:
     return list(summary.get("grid", {}).get(dimension, []))
 
 
-def _load(summary: Mapping[str, JSON]) -> str:
+def _load(summary: Mapping[str, Any]) -> str:
     load = summary.get("load_average") or []
     return f"{load[0]:.1f}" if load else "?"
 
@@ -237,12 +235,12 @@ def _config_text(config: Mapping[str, space.Setting], default: Mapping[str, spac
     return " ".join(diff) or "default"
 
 
-def _series(summary: Mapping[str, JSON]) -> list[dict[str, JSON]]:
+def _series(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The final rounds as sweep-shaped series (``loadtest.compare`` reads them level by level)."""
     rounds = summary["final"]["rounds"]
     series = []
     for side, label in (("baseline", "default"), ("candidate", "tuned")):
-        by_level: dict[float, list[dict[str, JSON]]] = {}
+        by_level: dict[float, list[dict[str, Any]]] = {}
         for r in rounds:
             for level in r[f"{side}_levels"]:
                 by_level.setdefault(level["level"], []).append(level)
@@ -254,13 +252,13 @@ def _series(summary: Mapping[str, JSON]) -> list[dict[str, JSON]]:
     return series
 
 
-def write_report(summary: dict[str, JSON], out: Path, base: Optional[Message] = None) -> dict[str, Path]:
+def write_report(summary: dict[str, Any], out: Path, base: Optional[Message] = None) -> dict[str, Path]:
     """Write ``tune.json`` (with ``rows``, ``combined``, ``recommended`` and sweep-shaped ``series``),
     ``tune.md``, ``tune.png``, ``tune.csv`` and ``batching.config`` (when batching is recommended)."""
     out.mkdir(parents=True, exist_ok=True)
     config = chosen_config(summary)
     summary = {"kind": "tune", **summary, "rows": table_rows(summary), "combined": combined(summary),
-               "recommended": {"config": config, "model": published_name(summary["model"], config["variant"]),
+               "recommended": {"config": config, "model": published_name(summary["model"], str(config["variant"])),
                                "flags": recommended_flags(summary, config),
                                "batching_config": batching_text(config, base)},
                "series": _series(summary)}
@@ -279,7 +277,7 @@ def write_report(summary: dict[str, JSON], out: Path, base: Optional[Message] = 
     return paths
 
 
-def _write_csv(path: Path, trials: Sequence[Mapping[str, JSON]], default: Mapping[str, space.Setting]) -> None:
+def _write_csv(path: Path, trials: Sequence[Mapping[str, Any]], default: Mapping[str, space.Setting]) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["trial", "label", "dimension", "config", "candidate_rps", "default_rps", "throughput_ratio",

@@ -81,6 +81,8 @@ class ServingError(Exception):
     """A failed call: a canonical ``code`` and the server's ``details``."""
 
     code: Code = Code.UNKNOWN
+    request_id: Optional[str] = None
+    """The server log's id for an internal error (``internal_error``); None for the others."""
 
     def __init__(self, details: str = "", *, code: Optional[Code] = None) -> None:
         super().__init__(details)
@@ -92,26 +94,86 @@ class ServingError(Exception):
         return f"{self.code.name}: {self.details}"
 
 
-def _subclass(name: str, code: Code) -> type:
-    return type(name, (ServingError,), {"code": code, "__doc__": f"{code.name}."})
+# One class statement per code (not built by type()): type checkers and IDEs see them as exceptions.
+class Cancelled(ServingError):
+    """CANCELLED."""
+    code = Code.CANCELLED
 
 
-Cancelled = _subclass("Cancelled", Code.CANCELLED)
-Unknown = _subclass("Unknown", Code.UNKNOWN)
-InvalidArgument = _subclass("InvalidArgument", Code.INVALID_ARGUMENT)
-DeadlineExceeded = _subclass("DeadlineExceeded", Code.DEADLINE_EXCEEDED)
-NotFound = _subclass("NotFound", Code.NOT_FOUND)
-AlreadyExists = _subclass("AlreadyExists", Code.ALREADY_EXISTS)
-PermissionDenied = _subclass("PermissionDenied", Code.PERMISSION_DENIED)
-ResourceExhausted = _subclass("ResourceExhausted", Code.RESOURCE_EXHAUSTED)
-FailedPrecondition = _subclass("FailedPrecondition", Code.FAILED_PRECONDITION)
-Aborted = _subclass("Aborted", Code.ABORTED)
-OutOfRange = _subclass("OutOfRange", Code.OUT_OF_RANGE)
-Unimplemented = _subclass("Unimplemented", Code.UNIMPLEMENTED)
-Internal = _subclass("Internal", Code.INTERNAL)
-Unavailable = _subclass("Unavailable", Code.UNAVAILABLE)
-DataLoss = _subclass("DataLoss", Code.DATA_LOSS)
-Unauthenticated = _subclass("Unauthenticated", Code.UNAUTHENTICATED)
+class Unknown(ServingError):
+    """UNKNOWN."""
+    code = Code.UNKNOWN
+
+
+class InvalidArgument(ServingError):
+    """INVALID_ARGUMENT."""
+    code = Code.INVALID_ARGUMENT
+
+
+class DeadlineExceeded(ServingError):
+    """DEADLINE_EXCEEDED."""
+    code = Code.DEADLINE_EXCEEDED
+
+
+class NotFound(ServingError):
+    """NOT_FOUND."""
+    code = Code.NOT_FOUND
+
+
+class AlreadyExists(ServingError):
+    """ALREADY_EXISTS."""
+    code = Code.ALREADY_EXISTS
+
+
+class PermissionDenied(ServingError):
+    """PERMISSION_DENIED."""
+    code = Code.PERMISSION_DENIED
+
+
+class ResourceExhausted(ServingError):
+    """RESOURCE_EXHAUSTED."""
+    code = Code.RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(ServingError):
+    """FAILED_PRECONDITION."""
+    code = Code.FAILED_PRECONDITION
+
+
+class Aborted(ServingError):
+    """ABORTED."""
+    code = Code.ABORTED
+
+
+class OutOfRange(ServingError):
+    """OUT_OF_RANGE."""
+    code = Code.OUT_OF_RANGE
+
+
+class Unimplemented(ServingError):
+    """UNIMPLEMENTED."""
+    code = Code.UNIMPLEMENTED
+
+
+class Internal(ServingError):
+    """INTERNAL."""
+    code = Code.INTERNAL
+
+
+class Unavailable(ServingError):
+    """UNAVAILABLE."""
+    code = Code.UNAVAILABLE
+
+
+class DataLoss(ServingError):
+    """DATA_LOSS."""
+    code = Code.DATA_LOSS
+
+
+class Unauthenticated(ServingError):
+    """UNAUTHENTICATED."""
+    code = Code.UNAUTHENTICATED
+
 
 _BY_CODE = {cls.code: cls for cls in (
     Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,

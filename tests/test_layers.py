@@ -231,7 +231,7 @@ def layer_violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
     positions = box_positions()
     found = []
     for source in sorted(graph):
-        for target, why in sorted(graph[source].items()):
+        for _target, why in sorted(graph[source].items()):
             for line in why:
                 importer, imported = line.split(" imports ")
                 a, b = box_of(importer, positions), box_of(imported, positions)

@@ -109,8 +109,8 @@ def dockerignore_patterns(root: Path) -> list[re.Pattern]:
     path = root / ".dockerignore"
     lines = path.read_text().splitlines() if path.is_file() else []
     patterns = []
-    for line in lines:
-        line = line.strip()
+    for raw in lines:
+        line = raw.strip()
         if not line or line.startswith(("#", "!")):
             continue
         parts = re.split(r"(\*\*/?|\*|\?)", line.strip("/"))
@@ -221,9 +221,10 @@ def build_images(*, only: Sequence[str] = (), force: bool = False, root: Path = 
     wanted = set(only) or {i.name for i in images} | {EXPORTER_IMAGE}
     by_name = {i.name: i for i in images}
     for name in list(wanted):
-        while name in by_name and by_name[name].base:
-            name = by_name[name].base
-            wanted.add(name)
+        base = name
+        while base in by_name and by_name[base].base:
+            base = by_name[base].base
+            wanted.add(base)
     hashes: dict[str, str] = {}
     built: list[str] = []
     for image in images:

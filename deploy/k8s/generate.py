@@ -114,7 +114,10 @@ def _tmpfs_size(service: Mapping, target: str = "/tmp") -> str:
         path, _, options = entry.partition(":")
         size = dict(o.partition("=")[::2] for o in options.split(",") if o).get("size")
         if path == target and size:
-            number, unit = re.fullmatch(r"(\d+)([kmg]?)", size.lower()).groups()
+            found = re.fullmatch(r"(\d+)([kmg]?)", size.lower())
+            if found is None:
+                raise ValueError(f"{entry}: size={size} is not a whole number with an optional k, m or g")
+            number, unit = found.groups()
             return memory_quantity(int(number) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit])
     raise ValueError(f"the service has no sized tmpfs at {target}")
 

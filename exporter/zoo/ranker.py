@@ -74,7 +74,9 @@ def build(*, progress: bool = True) -> BuiltModel:
     trainer = keras.Model(model.inputs, model.outputs[0])
     trainer.compile(optimizer=keras.optimizers.Adam(1e-2),
                     loss=keras.losses.BinaryCrossentropy(from_logits=True))
-    folded = lambda d: [d["user_id"] % NUM_USERS, d["item_id"] % NUM_ITEMS, d["features"]]
+    def folded(d):
+        return [d["user_id"] % NUM_USERS, d["item_id"] % NUM_ITEMS, d["features"]]
+
     trainer.fit(folded(train), train["clicked"], epochs=EPOCHS, batch_size=256,
                 verbose=2 if progress else 0)
     auc = float(roc_auc_score(test["clicked"], trainer.predict(folded(test), verbose=0)[:, 0]))

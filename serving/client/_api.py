@@ -7,10 +7,11 @@ it. Argument names and return values are the same everywhere.
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Optional, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, TypeVar
 
 import numpy as np
 
+from serving import codec
 from serving.client._protocol import (
     ApiGen,
     Call,
@@ -28,6 +29,8 @@ from serving.client.retry import NO_RETRY, RetryPolicy, acall_with_retry, call_w
 __all__ = ["ClientApi", "SyncTransport", "AsyncTransport"]
 
 T = TypeVar("T")
+SyncClientT = TypeVar("SyncClientT", bound="SyncTransport")
+AsyncClientT = TypeVar("AsyncClientT", bound="AsyncTransport")
 
 
 class ClientApi:
@@ -42,8 +45,9 @@ class ClientApi:
 
     _protocol: Protocol
 
-    def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> Union[T, Awaitable[T]]:
-        """The value of ``gen`` (sync clients) or an awaitable of it (async clients)."""
+    def _drive(self, gen: ApiGen[T], timeout: Optional[float]) -> Any:
+        """The value of ``gen`` (sync clients) or an awaitable of it (async clients; their signatures say so
+        in ``AsyncTransport``)."""
         raise NotImplementedError
 
     def predict(self, model: str, inputs: Inputs, *, version: Optional[int] = None,
@@ -127,7 +131,7 @@ class SyncTransport(ClientApi):
                                    deadline=deadline)
         return finish(gen, send)
 
-    def __enter__(self):
+    def __enter__(self: SyncClientT) -> SyncClientT:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -156,8 +160,37 @@ class AsyncTransport(ClientApi):
                                           deadline=deadline)
         return await afinish(gen, send)
 
-    async def __aenter__(self):
+    async def __aenter__(self: AsyncClientT) -> AsyncClientT:
         return self
+
+    if TYPE_CHECKING:
+        # The methods above, as the async clients' callers see them: the same values, awaited. (One body
+        # serves both; only the signature differs, which Python's types cannot say once for both.)
+        async def predict(  # type: ignore[override]  # awaitable twin of ClientApi.predict
+                self, model: str, inputs: Inputs, *, version: Optional[int] = None, label: Optional[str] = None,
+                signature: Optional[str] = None, output_filter: Optional[Sequence[str]] = None,
+                timeout: Optional[float] = None) -> dict[str, np.ndarray]: ...
+
+        async def classify(  # type: ignore[override]  # awaitable twin of ClientApi.classify
+                self, model: str, examples: Examples, *, context: Optional[codec.Features] = None,
+                version: Optional[int] = None, label: Optional[str] = None, signature: Optional[str] = None,
+                timeout: Optional[float] = None) -> list[list[tuple[str, float]]]: ...
+
+        async def regress(  # type: ignore[override]  # awaitable twin of ClientApi.regress
+                self, model: str, examples: Examples, *, context: Optional[codec.Features] = None,
+                version: Optional[int] = None, label: Optional[str] = None, signature: Optional[str] = None,
+                timeout: Optional[float] = None) -> np.ndarray: ...
+
+        async def metadata(  # type: ignore[override]  # awaitable twin of ClientApi.metadata
+                self, model: str, *, version: Optional[int] = None, label: Optional[str] = None,
+                timeout: Optional[float] = None) -> ModelMetadata: ...
+
+        async def status(  # type: ignore[override]  # awaitable twin of ClientApi.status
+                self, model: str, *, version: Optional[int] = None, label: Optional[str] = None,
+                timeout: Optional[float] = None) -> list[VersionStatus]: ...
+
+        async def reload_config(  # type: ignore[override]  # awaitable twin of ClientApi.reload_config
+                self, config: ModelServerConfigLike, *, timeout: Optional[float] = None) -> None: ...
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()

@@ -64,9 +64,9 @@ class BoundedBody:
                 raise status.Internal(f"the {self.encoding} answer from {self.url} is corrupt: {exc}") from exc
             self._add(piece)
             data = self._inflater.unconsumed_tail
-            if self._inflater.eof and self._inflater.unused_data and self.encoding != "deflate":
+            if self._inflater.eof and self._inflater.unused_data and self.encoding in ("gzip", "x-gzip"):
                 data = self._inflater.unused_data   # the next gzip member (RFC 1952 allows several)
-                self._inflater = zlib.decompressobj(_WBITS[self.encoding])
+                self._inflater = zlib.decompressobj(_WBITS["gzip"])
                 continue
             if not data and len(piece) < _PIECE:
                 return

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError, Message
 from numpy.typing import ArrayLike
 
 from serving import codec, status
-from serving.client._types import ModelMetadata
+from serving.client._types import ModelMetadata, VersionStatus
 from serving.codec import DEFAULT_SIGNATURE, Signature
 
 __all__ = ["Call", "Protocol", "ApiGen", "Inputs", "Examples", "ModelServerConfigLike", "ModelRef",
@@ -81,6 +81,24 @@ class Protocol:
         raise NotImplementedError
 
     def parse_metadata(self, answer: bytes) -> ModelMetadata:
+        raise NotImplementedError
+
+    def predict(self, ref: ModelRef, inputs: Inputs, signature: Optional[str],
+                output_filter: Optional[Sequence[str]]) -> ApiGen[dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def classify(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
+                 signature: Optional[str]) -> ApiGen[list[list[tuple[str, float]]]]:
+        raise NotImplementedError
+
+    def regress(self, ref: ModelRef, examples: Examples, context: Optional[codec.Features],
+                signature: Optional[str]) -> ApiGen[np.ndarray]:
+        raise NotImplementedError
+
+    def status(self, ref: ModelRef) -> ApiGen[list[VersionStatus]]:
+        raise NotImplementedError
+
+    def reload_config(self, config: ModelServerConfigLike) -> ApiGen[None]:
         raise NotImplementedError
 
     # --- shared -------------------------------------------------------------

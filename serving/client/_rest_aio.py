@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from serving import status
 
@@ -14,6 +14,9 @@ from serving.client._rest import HttpPlan, answer_of, load_httpx
 from serving.client._rest_protocol import RestProtocol
 from serving.client._security import PemSource
 from serving.client.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["AsyncRestClient"]
 
@@ -51,7 +54,7 @@ class AsyncRestClient(AsyncTransport):
             raise self._plan.transport_error(exc, call) from exc
         return answer_of(response, body)
 
-    async def _exchange(self, call: Call, timeout: float, end: float) -> tuple[object, bytes]:
+    async def _exchange(self, call: Call, timeout: float, end: float) -> tuple[httpx.Response, bytes]:
         """Send ``call``; its response and bounded body (the caller bounds the time)."""
         async with self._http.stream(call.method, call.path, **self._plan.request_kwargs(call, timeout)) as response:
             body = self._plan.body(response, call, self.max_response_bytes, end)

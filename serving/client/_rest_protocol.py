@@ -1,7 +1,7 @@
 """REST requests and answers, as TF Serving's HTTP API defines them (tf-serving.md §2)."""
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence, TypeVar
+from typing import Any, Optional, Sequence, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -60,7 +60,8 @@ def error_from_http(status_code: int, body: bytes) -> status.ServingError:
     return with_hint(status.error_for(code, str(details)))
 
 
-def _parse(message: M, doc: Optional[Mapping[str, codec.JSON]]) -> M:
+def _parse(message: M, doc: codec.JSON) -> M:
+    """``doc`` into ``message``; a document of the wrong shape raises (inside ``reading_answer``)."""
     try:
         return json_format.ParseDict(doc or {}, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
@@ -83,7 +84,7 @@ class RestProtocol(Protocol):
         return Call("GET", None, path=model_path(ref) + "/metadata", idempotent=True)
 
     def parse_metadata(self, answer: bytes) -> ModelMetadata:
-        doc = codec.json_loads(answer)
+        doc: Any = codec.json_loads(answer)   # read as it comes: a wrong shape fails inside reading_answer
         spec = _parse(apis.ModelSpec(), doc.get("model_spec"))
         signature_doc = dict((doc.get("metadata") or {}).get("signature_def") or {})
         signature_doc.pop("@type", None)

@@ -35,7 +35,7 @@ from serving.client.errors import TlsError
 __all__ = ["PemSource", "TlsConfig", "auth_metadata", "credential", "grpc_tls_error", "http_tls_error",
            "http_status_tls_error", "plaintext_refusal", "redact"]
 
-PemSource = Union[bytes, str, "os.PathLike[str]"]
+PemSource = Union[bytes, str, os.PathLike[str]]
 """PEM bytes, PEM text, or the path of a PEM file."""
 
 API_KEY_HEADER = "x-api-key"

@@ -38,7 +38,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def make_client(args: argparse.Namespace) -> ClientApi:
+def make_client(args: argparse.Namespace) -> Union[GrpcClient, RestClient]:
     """The client the parsed arguments ask for; ``InputError`` for TLS files or keys that cannot be used."""
     try:
         security = connection_from_args(args).client_kwargs()
@@ -110,7 +110,7 @@ class InputFile:
 
     path: Path
     arrays: Optional[Union[np.ndarray, dict[str, np.ndarray]]] = None
-    document: codec.JSON = None
+    document: Any = None   # the parsed --input: its shape is checked where it is read
 
     @property
     def is_rest_body(self) -> bool:
@@ -158,7 +158,7 @@ def load_inputs(source: InputFile, signature: Optional[Signature]) -> Union[np.n
         raise InputError(f"--input {source.path}: {exc}") from None
 
 
-def _json_input(value: codec.JSON, spec: Optional[TensorSpec]) -> np.ndarray:
+def _json_input(value: Any, spec: Optional[TensorSpec]) -> np.ndarray:
     if spec is not None and spec.dtype is not None:
         return codec.json_to_array(value, spec.dtype)
     return np.asarray(value)
@@ -214,18 +214,19 @@ def _predict(client: ClientApi, args: argparse.Namespace, where: dict) -> object
 
 def _examples_call(client: ClientApi, args: argparse.Namespace, where: dict) -> object:
     try:
-        doc = codec.json_loads(args.input.read_bytes())
+        doc: Any = codec.json_loads(args.input.read_bytes())   # the SDK refuses examples of a wrong shape
     except ServingError as exc:
         raise InputError(f"--input {args.input}: not JSON: {exc.details}") from None
     except OSError as exc:
         raise InputError(f"--input {args.input}: {exc.strerror}") from None
-    examples, context = (doc.get("examples"), doc.get("context")) if isinstance(doc, dict) else (doc, None)
+    examples: Any = doc.get("examples") if isinstance(doc, dict) else doc
+    context: Any = doc.get("context") if isinstance(doc, dict) else None
     call = client.classify if args.command == "classify" else client.regress
     try:
         results = call(args.model, examples, context=context, signature=args.signature, **where)
     except (ValueError, TypeError) as exc:
         raise InputError(f"--input {args.input}: {exc}") from None
-    return {"results": results if args.command == "classify" else results.tolist()}
+    return {"results": results if args.command == "classify" else np.asarray(results).tolist()}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

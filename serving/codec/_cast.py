@@ -22,7 +22,7 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 
@@ -114,7 +114,7 @@ def _leaf_name(value: object) -> str:
     return type(value).__name__
 
 
-def _leaves(arr: np.ndarray) -> Iterator[object]:
+def _leaves(arr: np.ndarray) -> Iterator[Any]:   # Python scalars of arr's kind
     return iter(arr.reshape(-1).tolist())
 
 

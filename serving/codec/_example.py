@@ -8,23 +8,22 @@ taken by dtype.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from serving import status
 from serving.codec._json import json_type_name
 from serving.codec._json_tensor import decode_b64_object, is_b64_object
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-
     # The wire messages stand for both schemas: tf.train.Example's official ones have the same fields.
     from serving.wire.serving_apis_pb2 import Example, Feature
 
 __all__ = ["Features", "example_from_dict", "example_to_dict"]
 
-Features = Mapping[str, "ArrayLike"]
+Features = Mapping[str, ArrayLike]
 """One tf.Example as a dict: feature name to its value or values (bytes or text, ints, floats)."""
 
 _INT64_MAX = (1 << 63) - 1
@@ -85,7 +84,7 @@ def _kind_of(value: object, name: str) -> str:
         f"Feature: {name} has element with unexpected type: {type(value).__name__}")
 
 
-def _add_value(name: str, value: object, feature: Feature) -> None:
+def _add_value(name: str, value: Any, feature: Feature) -> None:   # of the kind _kind_of names
     kind = _kind_of(value, name)
     current = feature.WhichOneof("kind")
     if current is not None and current != kind:

@@ -24,8 +24,7 @@ import orjson
 
 from serving import status
 
-__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string",
-           "decimal_fragment", "decimal_rows"]
+__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
 
 JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 """A parsed JSON value: what ``json_loads`` returns (``json_dumps`` takes numpy values besides)."""
@@ -150,7 +149,7 @@ def _too_big() -> status.InvalidArgument:
     return status.InvalidArgument("JSON Parse error: Number too big to be stored in double.")
 
 
-def _stdlib_loads(body: bytes | bytearray | memoryview | str) -> JSON:
+def _stdlib_loads(body: bytes | bytearray | str) -> JSON:
     """The documents orjson refuses for their ``NaN``/``Infinity`` tokens (and its errors' wording)."""
     try:
         value = json.loads(body, parse_int=_parse_int)
@@ -213,13 +212,13 @@ def _prepare(obj: object) -> object:
     return obj
 
 
-def _non_finite_token(value: float) -> bytes:
+def _non_finite_token(value: float | np.floating) -> bytes:
     if math.isnan(value):
         return b"NaN"
     return b"Infinity" if value > 0 else b"-Infinity"
 
 
-def _non_finite(value: float) -> orjson.Fragment:
+def _non_finite(value: float | np.floating) -> orjson.Fragment:
     return _FRAGMENTS[_non_finite_token(value)]
 
 

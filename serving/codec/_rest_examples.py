@@ -7,7 +7,7 @@ client returns (``classification_result_to_list``, ``regression_result_to_array`
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -71,9 +71,8 @@ def rest_request_to_input(request: JSON, input_proto: Input) -> Input:
 
 def _features_json(features: Features) -> dict[str, JSON | np.ndarray]:
     out = {}
-    for name, value in features.items():
-        if isinstance(value, (bytes, str)) or np.ndim(value) == 0:
-            value = [value]
+    for name, given in features.items():
+        value = [given] if isinstance(given, (bytes, str)) or np.ndim(given) == 0 else given
         out[name] = array_to_json(np.asarray(value, dtype=object)) if _has_text(value) else value
     return out
 
@@ -123,6 +122,12 @@ def regression_result_to_rest(result: RegressionResult) -> bytes:
     return json_dumps({"results": decimal_fragment(regression_result_to_array(result))})
 
 
+@overload
+def rest_response_to_results(body: bytes | str | JSON, *, method: Literal["classify"]) -> Classifications: ...
+@overload
+def rest_response_to_results(body: bytes | str | JSON, *, method: Literal["regress"]) -> np.ndarray: ...
+@overload
+def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]: ...
 def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]:
     """The ``results`` of a Classify (``method="classify"``) or Regress body, as gRPC returns them."""
     doc = body if isinstance(body, dict) else json_loads(body)

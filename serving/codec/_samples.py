@@ -69,7 +69,7 @@ def example_shape(spec: TensorSpec, shapes: Optional[Shapes] = None, *, flag: st
     if any(d is None for d in rest):
         dims = ",".join("?" if d is None else str(d) for d in rest)
         raise ValueError(f"input {spec.name!r} has an unknown dimension after the batch ([batch,{dims}]); {how}")
-    return tuple(int(d) for d in rest)
+    return tuple(int(d) for d in rest if d is not None)   # (none is: refused above)
 
 
 def synthesize_inputs(signature: Signature, batch_size: int = 1, *, shapes: Optional[Shapes] = None,

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Iterable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
 from serving.codec._dtypes import dtype_from_enum, dtype_from_name, enum_from_dtype
+from serving.codec._json import JSON
 from serving.wire.serving_apis_pb2 import DataType
-
-if TYPE_CHECKING:
-    from serving.codec._json import JSON
 
 __all__ = [
     "DEFAULT_SIGNATURE",

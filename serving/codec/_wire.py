@@ -97,12 +97,12 @@ def _tensor_parts(array: ArrayLike) -> tuple[list[bytes | memoryview], int]:
     head = _tag(1, _VARINT) + _varint(row.enum) + _len_prefix(2, len(shape)) + shape
     if row.enum == DT_STRING:
         values = [as_bytes(v) for v in arr.reshape(-1).tolist()]
-        parts = [head] + [_len_prefix(8, len(v)) + v for v in values]
+        parts: list[bytes | memoryview] = [head, *(_len_prefix(8, len(v)) + v for v in values)]
         return parts, sum(len(p) for p in parts)
     data = np.ascontiguousarray(arr.astype(row.numpy.newbyteorder("<"), copy=False))
     if not data.size:
         return [head], len(head)
-    buffer = memoryview(data).cast("B")
+    buffer = data.data.cast("B")   # the array's own buffer (ndarray.data is memoryview(data))
     prefix = _len_prefix(4, buffer.nbytes)
     return [head, prefix, buffer], len(head) + len(prefix) + buffer.nbytes
 

@@ -104,8 +104,9 @@ def check_serving_dir(serving_dir: Path, *, models_dir: Optional[Path] = None,
         batching[name] = _parsed(serving_dir / batching_file, load_batching_parameters, problems)
         if batching[name] is not None:
             problems += [f"{batching_file}: {p}" for p in check_batching_parameters(batching[name])]
-    if all(batching.values()):
-        warmup_sizes = list(batching["gpu"].allowed_batch_sizes)  # what the exporter warms up
+    gpu = batching.get("gpu")
+    if all(batching.values()) and gpu is not None:
+        warmup_sizes = list(gpu.allowed_batch_sizes)  # what the exporter warms up
         for name, params in batching.items():
             problems += [f"{CONFIG_FILES[name][1]}: {p}" for p in check_warmup_fits(params, warmup_sizes)]
     monitoring = _parsed(serving_dir / MONITORING_FILE, load_monitoring_config, problems)
@@ -130,7 +131,8 @@ def _parsed(path: Path, loader: Callable[[Path], Message], problems: list[str]) 
 
 def _check_one(args: argparse.Namespace) -> list[str]:
     """Problems with one models config, its base paths read as the server that serves it reads them."""
-    served, problems = _served(args), []
+    served = _served(args)
+    problems: list[str] = []
     config = _parsed(served.path, load_model_server_config, problems)
     if config is None:
         return problems
@@ -287,11 +289,12 @@ def _check_not_last(config, args: argparse.Namespace) -> None:
 
 def _record_removal(served: ServedConfig, name: str, *, removed: bool) -> None:
     """On the stack's own config, remember removals so that make up does not add the model back."""
-    state = read_state(served.state_file) if served.state_file else None
-    if state is None:
+    path = served.state_file
+    state = read_state(path) if path else None
+    if state is None or path is None:
         return
     names = [n for n in state.removed if n != name] + ([name] if removed else [])
-    write_state(state.replace(removed=tuple(names)), served.state_file)
+    write_state(state.replace(removed=tuple(names)), path)
 
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:

@@ -31,12 +31,13 @@ file is the GPU file without its GPU-only models, as ``check`` requires).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from serving import status
 from serving.client import Connection, GrpcClient
@@ -154,7 +155,7 @@ class StackState:
                    pid_start=_int_or_none(doc.get("pid_start")), server_pid=_int_or_none(doc.get("server_pid")),
                    server_start=_int_or_none(doc.get("server_start")))
 
-    def replace(self, **changes: object) -> "StackState":
+    def replace(self, **changes: Any) -> "StackState":
         return dataclasses.replace(self, **changes)
 
 
@@ -313,8 +314,8 @@ class ServedConfig:
     def base_path_for(self, host_dir: Path) -> str:
         """The base path the server sees for ``host_dir``; ValueError if a compose server cannot see it."""
         host_dir = Path(host_dir).resolve()
-        for target, source in self.mounts.items():
-            source = Path(source).resolve()
+        for target, mounted in self.mounts.items():
+            source = Path(mounted).resolve()
             if host_dir == source or source in host_dir.parents:
                 return str(PurePosixPath(target) / host_dir.relative_to(source).as_posix())
         if self.mounts:
@@ -465,7 +466,7 @@ def _apply_locked(served: ServedConfig, lock: ConfigLock, name: str, snapshot: S
             for step in steps:
                 log(f"{name}: {step.description}")
                 if write_file:
-                    written = lock.write_if(written, lambda: served.write(step.config))
+                    written = lock.write_if(written, functools.partial(served.write, step.config))
                 try:
                     client.reload_config(step.config)
                 except status.ServingError as exc:

@@ -420,8 +420,8 @@ def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Chec
             continue
         median = float(np.median(ratios))
         verdict = FAIL if min(ratios) > limit else PASS if median <= limit else INCONCLUSIVE
-        s_ms = float(np.percentile(sum(stable, []), pct) * 1e3)
-        c_ms = float(np.percentile(sum(canary, []), pct) * 1e3)
+        s_ms = float(np.percentile([x for s in stable for x in s], pct) * 1e3)
+        c_ms = float(np.percentile([x for c in canary for x in c], pct) * 1e3)
         numbers[f"p{pct}"] = {"ratio": median, "ratio_min": min(ratios), "ratio_max": max(ratios),
                               "stable_ms": s_ms, "canary_ms": c_ms, "rounds": len(ratios)}
         checks.append(Check(f"latency:p{pct}", verdict, median, limit,

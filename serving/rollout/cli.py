@@ -308,7 +308,7 @@ def _auto(args: argparse.Namespace) -> int:
     if isinstance(routes, traffic.NoGateway) and any(steps):
         print(f"{args.model}: no gateway splits traffic on this stack: weight steps {args.steps} skipped; the "
               "analysis before traffic decides (--gateway nginx|compose|k8s moves weights)")
-        steps = []
+        steps = ()
 
     def move(command: str) -> Callable[[], None]:
         def run() -> None:

@@ -24,7 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import yaml
 
@@ -100,7 +100,7 @@ def render_overlay(overlay: Path, kubectl: str = "kubectl") -> list[dict[str, JS
     return load_objects(out.stdout)
 
 
-def _backend_name(ref: Mapping[str, JSON], istio: bool) -> Optional[str]:
+def _backend_name(ref: Mapping[str, Any], istio: bool) -> Optional[str]:
     """The Service a route entry sends to: ``name`` (Gateway API); the ``subset``, else the first label of
     ``destination.host`` (Istio: ``tfserving.tfs-stack.svc.cluster.local`` is ``tfserving``)."""
     if not istio:
@@ -109,7 +109,7 @@ def _backend_name(ref: Mapping[str, JSON], istio: bool) -> Optional[str]:
     return destination.get("subset") or str(destination.get("host", "")).split(".")[0] or None
 
 
-def _operations(route: Mapping[str, JSON], canary_percent: int, stable: str, canary: str) -> list[dict[str, JSON]]:
+def _operations(route: Mapping[str, Any], canary_percent: int, stable: str, canary: str) -> list[dict[str, JSON]]:
     istio = route["kind"] == "VirtualService"
     rules, refs_key = ("http", "route") if istio else ("rules", "backendRefs")
     ops: list[dict[str, JSON]] = []
@@ -131,7 +131,7 @@ def _operations(route: Mapping[str, JSON], canary_percent: int, stable: str, can
     return ops
 
 
-def weight_patches(objects: Iterable[Mapping[str, JSON]], canary_percent: int, *, mesh: str = "gateway",
+def weight_patches(objects: Iterable[Mapping[str, Any]], canary_percent: int, *, mesh: str = "gateway",
                    stable: str = DEFAULT_STABLE, canary: str = DEFAULT_CANARY,
                    namespace: Optional[str] = None) -> list[RoutePatch]:
     """One patch per route of ``mesh`` that splits between ``stable`` and ``canary``.

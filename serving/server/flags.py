@@ -61,7 +61,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, TypeVar, Union
+from typing import Any, Optional, Sequence, TypeVar, Union
 
 from serving import status
 from serving.server.logs import LOG_FORMATS
@@ -351,7 +351,7 @@ def parse_flags(argv: Sequence[str]) -> CommandLine:
     Raises ``FlagError`` for a bad value of a known flag. Unknown arguments are
     returned, not raised, as ``tensorflow::Flags::Parse`` leaves them.
     """
-    values: dict[str, FlagValue] = {}
+    values: dict[str, Any] = {}   # each flag's value, converted to its field's type
     unknown: list[str] = []
     args = list(argv)
     i = 0

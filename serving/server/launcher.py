@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import IO, Callable, Mapping, Optional, Sequence
+from typing import IO, Callable, Mapping, Optional, Sequence, TypeVar
 
 from serving.config.files import MONITORING_PATH, BatchingSpec, write_config_files
 from serving.processes import stop_process
@@ -139,6 +139,8 @@ class LoopbackAddresses:
         return self.rest_url + MONITORING_PATH
 
 
+ServerProcessT = TypeVar("ServerProcessT", bound="ServerProcess")
+
 class ServerProcess(LoopbackAddresses):
     """A ``python -m serving.server`` process; a context manager (``start()`` / ``stop()``).
 
@@ -169,8 +171,9 @@ class ServerProcess(LoopbackAddresses):
         self._log: Optional[IO[bytes]] = None
 
     @classmethod
-    def for_models(cls, models: Mapping[str, Path], *, workdir: Path, batching: Optional[BatchingSpec] = None,
-                   extra_flags: Sequence[str] = (), timeout: float = 300.0) -> "ServerProcess":
+    def for_models(cls: type[ServerProcessT], models: Mapping[str, Path], *, workdir: Path,
+                   batching: Optional[BatchingSpec] = None, extra_flags: Sequence[str] = (),
+                   timeout: float = 300.0) -> ServerProcessT:
         """A server for ``name → base_path`` with its config files (``write_config_files``) and
         log (``server.log``) in ``workdir``; ready when every model is AVAILABLE."""
         models = {name: Path(path).resolve() for name, path in models.items()}
@@ -194,10 +197,11 @@ class ServerProcess(LoopbackAddresses):
                 handle, name = tempfile.mkstemp(prefix="embedded-server-", suffix=".log")
                 os.close(handle)
                 self.log_path = Path(name)
-            self._log = output = open(self.log_path, "wb")
+            self._log = output = open(self.log_path, "wb")  # noqa: SIM115 - the child's log, closed by stop()
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, env=env, stdout=output,
-                                     stderr=subprocess.STDOUT if output else None, preexec_fn=self.preexec_fn)
+                                     stderr=subprocess.STDOUT if output else None,
+                                     preexec_fn=self.preexec_fn)  # noqa: PLW1509 - callers pass die_with_parent()
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -107,8 +107,8 @@ class NativeStderrAsJson:
 
     def _pump(self, read_fd: int) -> None:
         with os.fdopen(read_fd, "r", encoding="utf-8", errors="replace") as pipe:
-            for line in pipe:
-                line = line.rstrip("\n")
+            for raw in pipe:
+                line = raw.rstrip("\n")
                 if not line.strip():
                     continue
                 match = _NATIVE_LINE.match(line)

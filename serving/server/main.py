@@ -148,9 +148,9 @@ def _wait_for_stop_signal() -> signal.Signals:
     try:
         while True:
             readable, _, _ = select.select([read_fd], [], [], 1.0)
-            for signum in os.read(read_fd, 64) if readable else b"":
-                if signum in _STOP_SIGNALS:
-                    return signal.Signals(signum)
+            for number in os.read(read_fd, 64) if readable else b"":
+                if number in _STOP_SIGNALS:
+                    return signal.Signals(number)
     finally:
         signal.set_wakeup_fd(previous_fd)
         os.close(read_fd)

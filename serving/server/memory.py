@@ -157,4 +157,4 @@ def peak_rss_during(run: Callable[[], T]) -> tuple[T, Optional[int]]:
             before = None
         result = run()
         peak = _status_bytes("VmHWM") if before is not None else None
-    return result, (None if peak is None else max(0, peak - before))
+    return result, (None if peak is None or before is None else max(0, peak - before))

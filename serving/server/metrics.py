@@ -42,6 +42,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from serving.status import Code
 
@@ -127,7 +128,7 @@ class _Family:
             if self.kind == "counter":
                 metric.add_sample(self.name, named, cell[0])
                 continue
-            cumulative = 0
+            cumulative: float = 0
             for le, count in zip(self.le, cell):
                 cumulative += count
                 metric.add_sample(self.name + "_bucket", {**named, "le": le}, cumulative)
@@ -136,7 +137,7 @@ class _Family:
         return metric
 
 
-class ServerMetrics:
+class ServerMetrics(Collector):
     """The model server's metrics; see the module docstring for the format.
 
     ``registry`` is injected (a fresh ``CollectorRegistry`` when None); the

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Optional
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig
 
 from serving import config as config_files
@@ -212,6 +213,7 @@ class ModelServer:
             return None
         logger.info("Crash markers in %s (--quarantine_dir); %d version(s) quarantined", directory,
                     len(quarantine.quarantined()))
+        assert self.metrics is not None   # built before the quarantine
         self.metrics.registry.register(_QuarantineCollector(quarantine))
         return quarantine
 
@@ -296,6 +298,7 @@ class ModelServer:
                 logger.error("Failed to read ModelServerConfig file: %s", exc.details)
                 continue
             try:
+                assert self._manager is not None   # the poller starts after the manager
                 self._manager.reload_config(config, timeout=seconds, caller_gone=self._poll_stop)
             except status.ServingError as exc:
                 logger.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", exc.details)
@@ -305,6 +308,7 @@ class ModelServer:
         from serving.server.frontends.grpc import GrpcFrontend, listen_address, parse_channel_arguments
         from serving.server.frontends.grpc_limits import GrpcConnectionLimits
 
+        assert self.dataplane is not None   # built before the front-ends start
         flags = self.flags
         addresses = [listen_address(flags.bind_address, flags.port)] if flags.port else []
         if flags.grpc_socket_path:
@@ -328,6 +332,7 @@ class ModelServer:
         self.grpc.start()
 
     def _start_rest(self, monitoring_path: Optional[str]) -> None:
+        assert self.dataplane is not None   # built before the front-ends start
         flags = self.flags
         limits = RestLimits(
             max_body_bytes=flags.rest_api_max_body_bytes, read_timeout_seconds=flags.rest_api_read_timeout_seconds,
@@ -351,7 +356,7 @@ class ModelServer:
         self.rest = rest
 
 
-class _QuarantineCollector:
+class _QuarantineCollector(Collector):
     """``quarantined_versions{model_name,model_version}`` 1 per quarantined version (an embedded-only gauge)."""
 
     def __init__(self, quarantine: VersionQuarantine) -> None:

@@ -128,12 +128,12 @@ class Exports:
         if self.current is not None or not self.queue:
             return
         name = self.queue.pop(0)
-        (cmd,) = ensure_commands(self.model_repo, [name], self.batching)
+        (cmd,) = ensure_commands(self.model_repo, [name], Path(self.batching) if self.batching else None)
         number = self.total - len(self.queue)
         say(self.started, f"[{number}/{self.total}] exporting {name} into {self.model_repo}")
         with open(self.log_dir / f"export-{name}.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
-                                    preexec_fn=die_with_parent())
+                                    preexec_fn=die_with_parent())  # noqa: PLW1509 - prctl in the child, no lock
         self.current = (name, proc, time.monotonic())
 
     def poll(self) -> list[str]:
@@ -232,7 +232,9 @@ def run_embedded(options: EmbeddedOptions, root: Path) -> int:
     else:
         say(started, f"server log: {log_path} (make up VERBOSE=1 streams it)")
     server.launch()
-    child = ProcessIdentity.of(server.proc.pid)
+    proc = server.proc
+    assert proc is not None   # launch() started it
+    child = ProcessIdentity.of(proc.pid)
     if child is not None:
         write_state(state.replace(server_pid=child.pid, server_start=child.start), state_file)
     batching = next((a.split("=", 1)[1] for a in plan.args if a.startswith("--batching_parameters_file=")), None)
@@ -244,7 +246,7 @@ def run_embedded(options: EmbeddedOptions, root: Path) -> int:
         if not stopping.is_set():
             stopping.set()
             exports.terminate()
-            server.proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
 
     # `kill` of make up (make down) stops the server too (Ctrl-C reaches both through the terminal).
     signal.signal(signal.SIGTERM, stop)
@@ -327,7 +329,9 @@ def _report_available(rest: str, loading: Sequence[str], started: float) -> list
 def _add_exported(served: ServedConfig, name: str, started: float, timeout: float) -> None:
     """Serve a model the exporter just published (its newest version, stable and canary on it), the way
     ``serving.config add`` does, and drop it from the state's pending exports."""
+    assert served.state_file is not None   # the embedded stack's config is the one its state file records
     state = read_state(served.state_file)
+    assert state is not None, f"{served.state_file} is gone while make up runs"
     config = served.load()
     model_dir = state.model_repo / name
     if not any(e.name == name for e in config.model_config_list.config):

@@ -66,9 +66,9 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
     calling ``die_with_parent``, its parent) dies. A parent that died before the call has made the
     child an orphan already: then the child raises the signal at once."""
     parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the forked child takes no loader lock
 
     def arm() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         if os.getppid() != parent:

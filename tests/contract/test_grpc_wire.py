@@ -59,7 +59,7 @@ def test_requests_and_responses_over_4_mib_pass(stub, endpoint):
     images = np.tile(manifest(endpoint.repo, "digits").sample_inputs()["images"], (20000, 1, 1, 1))
     assert images.nbytes > 4 * 1024 * 1024
     response = stub.predictions.Predict(_predict_request("digits", {"images": images}), timeout=120)
-    assert list(response.outputs["probabilities"].tensor_shape.dim)[0].size == 20000
+    assert response.outputs["probabilities"].tensor_shape.dim[0].size == 20000
 
 
 def test_an_expired_deadline_is_deadline_exceeded(stub, endpoint):

@@ -221,7 +221,7 @@ def test_make_certs_on_an_older_folder_adds_the_missing_loadtest_credential_and_
     secrets.key_map.unlink()
     secrets.revoked_map.unlink()
     secrets.access_dir.rmdir()
-    secrets.path("api-keys.map").write_text("".join(l for l in old_map.splitlines(True) if "loadtest" not in l))
+    secrets.path("api-keys.map").write_text("".join(entry for entry in old_map.splitlines(True) if "loadtest" not in entry))
     for suffix in ("api-key", "crt", "key"):
         secrets.path(f"loadtest.{suffix}").unlink()
     kept = {name: secrets.path(name).read_bytes() for name in ("ca.crt", "ca.key", "server.crt", "client.api-key")}

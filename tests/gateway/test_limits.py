@@ -14,8 +14,6 @@ import math
 import secrets as random
 import threading
 import time
-from pathlib import Path
-from typing import Iterator
 
 import grpc
 import httpx

@@ -250,7 +250,7 @@ def test_every_dashboard_query_and_recording_rule_returns_data(stack):
     excused = [item for item in _query_exprs() if not item.gpu and _families(item.expr) & gaps]
     if excused:
         warnings.warn(f"the embedded server does not export {sorted(gaps)}; not proven: "
-                      f"{[item.where for item in excused]}")
+                      f"{[item.where for item in excused]}", stacklevel=2)
     items = [item for item in _query_exprs() if not item.gpu and item not in excused]
 
     def empty():

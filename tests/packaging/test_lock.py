@@ -21,8 +21,8 @@ from tests.support.servers import REPO_ROOT
 
 def _locked() -> dict[str, Version]:
     locked = {}
-    for line in (REPO_ROOT / "constraints.txt").read_text().splitlines():
-        line = line.strip()
+    for raw in (REPO_ROOT / "constraints.txt").read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
             assert version, f"constraints.txt: {line!r} is not NAME==VERSION"

@@ -48,8 +48,8 @@ def _path_candidates(page: Path) -> set[str]:
     found = set()
     tops = _top_level()
     for token in INLINE.findall(_prose(page)) + [w for b in _blocks(page) for w in b.split()]:
-        for word in token.split():
-            word = word.strip("\"'(),;:")
+        for raw in token.split():
+            word = raw.strip("\"'(),;:")
             if "<" in word or "://" in word or word.startswith(GENERATED) or "=" in word:
                 continue
             first = word.split("/")[0]

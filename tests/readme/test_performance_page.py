@@ -23,7 +23,7 @@ def test_every_committed_measurement_says_where_and_how_it_ran():
 
 
 def test_record_writes_the_command_and_the_machine_beside_the_json(tmp_path):
-    script = f"import json, sys; json.dump([{{'side': 'direct', 'requests_per_s': 1.5}}], open(sys.argv[1], 'w'))"
+    script = "import json, sys; json.dump([{'side': 'direct', 'requests_per_s': 1.5}], open(sys.argv[1], 'w'))"
     assert report_docs.main(["record", "--measurements", str(tmp_path), "toy", "--",
                              sys.executable, "-c", script, "{json}"]) == 0
     meta = json.loads((tmp_path / "toy.meta.json").read_text())

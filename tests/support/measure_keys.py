@@ -23,7 +23,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 
 from gateway import installed_nginx_version
 from gateway import certs

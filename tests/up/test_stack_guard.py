@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from serving.config.stack import STATE_FILE, StackState, load_state, write_state
-from serving.stack.identity import ProcessIdentity, die_with_parent, start_time
+from serving.stack.identity import ProcessIdentity, start_time
 from serving.stack.work_lock import WorkDirBusy, WorkDirLock
 from tests.support.ports import free_port
 from tests.support.servers import REPO_ROOT

@@ -201,9 +201,10 @@ class SplitJoin:
             self.remaining -= 1
             if self.remaining:
                 return
+        results = [r for r in self.results if r is not None]   # all of them: no piece remains
         try:
-            names = self.results[0].keys()
-            merged = {name: np.concatenate([r[name] for r in self.results], axis=0) for name in names}
+            names = results[0].keys()
+            merged = {name: np.concatenate([r[name] for r in results], axis=0) for name in names}
         except ValueError as exc:  # pieces padded to different shapes
             self.piece_failed(status.Internal(f"Could not reassemble the outputs of a split task: {exc}"))
             return

@@ -93,7 +93,9 @@ class ServableHandle(Generic[ServableT]):
         self._harness = harness
 
     def __enter__(self) -> ServableT:
-        return self._harness.servable
+        servable = self._harness.servable
+        assert servable is not None, "a handle is only given out for a READY version"
+        return servable
 
     def __exit__(self, *exc: object) -> None:
         self._manager._release(self._harness)
@@ -168,6 +170,7 @@ class ServableManager(Generic[ServableT]):
                 harness.cancelled.set()
             self._cond.notify_all()
         self._thread.join()
+        assert self._workers is not None   # started with the thread
         self._workers.shutdown(wait=True)
         self._unload_all(drain_timeout)
         with self._cond:
@@ -186,6 +189,7 @@ class ServableManager(Generic[ServableT]):
             if harness.holders:
                 log.warning("Unloading %s with %d request(s) still holding it", harness.id,
                             harness.holders)
+            assert harness.loader is not None   # a READY version has its loader
             harness.loader.unload()
             with self._cond:
                 harness.loader = harness.servable = None
@@ -416,7 +420,7 @@ class ServableManager(Generic[ServableT]):
     def _flush_locked(self) -> None:
         """Forget un-aspired versions that are new, unloaded or failed (``FlushServables``)."""
         done = (HarnessState.NEW, HarnessState.DISABLED, HarnessState.ERROR)
-        for name, versions in self._harnesses.items():
+        for versions in self._harnesses.values():
             for version in [v for v, h in versions.items() if not h.is_aspired and h.state in done]:
                 del versions[version]
 
@@ -449,6 +453,7 @@ class ServableManager(Generic[ServableT]):
             if action is None:
                 continue
             harness = versions[action.version]
+            assert self._workers is not None   # the manage loop runs between start() and stop()
             if action.kind == "load":
                 self._set_state(harness, HarnessState.LOADING, VersionState.LOADING)
                 self._workers.submit(self._load, harness)
@@ -492,6 +497,7 @@ class ServableManager(Generic[ServableT]):
                 self._cond.wait()
             loader, harness.loader, harness.servable = harness.loader, None, None
         log.info("Unloading servable version %s", harness.id)
+        assert loader is not None   # only a loaded version is unloaded
         loader.unload()
         if self._heap is not None:
             self._heap.version_unloaded()

@@ -106,7 +106,7 @@ def aspired_versions(servable: ServableToMonitor, on_disk: dict[int, str]) -> li
     choice = policy.WhichOneof("policy_choice") if policy is not None else None
     if choice == "all":
         chosen = sorted(on_disk, reverse=True)
-    elif choice == "specific":
+    elif choice == "specific" and policy is not None:
         wanted = set(policy.specific.versions)
         if not wanted:
             log.warning("No specific versions requested for servable %s.", servable.name)
@@ -116,7 +116,7 @@ def aspired_versions(servable: ServableToMonitor, on_disk: dict[int, str]) -> li
                         "the file system", missing, servable.name)
         chosen = sorted(wanted & set(on_disk), reverse=True)
     else:
-        count = max(policy.latest.num_versions if choice == "latest" else 1, 1)
+        count = max(policy.latest.num_versions if policy is not None and choice == "latest" else 1, 1)
         chosen = sorted(on_disk, reverse=True)[:count]
     return [AspiredVersion(v, os.path.join(servable.base_path, on_disk[v])) for v in chosen]
 

@@ -86,7 +86,6 @@ import os
 import socket
 import threading
 import time
-from concurrent import futures
 from typing import Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 import grpc
@@ -194,6 +193,7 @@ def _rpc(method: Callable[[Servicer, Request, grpc.ServicerContext], Response]
         except Exception as exc:  # noqa: BLE001 - every failure must become a status
             error = status.internal_error(f"Internal error while handling {method.__name__}", exc, logger)
             context.abort(grpc.StatusCode.INTERNAL, error.details)
+        raise AssertionError("grpc's context.abort() raises")   # never reached
     return handler
 
 
@@ -259,9 +259,10 @@ def _tasks(request: inference_pb2.MultiInferenceRequest) -> tuple[ModelSpec, lis
 
 
 # -- encoding ---------------------------------------------------------------
-def _fill_spec(model_spec: model_pb2.ModelSpec, name: str, version: int, signature_name: str = "") -> None:
+def _fill_spec(model_spec: model_pb2.ModelSpec, name: str, version: Optional[int], signature_name: str = "") -> None:
     model_spec.name = name
-    model_spec.version.value = version
+    if version is not None:
+        model_spec.version.value = version
     model_spec.signature_name = signature_name
 
 

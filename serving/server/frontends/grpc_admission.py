@@ -151,7 +151,11 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
                 return outcome
             job = super(MessageFirstExecutor, self).submit(
                 run, in_pool, rpc_event, state, behavior, lambda: request, deserializer, serializer)
-            job.add_done_callback(lambda _job: (self._release(_job), done.set_result(None)))
+            def finished(_job: futures.Future) -> None:
+                self._release(_job)
+                done.set_result(None)
+
+            job.add_done_callback(finished)
             return outcome
 
         if self._read_timeout is not None:
@@ -203,8 +207,8 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         while not self._stop.wait(period):
             now = time.monotonic()
             with self._lock:
-                late = [key for key, waiting in self._waiting.items() if waiting.deadline <= now]
-                late = [self._waiting.pop(key) for key in late]
+                keys = [key for key, waiting in self._waiting.items() if waiting.deadline <= now]
+                late = [self._waiting.pop(key) for key in keys]
             for waiting in late:
                 with waiting.state.condition:
                     if grpc_server._is_rpc_state_active(waiting.state):

@@ -19,7 +19,7 @@ the wire format is the official ``grpc/health/v1/health.proto``.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -32,7 +32,7 @@ _SERVING = 1          # HealthCheckResponse.ServingStatus.SERVING
 _SERVICE_UNKNOWN = 3  # HealthCheckResponse.ServingStatus.SERVICE_UNKNOWN (Watch only)
 
 
-def _health_messages() -> tuple[type, type]:
+def _health_messages() -> tuple[Any, Any]:
     """``HealthCheckRequest`` and ``HealthCheckResponse`` classes, from a private pool."""
     proto = descriptor_pb2.FileDescriptorProto(name="grpc/health/v1/health.proto", package="grpc.health.v1",
                                                syntax="proto3")

@@ -52,7 +52,7 @@ import time
 import urllib.parse
 from concurrent import futures
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -161,7 +161,7 @@ def parse_route(http_method: str, path: str) -> RestRoute:
 def _without_body(error: status.ServingError) -> status.ServingError:
     """Mark ``error`` as answered with its HTTP status and no body: TF Serving returns these before it
     writes an error document (``ParseModelInfo``'s failures, a CORS preflight without an Origin)."""
-    error.empty_body = True
+    error.empty_body = True  # type: ignore[attr-defined]  # a mark, read back with getattr by the reply
     return error
 
 
@@ -300,14 +300,16 @@ class RestFrontend:
 
     # -- event loop side ------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self._guard.request_started(request.protocol)
+        guard = self._guard
+        assert guard is not None   # set before the site starts accepting
+        guard.request_started(request.protocol)
         try:
             return await self._answer(request)
         except Exception as exc:  # noqa: BLE001 - never aiohttp's own page, never Python's text
             error = status.internal_error(f"Internal error while handling {request.method} request", exc, logger)
             return self._reply(500, _error_json(error.details))
         finally:
-            self._guard.request_finished(request.protocol, body_read=request.content.is_eof())
+            guard.request_finished(request.protocol, body_read=request.content.is_eof())
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         if self._monitoring_path is not None and request.raw_path.split("?", 1)[0] == self._monitoring_path:
@@ -375,10 +377,10 @@ class RestFrontend:
         declared = request.content_length
         if declared is not None and declared > limit:
             raise body_too_large(limit, f"Request body of {declared} bytes")
-        try:
-            async with asyncio.timeout(self._read_timeout):
-                return await self._read_chunks(request, limit, charge)
-        except TimeoutError:
+        try:   # (asyncio.timeout() is Python 3.11's; 3.10's wait_for raises asyncio.TimeoutError)
+            body = await asyncio.wait_for(self._read_chunks(request, limit, charge), self._read_timeout)
+            return cast(bytes, body)   # the bytearray itself, read as bytes by every handler (no copy)
+        except asyncio.TimeoutError:
             raise RequestRefused(
                 f"Request body not received within {self._limits.read_timeout_seconds:g} seconds "
                 "(embedded server flag --rest_api_read_timeout_seconds)",
@@ -420,6 +422,7 @@ class RestFrontend:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(worker), self._timeout)
         except asyncio.TimeoutError:
+            assert self._timeout is not None   # only a call with a timeout times out
             raise status.DeadlineExceeded(
                 f"Timed out waiting for notification (REST call exceeded --rest_api_timeout_in_ms="
                 f"{int(self._timeout * 1000)})") from None
@@ -436,6 +439,7 @@ class RestFrontend:
 
     def _leave_from_worker(self, charge: BodyCharge) -> None:
         try:
+            assert self._loop is not None   # workers run only while the loop serves
             self._loop.call_soon_threadsafe(self._leave, charge)
         except RuntimeError:  # the loop has stopped: nothing is admitted any more
             pass
@@ -502,6 +506,7 @@ class RestFrontend:
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, **options)
         await self._runner.setup()
         server = self._runner.server
+        assert server is not None   # made by setup()
         self._guard = ConnectionGuard(lambda: _JsonErrorHandler(server, loop=server._loop, **server._kwargs),
                                       max_connections=connection_cap(self._limits.max_connections),
                                       read_timeout_seconds=self._limits.read_timeout_seconds)
@@ -516,7 +521,8 @@ class RestFrontend:
         runner._shutdown_timeout = grace  # aiohttp reads it in cleanup(); no public setter
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(grace + 10)
         loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(10)
+        if self._thread is not None:
+            self._thread.join(10)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._metrics_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -255,7 +255,7 @@ class ConnectionGuard:
         self._make_handler = make_handler
         self.max_connections = max(1, max_connections)
         self._read_timeout = read_timeout_seconds
-        self._open: dict[asyncio.Protocol, _GuardedConnection] = {}  # least recently active first
+        self._open: dict[object, _GuardedConnection] = {}  # by handler, least recently active first
         self._refusal = _raw_response(
             "503 Service Unavailable", f"Too many open connections to the REST port: the limit is "
             f"{self.max_connections} (embedded server flag --rest_api_max_connections)")

@@ -304,7 +304,9 @@ def _classifications(num_examples: int, classes: Optional[np.ndarray],
         raise status.InvalidArgument(
             "Tensors class and score should match in dim_size(1). "
             f"Got {classes.shape[1]} vs. {scores.shape[1]}")
-    num_classes = (classes if classes is not None else scores).shape[1]
+    either = classes if classes is not None else scores
+    assert either is not None   # the caller found one of them (or refused the signature)
+    num_classes = either.shape[1]
     return ClassificationResult(tuple(
         Classifications(tuple(Class(label="" if classes is None else _label(classes[i, c]),
                                     score=0.0 if scores is None else float(scores[i, c]))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Union, cast
 
 from google.protobuf.message import DecodeError
 
@@ -160,7 +160,8 @@ def _keep_extremes(extremes: dict[str, dict[int, Callable[[], None]]], servable:
     key, rows = found
     kind = log_proto.WhichOneof("log_type")
     seen = extremes.setdefault(key, {})
-    replay = lambda: _RUNNERS[kind](_Unwrapped(servable), getattr(log_proto, kind).request)  # noqa: E731
+    unwrapped = cast(Servable, _Unwrapped(servable))   # has every attribute inference reads
+    replay = lambda: _RUNNERS[kind](unwrapped, getattr(log_proto, kind).request)  # noqa: E731
     if not seen or rows < min(seen):
         seen[rows] = replay
     if rows > max(seen):

@@ -41,11 +41,11 @@ def test_rollouts_under_concurrent_requests_never_return_not_found(make_manager,
     try:
         for version, scale in ((2, 2.0), (3, 3.0)):
             publish(affine_templates[scale], base, version)
-            wait_for(lambda: states(manager, "affine").get(version - 1) == "END",
+            wait_for(lambda version=version: states(manager, "affine").get(version - 1) == "END",
                      what=f"version {version} rolled out")
             with lock:
                 mark = len(results)
-            wait_for(lambda: len(results) > mark + 20, what="requests after the rollout")
+            wait_for(lambda mark=mark: len(results) > mark + 20, what="requests after the rollout")
     finally:
         stop.set()
         for thread in threads:

@@ -135,7 +135,7 @@ def test_a_reload_during_a_poll_waits_for_the_polled_models_and_nothing_is_abort
         assert gates.started[polled].wait(WAIT_S)   # the poll's model is loading: the poll holds the lock
         rpc = Reload(manager, rpc_config, timeout=WAIT_S)
         rpc.start()
-        wait_until(lambda: waiting_for_lock(manager) or manager.serves(requested),
+        wait_until(lambda requested=requested: waiting_for_lock(manager) or manager.serves(requested),
                    "the RPC reload waits for the config lock (or, without one, applies its config)")
         assert not manager.serves(requested)         # it waits: its config is not applied yet
         gates.gates[polled].set()

@@ -52,7 +52,7 @@ def test_the_first_request_after_ready_reaches_the_oldest_served_version(model_r
 
 
 class _Status(BaseHTTPRequestHandler):
-    states: list[str] = []
+    states: tuple[str, ...] = ()  # each test's subclass sets its own
 
     def do_GET(self):  # noqa: N802 - http.server's name
         body = json.dumps({"model_version_status": [

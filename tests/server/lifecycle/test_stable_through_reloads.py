@@ -82,10 +82,11 @@ def test_stable_version_answers_every_request_while_the_canary_moves(manager, re
             target = 5 - canary
             # serving.rollout's set-label steps: load the union, move the label, unload the old canary
             manager.reload_config(config(repo, {1, canary, target}, canary))
-            wait_for(lambda: states(manager, "affine").get(target) == "AVAILABLE", what=f"{target} AVAILABLE")
+            wait_for(lambda target=target: states(manager, "affine").get(target) == "AVAILABLE",
+                     what=f"{target} AVAILABLE")
             manager.reload_config(config(repo, {1, canary, target}, target))
             manager.reload_config(config(repo, {1, target}, target))
-            wait_for(lambda: states(manager, "affine").get(canary) == "END", what=f"{canary} unloaded")
+            wait_for(lambda canary=canary: states(manager, "affine").get(canary) == "END", what=f"{canary} unloaded")
             canary = target
     finally:
         done.set()

@@ -44,8 +44,8 @@ def _examples_to_protos(examples: Sequence[Mapping[str, Any]]) -> list:
     protos = []
     for features in examples:
         example = example_pb2.Example()
-        for key, values in features.items():
-            values = values if isinstance(values, (list, tuple)) else [values]
+        for key, given in features.items():
+            values = given if isinstance(given, (list, tuple)) else [given]
             feature = example.features.feature[key]
             if all(isinstance(v, (bytes, str)) for v in values):
                 feature.bytes_list.value.extend(v.encode() if isinstance(v, str) else v for v in values)

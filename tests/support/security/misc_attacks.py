@@ -207,7 +207,7 @@ def case_labels(server: ServerProcess, names: int = 300, name_bytes: int = 1 << 
             request = predict_pb2.PredictRequest()
             request.model_spec.name = f"{index:08d}".ljust(name_bytes, "x")
             codec.ndarray_to_tensor_proto(np.ones((1, 3), np.float32), request.inputs["x"])
-            code = _code(lambda: predict(request, timeout=30))
+            code = _code(lambda request=request: predict(request, timeout=30))
             row.count(code, _HTTP.get(code, 500))
             if code != "NOT_FOUND":
                 row.good_failed.append(f"unknown model name: {code}")
@@ -262,7 +262,8 @@ def case_reloads(server: ServerProcess, scratch: Path, poll_server: Optional[Ser
                 row.good_failed.append(f"valid reload after {what}: {code}")
 
         for kind, path in bad_base_paths(Path(scratch)).items():
-            code = _code(lambda: reload(_reload_request({**good, f"bad_{kind}": path}), timeout=2.0))
+            code = _code(lambda kind=kind, path=path: reload(_reload_request({**good, f"bad_{kind}": path}),
+                                                             timeout=2.0))
             row.count(code, _HTTP.get(code, 500))
             valid_reload(f"a reload of {kind} that timed out")
         held = [reload.future(_reload_request({**good, f"held_{i}": str(Path(scratch) / f"missing{i}")}))
