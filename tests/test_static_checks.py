@@ -223,12 +223,7 @@ def _undeclared(prefix: str, extras: list[str] | None) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("prefix, extras, where", [
-    pytest.param(*row, id=row[0].strip("/"), marks=[pytest.mark.xfail(
-        strict=True, reason="serving/client/_http_deadline.py imports httpcore (the one door to its internals), "
-        "which the SDK's base dependencies do not declare (httpx brings it): pyproject needs httpcore>=1,<2")]
-        if row[0] == "serving/client/" else [])
-    for row in INSTALLS])
+@pytest.mark.parametrize("prefix, extras, where", [pytest.param(*row, id=row[0].strip("/")) for row in INSTALLS])
 def test_every_import_is_provided_by_the_install_that_runs_it(prefix, extras, where):
     """Each third-party module a product file imports comes from a requirement its install declares: for the
     SDK (a library with ranges) a direct requirement; for an application (pinned), one or what it pulls in."""

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from serving.capture._names import (
     ORIGIN_PATTERN,
@@ -138,7 +138,7 @@ class CaptureWriter:
             return CaptureStats(self._written, self._bytes, self._dropped_budget, self._dropped_error, self._files,
                                 self._used_total + self._size, self._stopped_by)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> "CaptureWriter":
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -289,7 +289,7 @@ class CaptureCounts:
     stopped_by: Optional[str]
 
 
-class CaptureMetrics:
+class CaptureMetrics(Collector):
     """Request capture's metrics (embedded-only; TF Serving has no request capture), TF-style names.
 
     - ``:tensorflow:serving:request_capture_records{outcome}`` (counter): requests of a captured model

@@ -228,6 +228,7 @@ class ModelServer:
         except OSError as exc:
             raise status.InvalidArgument(f"--request_capture_dir={settings.directory} cannot be used: "
                                          f"{exc.strerror or exc}") from exc
+        assert self.metrics is not None   # built before capture
         CaptureMetrics(capture.counts, self.metrics.registry)
         return capture
 

@@ -160,7 +160,9 @@ def test_filters_by_time_model_and_method(tmp_path: Path):
         _predict_log("text", when=200.0, request_id="t200"),
         _classify_log("ranker", when=300.0),
     ])
-    ids = lambda **kw: [r.request_id for r in read_capture(path, **kw)]
+    def ids(**kw):
+        return [r.request_id for r in read_capture(path, **kw)]
+
     assert ids(since=150) == ["t200", "gw-7"]
     assert ids(until=dt.datetime(1970, 1, 1, 0, 3, 20)) == ["d100"]  # naive datetime is UTC: 200 s, exclusive
     assert ids(models=["digits", "ranker"]) == ["d100", "gw-7"]

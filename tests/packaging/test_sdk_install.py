@@ -37,7 +37,7 @@ WHEELS = REPO_ROOT / ".cache" / "sdk-install" / "wheels"
 # project supports, 3.10 to 3.12), and, as a second application, the lower bound of every base range.
 APPS = {
     "numpy2": ("numpy==2.2.6",),
-    "lower-bounds": ("numpy==1.24.4", "protobuf==4.25.0", "grpcio==1.62.0", "httpx==0.27.0", "orjson==3.9.0"),
+    "lower-bounds": ("numpy==1.24.4", "protobuf==4.25.0", "grpcio==1.62.0", "httpx==0.27.0", "httpcore==1.0.0", "orjson==3.9.0"),
 }
 # What the SDK's wheel is built from: the packages pyproject.toml ships, and the files it reads.
 SOURCES = ("pyproject.toml", "README.md", "serving", "exporter", "loadtest", "monitoring", "gateway", "deploy")
