@@ -56,7 +56,7 @@ _ORDER = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
 KINDS = ("top1", "distribution", "elementwise", "equal", "ignore")
 MODES = ("auto", "retrain", "elementwise")
 CLASSIFY_METHOD = "tensorflow/serving/classify"
-_CLASS_NAMES = ("logits", "logit", "probabilities", "probs", "probability_distribution", "class_scores", "softmax")
+_CLASS_NAMES = ("logits", "logit", "scores", "probabilities", "probs", "class_scores", "softmax")
 _KS_C = 1.949  # c(alpha) of the two-sample KS critical value c * sqrt((n + m) / (n m)) at alpha = 0.001
 _MIN_ROWS = 8  # rows below which a distribution is not judged
 AGREEMENT_ALPHA = 0.01  # the top-1 test's significance: a faithful retrain FAILs 1 time in 100
@@ -142,9 +142,7 @@ def output_kind(name: str, stable: Mapping[str, np.ndarray], rules: Rules = Rule
             return "top1", "rows sum to 1 (softmax)"
         if any(_is_text(other) and other.shape == a.shape for k, other in stable.items() if k != name):
             return "top1", "scores of a classes/scores pair"
-        if name == "scores" and context.method_name == CLASSIFY_METHOD:
-            return "top1", "the classify signature's scores"
-        if name.lower() in _CLASS_NAMES or "logit" in name.lower():
+        if name.lower() in _CLASS_NAMES or "logit" in name.lower() or context.method_name == CLASSIFY_METHOD:
             return "top1", "named as class scores"
         values = a.astype(np.float64)
         if a.size and not (np.all(values >= 0.0) and np.all(values <= 1.0)):
