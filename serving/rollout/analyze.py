@@ -158,7 +158,7 @@ class Report:
         lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
         why = [f"  {c.verdict} {c.name}: {c.detail}" for c in self.checks if c.verdict == self.verdict != PASS]
         head = [f"{self.model}: {' vs '.join(f'{side} ({what})' for side, what in self.sides.items())}"
-                + (f"; outputs judged as a {self.mode}" if self.mode else "")] if self.sides else []
+                + (f"; outputs judged: {self.mode}" if self.mode else "")] if self.sides else []
         return "\n".join([*head, *lines, f"{self.model}: {self.verdict}" + (" because" if why else ""), *why])
 
 

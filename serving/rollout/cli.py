@@ -284,7 +284,7 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     context = verdict.Context(top1_outputs=tuple(filter(None, [manifest.top1_outputs.get(args.signature)]))
                               if manifest else (), method_name=spec.method_name if spec else None,
                               tolerance=manifest.tolerance if manifest else {}, same_weights=same, why=why)
-    sides = {"stable": f"label stable, version {stable}",
+    described = {"stable": f"label stable, version {stable}",
              "canary": f"label canary, version {canary}" if canary is not None
              else f"unlabeled at {args.canary_grpc or args.canary_rest}"}
     stable_client = _client(args, served, args.grpc, args.rest)
@@ -302,7 +302,7 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     def run(gateway_errors: Optional[dict]) -> analyze.Report:
         replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
         return analyze.analyze(args.model, replayed, thresholds, top1=args.top1_output,
-                               gateway_errors=gateway_errors, context=context, sides=sides)
+                               gateway_errors=gateway_errors, context=context, sides=described)
     return run
 
 

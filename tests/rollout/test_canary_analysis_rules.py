@@ -99,5 +99,5 @@ def test_the_report_names_both_sides_and_how_outputs_were_judged():
     report = analyze.analyze("m", replayed, context=Context(same_weights=False, why="different weights"),
                              sides={"stable": "label stable, version 1", "canary": "label canary, version 2"})
     assert report.table().splitlines()[0] == ("m: stable (label stable, version 1) vs canary (label canary, "
-                                              "version 2); outputs judged as a retrain (different weights)")
+                                              "version 2); outputs judged: retrain (different weights)")
     assert report.to_json()["sides"]["canary"] == "label canary, version 2"
