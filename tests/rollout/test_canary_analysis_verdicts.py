@@ -5,8 +5,10 @@ Versions (``tests.support.canary_models``, real trainings exported with
 softmax ``head``; a ``tf.Module`` regression. For each: version 1 (stable), 2
 a faithful retrain (another seed, more epochs: PASS), 3 trained on shuffled
 classes / targets (FAIL), and for the two-head model 4, a copy of version 1
-(the same weights: judged element-wise, PASS). Each analysis moves the canary
-label with ``serving.rollout canary``, runs ``analyze`` and prints its table.
+(the same weights: judged element-wise, PASS). The zoo's text and ranker
+(the session's exports) get a version 2 trained on the same data from
+another seed (PASS). Each analysis moves the canary label with
+``serving.rollout canary``, runs ``analyze`` and prints its table.
 """
 from __future__ import annotations
 
@@ -56,10 +58,16 @@ class Repo:
         return code, table, json.loads(report.read_text()) if report.exists() else None
 
 
+ZOO = ("text", "ranker")
+
+
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
+def repo(model_repo, tmp_path_factory):
     root = tmp_path_factory.mktemp("user-models")
     models = root / "models"
+    for name in ZOO:
+        shutil.copytree(model_repo / name / "1", models / name / "1")
+        canary_models.zoo_retrain(name, models, 2, seed=7)
     canary_models.two_head(models, 1, seed=1, epochs=8)
     canary_models.two_head(models, 2, seed=2, epochs=12)
     canary_models.two_head(models, 3, seed=1, epochs=8, shuffled=True)
@@ -74,8 +82,8 @@ def repo(tmp_path_factory):
     config.write_text("model_config_list { " + " ".join(
         f"config {{ name: '{m}' base_path: '{models / m}' model_platform: 'tensorflow' "
         "model_version_policy { specific { versions: 1 } } version_labels { key: 'stable' value: 1 } "
-        "version_labels { key: 'canary' value: 1 } }" for m in (TWO_HEAD, REGRESSION)) + " }\n")
-    with ServerProcess(flags, wait_for=[TWO_HEAD, REGRESSION], log_path=work / "server.log", timeout=240) as server:
+        "version_labels { key: 'canary' value: 1 } }" for m in (TWO_HEAD, REGRESSION, *ZOO)) + " }\n")
+    with ServerProcess(flags, wait_for=[TWO_HEAD, REGRESSION, *ZOO], log_path=work / "server.log", timeout=240) as server:
         yield Repo(models, server, config)
 
 
@@ -143,3 +151,13 @@ def test_a_tf_module_regression_retrain_passes_and_a_shuffled_one_fails(repo, ca
     assert code == 1, table
     prediction = checks(report)["distribution:prediction"]
     assert prediction["verdict"] == "FAIL" and prediction["value"] > 1.0
+
+
+@pytest.mark.parametrize("model, judged", [
+    ("text", {"agreement:probabilities", "agreement:class_id", "agreement:label"}),
+    ("ranker", {"distribution:probability", "distribution:score", "ignored:user_embedding"})])
+def test_a_zoo_retrain_from_another_seed_passes(repo, model, judged, capsys):
+    code, table, report = repo.analyze(model, 2, capsys=capsys)
+    assert code == 0, table
+    assert judged <= set(checks(report)) and all(checks(report)[name]["verdict"] == "PASS" for name in judged)
+    assert "retrain (versions 1 and 2 hold different weights)" in report["mode"]
