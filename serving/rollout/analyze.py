@@ -51,8 +51,9 @@ from serving.wire import serving_apis_pb2 as apis
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "SameVersion", "Thresholds", "Pacing", "Side", "Check", "Report",
-           "Replay", "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
+__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "SameVersion", "Thresholds", "Pacing", "Side", "Check",
+           "Report", "Replay", "stable_manifest", "compared_versions", "output_context", "load_inputs", "replay",
+           "analyze", "gateway_error_rates", "worst"]
 
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
 
@@ -258,6 +259,32 @@ def stable_manifest(version_dir: Optional[Path]) -> Optional[Manifest]:
     if version_dir is None or not (version_dir / "manifest.json").is_file():
         return None
     return load_manifest(version_dir)
+
+
+def compared_versions(model: str, labels: Mapping[str, int], canary_target: Optional[str] = None
+                      ) -> tuple[int, Optional[int], dict[str, str]]:
+    """``(stable version, canary version, what each side is)`` from the model's labels; the canary's version
+    is None when it is served elsewhere (``canary_target``, unlabeled). :class:`SameVersion` when both labels
+    name one version."""
+    stable = labels["stable"]
+    canary = None if canary_target else labels.get("canary", stable)
+    if canary == stable:
+        raise SameVersion(f"{model}: labels stable and canary both name version {stable}: nothing to compare "
+                          f"(canary a new version first: python -m serving.rollout canary {model} VERSION)")
+    return stable, canary, {"stable": f"label stable, version {stable}",
+                            "canary": f"label canary, version {canary}" if canary is not None
+                            else f"unlabeled at {canary_target}"}
+
+
+def output_context(manifest: Optional[Manifest], signature: str, stable_dir: Optional[Path],
+                   canary_dir: Optional[Path]) -> verdict.Context:
+    """What the verdict knows besides the answers: the stable manifest's class output, method and tolerance
+    for ``signature``, and whether the two version directories hold the same weights."""
+    same, why = verdict.same_weights(stable_dir, canary_dir)
+    spec = manifest.signatures.get(signature) if manifest else None
+    top1 = manifest.top1_outputs.get(signature) if manifest else None
+    return verdict.Context(top1_outputs=(top1,) if top1 else (), method_name=spec.method_name if spec else None,
+                           tolerance=manifest.tolerance if manifest else {}, same_weights=same, why=why)
 
 
 def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1,

@@ -274,19 +274,9 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     manifest = analyze.stable_manifest(version_dir)
     batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
     separate = args.canary_grpc or args.canary_rest
-    canary = None if separate else entry.version_labels.get("canary", stable)
-    if canary == stable:
-        raise analyze.SameVersion(
-            f"{args.model}: labels stable and canary both name version {stable}: nothing to compare (canary a new "
-            f"version first: python -m serving.rollout canary {args.model} VERSION)")
-    same, why = verdict.same_weights(version_dir, None if canary is None else model_dir / str(canary))
-    spec = manifest.signatures.get(args.signature) if manifest else None
-    context = verdict.Context(top1_outputs=tuple(filter(None, [manifest.top1_outputs.get(args.signature)]))
-                              if manifest else (), method_name=spec.method_name if spec else None,
-                              tolerance=manifest.tolerance if manifest else {}, same_weights=same, why=why)
-    described = {"stable": f"label stable, version {stable}",
-             "canary": f"label canary, version {canary}" if canary is not None
-             else f"unlabeled at {args.canary_grpc or args.canary_rest}"}
+    stable, canary, described = analyze.compared_versions(args.model, entry.version_labels, separate)
+    context = analyze.output_context(manifest, args.signature, version_dir,
+                                     None if canary is None else model_dir / str(canary))
     stable_client = _client(args, served, args.grpc, args.rest)
     canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
     sides = [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",

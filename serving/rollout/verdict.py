@@ -153,7 +153,7 @@ def output_kind(name: str, stable: Mapping[str, np.ndarray], rules: Rules = Rule
     return "distribution", "a score or regression"
 
 
-def _stack(answers: Sequence[Optional[Mapping[str, np.ndarray]]], name: str) -> np.ndarray:
+def _stack(answers: Sequence[Mapping[str, np.ndarray]], name: str) -> np.ndarray:
     return np.concatenate([np.asarray(a[name]) for a in answers])
 
 
@@ -249,7 +249,8 @@ def judge_outputs(stable: Sequence[Optional[Mapping[str, np.ndarray]]],
     ``stable[i]`` and ``canary[i]`` are the two sides' answers to the same request (a dict of arrays by
     output name, batch first), None where a side did not answer (the pair is left out).
     """
-    pairs = [(s, c) for s, c in zip(stable, canary) if s is not None and c is not None]
+    pairs: list[tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]] = [
+        (s, c) for s, c in zip(stable, canary) if s is not None and c is not None]
     if not pairs:
         return [], {}
     mode = rules.mode

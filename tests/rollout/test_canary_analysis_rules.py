@@ -101,3 +101,14 @@ def test_the_report_names_both_sides_and_how_outputs_were_judged():
     assert report.table().splitlines()[0] == ("m: stable (label stable, version 1) vs canary (label canary, "
                                               "version 2); outputs judged: retrain (different weights)")
     assert report.to_json()["sides"]["canary"] == "label canary, version 2"
+
+
+def test_both_sides_on_one_version_are_refused_and_two_versions_are_named():
+    with pytest.raises(analyze.SameVersion, match="stable and canary both name version 1: nothing to compare"):
+        analyze.compared_versions("m", {"stable": 1, "canary": 1})
+    with pytest.raises(analyze.SameVersion):
+        analyze.compared_versions("m", {"stable": 1})  # no canary label: the canary is stable
+    assert analyze.compared_versions("m", {"stable": 1, "canary": 2}) == (
+        1, 2, {"stable": "label stable, version 1", "canary": "label canary, version 2"})
+    assert analyze.compared_versions("m", {"stable": 1, "canary": 1}, "10.0.0.9:8500")[2]["canary"] == (
+        "unlabeled at 10.0.0.9:8500")  # a canary on a server of its own: its version is that server's
