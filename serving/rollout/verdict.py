@@ -23,6 +23,8 @@ user means "the canary agrees" (``mode="retrain"``):
   sides' values differ as distributions (two-sample Kolmogorov-Smirnov
   statistic over the critical value at significance 0.001).
 - ``equal:<output>``: other outputs (strings per class, bools): the same values.
+- ``finite:<output>``: FAIL whenever the canary answers NaN or infinity where
+  stable answers a number (in any mode: NaN would compare false with every limit).
 - ``ignored:<output>``: a float vector per row that is not probabilities (an
   embedding): another training's coordinates are another basis; reported, not
   judged, unless ``kinds`` says otherwise.
@@ -278,6 +280,13 @@ def judge_outputs(stable: Sequence[Optional[Mapping[str, np.ndarray]]],
             row["max_abs"] = float(diff.max(initial=0.0))
             row["max_rel"] = float((diff / (np.abs(s.astype(np.float64)) + atol)).max(initial=0.0))
         numeric = "max_abs" in row
+        if s.dtype.kind == "f" and c.dtype.kind == "f":
+            broken = int(np.count_nonzero(~np.isfinite(c) & np.isfinite(s)))
+            row["non_finite"] = broken
+            if broken:  # NaN compares false with every limit: it would pass them all
+                checks.append(Check(f"finite:{name}", FAIL, broken, 0,
+                                    f"the canary returns NaN or infinity in {broken} values where stable does not"))
+                continue
         if kind == "ignore":
             checks.append(Check(f"ignored:{name}", PASS, None, None, "not judged" + (", as asked" if why == "asked"
                                                                                       else f": {why}")))

@@ -112,3 +112,12 @@ def test_both_sides_on_one_version_are_refused_and_two_versions_are_named():
         1, 2, {"stable": "label stable, version 1", "canary": "label canary, version 2"})
     assert analyze.compared_versions("m", {"stable": 1, "canary": 1}, "10.0.0.9:8500")[2]["canary"] == (
         "unlabeled at 10.0.0.9:8500")  # a canary on a server of its own: its version is that server's
+
+
+@pytest.mark.parametrize("mode", ["retrain", "elementwise"])
+def test_nan_from_the_canary_fails_in_any_mode(mode):
+    stable = RNG.normal(size=64).astype(np.float32)
+    canary = stable.copy()
+    canary[3] = np.nan
+    checks = by_name(judge_outputs([{"s": stable}], [{"s": canary}], Rules(mode=mode))[0])
+    assert checks["finite:s"].verdict == FAIL and checks["finite:s"].value == 1
