@@ -98,6 +98,7 @@ def test_bring_your_own_model_runs_as_written(checkout):
     # the retrain (4 more epochs) passes analyze on its own defaults: judged by top-1, not element-wise
     assert "my_model: stable (label stable, version 1) vs canary (label canary, version 2)" in out, out[-3000:]
     assert re.search(r"agreement:\S+\s+PASS", out) and "my_model: PASS" in out, out[-3000:]
+    print(out[out.index("my_model: stable (label stable"):out.index("my_model: PASS") + len("my_model: PASS")])
     assert "labels {'canary': 2, 'stable': 2}" in out
     assert re.search(r"steady over grpc: [1-9]\d* requests, 0 failures", out), out[-2000:]
     assert (checkout.root / "out" / "my_model" / "sweep.png").stat().st_size > 0
