@@ -158,7 +158,8 @@ def test_shuffled_classes_fail_before_any_traffic_moves_and_auto_rolls_back(stac
     (retrain,) = report["also"]  # judged as a retrain, the classes fail it as well
     with capsys.disabled():
         print("--- shuffled: python -m serving.rollout analyze digits --mode retrain (exit "
-              f"{retrain['code']}): " + "; ".join(f"{c['name']} {c['verdict']} {c['value']}" for c in retrain["checks"]))
+              f"{retrain['code']}): "
+              + "; ".join(f"{c['name']} {c['verdict']} {c['value']}" for c in retrain["checks"]))
     assert retrain["code"] == 1 and checks(retrain)["agreement:probabilities"]["value"] < 0.5
     assert checks(retrain)["agreement:probabilities"]["verdict"] == "FAIL"
     assert stack.rollout("analyze", MODEL, *ROUNDS_1)[0] == 2  # rolled back: one version on both labels

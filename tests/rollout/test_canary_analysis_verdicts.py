@@ -83,7 +83,8 @@ def repo(model_repo, tmp_path_factory):
         f"config {{ name: '{m}' base_path: '{models / m}' model_platform: 'tensorflow' "
         "model_version_policy { specific { versions: 1 } } version_labels { key: 'stable' value: 1 } "
         "version_labels { key: 'canary' value: 1 } }" for m in (TWO_HEAD, REGRESSION, *ZOO)) + " }\n")
-    with ServerProcess(flags, wait_for=[TWO_HEAD, REGRESSION, *ZOO], log_path=work / "server.log", timeout=240) as server:
+    with ServerProcess(flags, wait_for=[TWO_HEAD, REGRESSION, *ZOO], log_path=work / "server.log",
+                       timeout=240) as server:
         yield Repo(models, server, config)
 
 
@@ -133,7 +134,8 @@ def test_a_per_output_kind_overrides_detection(repo):
     # score judged by its values instead of as a distribution: the retrain's ~0.1 differences fail it
     code, _, report = repo.analyze(TWO_HEAD, 2, "--output", "score=elementwise")
     assert code == 1
-    assert checks(report)["tolerance:score"]["verdict"] == "FAIL" and checks(report)["agreement:head"]["verdict"] == "PASS"
+    assert checks(report)["tolerance:score"]["verdict"] == "FAIL"
+    assert checks(report)["agreement:head"]["verdict"] == "PASS"
     # a broken head, left out of the verdict as asked: the score still fails it
     code, _, report = repo.analyze(TWO_HEAD, 3, "--output", "head=ignore")
     assert checks(report)["ignored:head"]["verdict"] == "PASS" and code == 1
