@@ -5,12 +5,11 @@
 and latency. :func:`analyze` turns that into checks, each PASS, FAIL or
 INCONCLUSIVE (the verdict is the worst of them: FAIL, then INCONCLUSIVE):
 
-- ``agreement:<output>``: the manifest's top-1 output (argmax per row) and
-  integer outputs (the class itself): the share of rows where both sides agree,
-  against ``min_agreement``. A retrain moves scores but should keep the class.
-- ``tolerance:<output>``: every other output: ``|canary - stable| <= atol +
-  rtol * |stable|`` (numpy's allclose rule) everywhere; the max absolute and
-  relative difference are reported for every output.
+- the outputs (``serving.rollout.verdict``, one rule per output, shared with
+  the live analysis): ``agreement:<output>`` (top-1 class) for class outputs
+  and ``distribution:<output>`` for scores and regressions when the canary is
+  a retrain; ``tolerance:<output>`` (element-wise) when both versions hold the
+  same weights (an XLA or TF-TRT variant, a re-export) or when asked.
 - ``latency:p50`` / ``latency:p99``: the canary/stable ratio of each round's
   percentile; FAIL when every round is over the limit, PASS when the median
   round is within it, INCONCLUSIVE otherwise (rounds disagree: a noisy machine).
@@ -44,31 +43,46 @@ import numpy as np
 from exporter.manifest import Manifest, load_manifest  # numpy only: the manifest reader imports no TensorFlow
 from serving import codec, status
 from serving.model_repo import warmup_path
+from serving.rollout import verdict
+from serving.rollout.verdict import FAIL, INCONCLUSIVE, PASS, Check, worst
 from serving.stack.endpoint import is_gateway_refusal
 from serving.wire import serving_apis_pb2 as apis
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Pacing", "Side", "Check", "Report",
-           "Replay", "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
+__all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "SameVersion", "Thresholds", "Pacing", "Side", "Check",
+           "Report", "Replay", "stable_manifest", "compared_versions", "output_context", "load_inputs", "replay",
+           "analyze", "gateway_error_rates", "worst"]
 
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
-_ORDER = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2}
+
+
+class SameVersion(ValueError):
+    """Both sides resolve to one version: comparing it with itself would PASS and prove nothing (exit 2)."""
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """The limits a canary is held to (the CLI's flags; docs/rollout.md says why these defaults)."""
 
-    min_agreement: float = 0.99     # top-1: a retrain may flip a borderline row in a hundred
-    atol: Optional[float] = None    # None: the manifest's tolerance, else 1e-5
-    rtol: Optional[float] = None    # None: the manifest's tolerance, else 1e-4
+    min_agreement: float = verdict.Rules.min_agreement  # the outputs' limits: serving.rollout.verdict.Rules
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
     max_p50_ratio: float = 1.5      # rounds on a shared machine spread by tens of percent
     max_p99_ratio: float = 2.0      # a tail from a few dozen calls is noisier still
     max_error_rate: float = 0.01    # canary's error rate over stable's
     min_requests: int = 20          # answers per side below which nothing is concluded
+    mode: str = verdict.Rules.mode  # auto | retrain | elementwise
+    max_row_diff: float = verdict.Rules.max_row_diff
+    max_shift: float = verdict.Rules.max_shift
+    kinds: Mapping[str, str] = field(default_factory=dict)  # per output: top1|distribution|elementwise|equal|ignore
+
+    def rules(self, top1: Optional[str] = None) -> verdict.Rules:
+        """The outputs' rules; ``top1`` (an output named by the user as the class output) unless kinds says."""
+        kinds = {top1: "top1", **self.kinds} if top1 else dict(self.kinds)
+        return verdict.Rules(self.mode, self.min_agreement, self.max_row_diff, self.max_shift, self.atol, self.rtol,
+                             kinds)
 
 
 @dataclass(frozen=True)
@@ -123,15 +137,6 @@ class Replay:
 
 
 @dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: str
-    value: codec.JSON
-    threshold: codec.JSON
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class Report:
     model: str
     verdict: str
@@ -139,10 +144,13 @@ class Report:
     outputs: Mapping[str, Mapping[str, float]]
     latency: Mapping[str, codec.JSON]
     errors: Mapping[str, codec.JSON]
+    sides: Mapping[str, str] = field(default_factory=dict)  # side -> what it is, e.g. "label canary, version 2"
+    mode: str = ""  # how the outputs were judged: retrain or elementwise, and why
 
     def to_json(self) -> dict[str, codec.JSON]:
-        return {"model": self.model, "verdict": self.verdict, "checks": [asdict(c) for c in self.checks],
-                "outputs": dict(self.outputs), "latency": dict(self.latency), "errors": dict(self.errors)}
+        return {"model": self.model, "verdict": self.verdict, "sides": dict(self.sides), "mode": self.mode,
+                "checks": [asdict(c) for c in self.checks], "outputs": dict(self.outputs),
+                "latency": dict(self.latency), "errors": dict(self.errors)}
 
     def table(self) -> str:
         rows = [("check", "verdict", "value", "threshold", "detail")]
@@ -150,17 +158,15 @@ class Report:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
         why = [f"  {c.verdict} {c.name}: {c.detail}" for c in self.checks if c.verdict == self.verdict != PASS]
-        return "\n".join([*lines, f"{self.model}: {self.verdict}" + (" because" if why else ""), *why])
+        head = [f"{self.model}: {' vs '.join(f'{side} ({what})' for side, what in self.sides.items())}"
+                + (f"; outputs judged: {self.mode}" if self.mode else "")] if self.sides else []
+        return "\n".join([*head, *lines, f"{self.model}: {self.verdict}" + (" because" if why else ""), *why])
 
 
 def _fmt(value: codec.JSON) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "-" if value is None else str(value)
-
-
-def worst(verdicts: Iterable[str]) -> str:
-    return max(verdicts, key=_ORDER.__getitem__, default=PASS)
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -253,6 +259,32 @@ def stable_manifest(version_dir: Optional[Path]) -> Optional[Manifest]:
     if version_dir is None or not (version_dir / "manifest.json").is_file():
         return None
     return load_manifest(version_dir)
+
+
+def compared_versions(model: str, labels: Mapping[str, int], canary_target: Optional[str] = None
+                      ) -> tuple[int, Optional[int], dict[str, str]]:
+    """``(stable version, canary version, what each side is)`` from the model's labels; the canary's version
+    is None when it is served elsewhere (``canary_target``, unlabeled). :class:`SameVersion` when both labels
+    name one version."""
+    stable = labels["stable"]
+    canary = None if canary_target else labels.get("canary", stable)
+    if canary == stable:
+        raise SameVersion(f"{model}: labels stable and canary both name version {stable}: nothing to compare "
+                          f"(canary a new version first: python -m serving.rollout canary {model} VERSION)")
+    return stable, canary, {"stable": f"label stable, version {stable}",
+                            "canary": f"label canary, version {canary}" if canary is not None
+                            else f"unlabeled at {canary_target}"}
+
+
+def output_context(manifest: Optional[Manifest], signature: str, stable_dir: Optional[Path],
+                   canary_dir: Optional[Path]) -> verdict.Context:
+    """What the verdict knows besides the answers: the stable manifest's class output, method and tolerance
+    for ``signature``, and whether the two version directories hold the same weights."""
+    same, why = verdict.same_weights(stable_dir, canary_dir)
+    spec = manifest.signatures.get(signature) if manifest else None
+    top1 = manifest.top1_outputs.get(signature) if manifest else None
+    return verdict.Context(top1_outputs=(top1,) if top1 else (), method_name=spec.method_name if spec else None,
+                           tolerance=manifest.tolerance if manifest else {}, same_weights=same, why=why)
 
 
 def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1,
@@ -369,47 +401,6 @@ def _call(side: Side, batch: Mapping[str, np.ndarray], out: Replay, pacer: _Pace
         return answer
 
 
-def _output_checks(stable: list, canary: list, thresholds: Thresholds, tolerance: Mapping[str, float],
-                   top1: Optional[str]) -> tuple[list[Check], dict[str, dict[str, float]]]:
-    pairs = [(s, c) for s, c in zip(stable, canary) if s is not None and c is not None]
-    if not pairs:
-        return [], {}
-    atol = thresholds.atol if thresholds.atol is not None else tolerance.get("atol", 1e-5)
-    rtol = thresholds.rtol if thresholds.rtol is not None else tolerance.get("rtol", 1e-4)
-    checks, numbers = [], {}
-    for name in sorted(pairs[0][0]):
-        s = np.concatenate([np.asarray(p[0][name]) for p in pairs])
-        if name not in pairs[0][1]:
-            checks.append(Check(f"output:{name}", FAIL, None, None, "the canary does not return this output"))
-            continue
-        c = np.concatenate([np.asarray(p[1][name]) for p in pairs])
-        if s.shape != c.shape:
-            checks.append(Check(f"output:{name}", FAIL, str(c.shape), str(s.shape), "shapes differ"))
-            continue
-        row = {}
-        if s.dtype.kind in "fiu" and c.dtype.kind in "fiu":
-            diff = np.abs(c.astype(np.float64) - s.astype(np.float64))
-            row = {"max_abs": float(diff.max(initial=0.0)),
-                   "max_rel": float((diff / (np.abs(s.astype(np.float64)) + atol)).max(initial=0.0))}
-        if name == top1 and s.ndim == 2 and s.shape[1] > 1:
-            row["top1_agreement"] = float(np.mean(np.argmax(s, 1) == np.argmax(c, 1)))
-        elif s.dtype.kind in "iuSUO" and s.ndim == 1:
-            row["top1_agreement"] = float(np.mean(s == c))
-        numbers[name] = row
-        if "top1_agreement" in row:
-            value = row["top1_agreement"]
-            checks.append(Check(f"agreement:{name}", PASS if value >= thresholds.min_agreement else FAIL, value,
-                                thresholds.min_agreement, f"{len(s)} rows; max abs diff {row.get('max_abs', 0):.3g}"))
-        elif row:
-            close = bool(np.all(np.abs(c.astype(np.float64) - s) <= atol + rtol * np.abs(s.astype(np.float64))))
-            checks.append(Check(f"tolerance:{name}", PASS if close else FAIL, row["max_abs"], f"{atol:g}+{rtol:g}*|x|",
-                                f"max rel {row['max_rel']:.3g}"))
-        else:
-            same = bool(np.array_equal(s, c))
-            checks.append(Check(f"equal:{name}", PASS if same else FAIL, same, True))
-    return checks, numbers
-
-
 def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Check], dict[str, codec.JSON]]:
     stable, canary = replayed.latencies["stable"], replayed.latencies["canary"]
     checks, numbers = [], {}
@@ -480,17 +471,30 @@ def _rate_check(name: str, stable: float, canary: float, thresholds: Thresholds,
 
 def analyze(model: str, replayed: Replay, thresholds: Thresholds = Thresholds(), *,
             tolerance: Mapping[str, float] = {}, top1: Optional[str] = None,
-            gateway_errors: Optional[Mapping[str, Mapping[str, float]]] = None) -> Report:
-    """The checks and verdict of a :func:`replay` between sides ``stable`` and ``canary``."""
-    output_checks, outputs = _output_checks(replayed.outputs["stable"], replayed.outputs["canary"], thresholds,
-                                            tolerance, top1)
+            gateway_errors: Optional[Mapping[str, Mapping[str, float]]] = None,
+            context: Optional[verdict.Context] = None, sides: Mapping[str, str] = {}) -> Report:
+    """The checks and verdict of a :func:`replay` between sides ``stable`` and ``canary``.
+
+    ``context`` (the manifest's class outputs and tolerance, whether the versions hold the same weights)
+    feeds :func:`serving.rollout.verdict.judge_outputs`; without it, ``tolerance`` and ``top1`` make one.
+    ``sides`` names what each side is (its label and version), for the table.
+    """
+    if context is None:
+        context = verdict.Context(top1_outputs=(top1,) if top1 else (), tolerance=tolerance)
+    rules = thresholds.rules(top1)
+    output_checks, outputs = verdict.judge_outputs(replayed.outputs["stable"], replayed.outputs["canary"], rules,
+                                                   context)
     latency_checks, latency = _latency_checks(replayed, thresholds)
     error_checks, errors = _error_check(replayed, thresholds, gateway_errors)
     checks = [*output_checks, *latency_checks, *error_checks]
     answered = min(sum(len(r) for r in replayed.latencies[side]) for side in ("stable", "canary"))
     if answered < thresholds.min_requests and not any(c.verdict == FAIL for c in checks):
         checks.append(Check("requests", INCONCLUSIVE, answered, thresholds.min_requests, "too few answers compared"))
-    return Report(model, worst(c.verdict for c in checks), tuple(checks), outputs, latency, errors)
+    if rules.mode == "auto":
+        mode = f"{'elementwise' if context.same_weights else 'retrain'} ({context.why or 'weights not compared'})"
+    else:
+        mode = f"{rules.mode} (asked)"
+    return Report(model, worst(c.verdict for c in checks), tuple(checks), outputs, latency, errors, dict(sides), mode)
 
 
 def gateway_error_rates(lines: Iterable[str], model: str) -> dict[str, float]:

@@ -52,7 +52,7 @@ from serving.config.stack import (
     served_config,
     stack_model_repo,
 )
-from serving.rollout import analyze, auto, kubernetes, traffic
+from serving.rollout import analyze, auto, kubernetes, traffic, verdict
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -269,27 +269,30 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     entry = find_model(served.load(), args.model)
     if "stable" not in entry.version_labels:
         raise RolloutError(f"{args.model} has no `stable` label: nothing to compare the canary with")
-    version_dir = served.host_path(entry.base_path) / str(entry.version_labels["stable"])
+    model_dir, stable = served.host_path(entry.base_path), entry.version_labels["stable"]
+    version_dir = model_dir / str(stable)
     manifest = analyze.stable_manifest(version_dir)
     batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
-    stable_client = _client(args, served, args.grpc, args.rest)
     separate = args.canary_grpc or args.canary_rest
+    stable, canary, described = analyze.compared_versions(args.model, entry.version_labels, separate)
+    context = analyze.output_context(manifest, args.signature, version_dir,
+                                     None if canary is None else model_dir / str(canary))
+    stable_client = _client(args, served, args.grpc, args.rest)
     canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
     sides = [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
                                                                     signature=args.signature)),
              analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
                                                                     label=None if separate else "canary"))]
     thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
-                                    args.max_p99_ratio, args.max_error_rate, args.min_requests)
+                                    args.max_p99_ratio, args.max_error_rate, args.min_requests, args.mode,
+                                    args.max_row_diff, args.max_shift, dict(args.output_kind or ()))
 
     pacing = analyze.Pacing(max_rate=args.max_rate, retry_budget=args.retry_budget)
 
     def run(gateway_errors: Optional[dict]) -> analyze.Report:
         replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
-        return analyze.analyze(args.model, replayed, thresholds,
-                               tolerance=manifest.tolerance if manifest else {},
-                               top1=args.top1_output or (manifest.top1_outputs.get(args.signature) if manifest else None),
-                               gateway_errors=gateway_errors)
+        return analyze.analyze(args.model, replayed, thresholds, top1=args.top1_output,
+                               gateway_errors=gateway_errors, context=context, sides=described)
     return run
 
 
@@ -362,13 +365,28 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     what.add_argument("--rounds", type=int, default=5,
                       help="rounds of every batch to each side (default 5: latency is judged on the median round)")
     what.add_argument("--top1-output", default=None,
-                      help="the class-score output judged by top-1 agreement (default: the manifest's)")
+                      help="an output judged by top-1 agreement (same as --output NAME=top1)")
+    what.add_argument("--output", dest="output_kind", action="append", type=_output_kind, metavar="NAME=KIND",
+                      help="judge output NAME as KIND: top1, distribution, elementwise, equal or ignore (default: "
+                           "detected from the manifest and the answers; repeat for several)")
+    what.add_argument("--mode", choices=verdict.MODES, default=verdict.Rules.mode,
+                      help="retrain: top-1 agreement for class outputs, distributions for scores; elementwise: "
+                           "--atol/--rtol on every value (variants of the same weights); default auto: elementwise "
+                           "when both versions hold the same weights, else retrain")
     limits = p.add_argument_group("thresholds (docs/rollout.md explains the defaults)")
     defaults = analyze.Thresholds()
     limits.add_argument("--min-agreement", type=float, default=defaults.min_agreement,
-                        help=f"least top-1 agreement (default {defaults.min_agreement})")
-    limits.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: the manifest's, else 1e-5)")
-    limits.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: the manifest's, else 1e-4)")
+                        help="top-1 agreement a faithful retrain keeps at least; FAIL when more rows changed class "
+                             f"than such a version shows 99 times in 100 (default {defaults.min_agreement})")
+    limits.add_argument("--max-row-diff", type=float, default=defaults.max_row_diff,
+                        help="scores: 90th percentile of |canary - stable| per row, in standard deviations of "
+                             f"stable's values (default {defaults.max_row_diff})")
+    limits.add_argument("--max-shift", type=float, default=defaults.max_shift,
+                        help=f"scores: mean difference in standard deviations (default {defaults.max_shift})")
+    limits.add_argument("--atol", type=float, default=None,
+                        help="elementwise: absolute tolerance (default: the manifest's, else 1e-5)")
+    limits.add_argument("--rtol", type=float, default=None,
+                        help="elementwise: relative tolerance (default: the manifest's, else 1e-4)")
     limits.add_argument("--max-p50-ratio", type=float, default=defaults.max_p50_ratio,
                         help=f"canary/stable p50 latency (default {defaults.max_p50_ratio})")
     limits.add_argument("--max-p99-ratio", type=float, default=defaults.max_p99_ratio,
@@ -529,6 +547,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _output_kind(text: str) -> tuple[str, str]:
+    name, _, kind = text.rpartition("=")
+    if not name or kind not in verdict.KINDS:
+        raise argparse.ArgumentTypeError(f"--output takes NAME=KIND with KIND one of {', '.join(verdict.KINDS)}, "
+                                         f"got {text!r}")
+    return name, kind
+
+
 def _percent(text: str) -> float:
     try:
         value = float(text)
@@ -587,6 +613,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "auto":
             return _auto(args)
         return _move(args)
+    except analyze.SameVersion as exc:
+        print(f"analyze refused: {exc}", file=sys.stderr)
+        return 2
     except (StaleConfig, LockTimeout) as exc:
         print(f"rollout refused: {exc}", file=sys.stderr)
         return 3 if args.command in ("analyze", "auto") else EXIT_STALE

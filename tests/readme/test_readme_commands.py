@@ -88,9 +88,17 @@ def checkout(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def test_bring_your_own_model_runs_as_written(checkout):
-    result = checkout.bash(readme_block("## Bring your own model"))
+    # analyze's p99 ratio is relaxed as in the rollout block's test (the p99 of 32 calls on a shared machine)
+    block = readme_block("## Bring your own model").replace("analyze --model my_model",
+                                                            "analyze --model my_model --max-p99-ratio 50")
+    assert "analyze --model my_model --max-p99-ratio 50" in block
+    result = checkout.bash(block)
     out = result.stdout
     assert "published fp32: " in out and "resumed from epoch 12/16" in out
+    # the retrain (4 more epochs) passes analyze on its own defaults: judged by top-1, not element-wise
+    assert "my_model: stable (label stable, version 1) vs canary (label canary, version 2)" in out, out[-3000:]
+    assert re.search(r"agreement:\S+\s+PASS", out) and "my_model: PASS" in out, out[-3000:]
+    print(out[out.index("my_model: stable (label stable"):out.index("my_model: PASS") + len("my_model: PASS")])
     assert "labels {'canary': 2, 'stable': 2}" in out
     assert re.search(r"steady over grpc: [1-9]\d* requests, 0 failures", out), out[-2000:]
     assert (checkout.root / "out" / "my_model" / "sweep.png").stat().st_size > 0
@@ -112,14 +120,15 @@ def test_the_rollout_commands_run_as_written(checkout):
              if line.strip() and not line.startswith("docker compose")]
     assert [line.split()[3] for line in lines] == ["publish", "canary", "analyze", "rollback", "auto"]
     # The README keeps the default thresholds; here the p99 ratio is relaxed. publish exports digits with the
-    # zoo's seed, so version 2 answers as 1 does (agreement 1.0, outputs within tolerance: those are what
+    # zoo's seed, so version 2 holds version 1's weights (judged element-wise: outputs within tolerance, what
     # this asserts); but the p99 of 32 calls is their slowest but one, and on a machine shared with other
     # test runs one round's tail has been 14x the other side's while p50 stayed within 5 %.
     relaxed = [f"{line.split('#')[0]} --max-p99-ratio 50" if line.split()[3] in ("analyze", "auto") else line
                for line in lines]
     out = checkout.bash("\n".join(relaxed)).stdout
     assert "digits: labels {'canary': 2, 'stable': 1}" in out
-    assert re.search(r"agreement:probabilities\s+PASS\s+1\s", out), out[-3000:]
+    assert "outputs judged: elementwise (versions 1 and 2 hold the same weights)" in out, out[-3000:]
+    assert re.search(r"tolerance:probabilities\s+PASS\s", out), out[-3000:]
     assert "digits: PASS" in out
     assert "weight steps 10,50,100 skipped" in out
     assert "[before traffic] weight 0%: PASS -> promote" in out

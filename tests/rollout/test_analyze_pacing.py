@@ -52,13 +52,13 @@ def side(name, limiter, time_, answer=lambda batch: {"scores": batch["x"] * 2}):
     return analyze.Side(name, predict)
 
 
-def run(rate=20.0, burst=5, pacing=analyze.Pacing(), canary_answer=None):
+def run(rate=20.0, burst=5, pacing=analyze.Pacing(), canary_answer=None, thresholds=analyze.Thresholds()):
     time_ = VirtualTime()
     limiter = Limiter(time_, rate, burst)
     sides = [side("stable", limiter, time_),
              side("canary", limiter, time_, *(() if canary_answer is None else (canary_answer,)))]
     replayed = analyze.replay(sides, BATCHES, rounds=2, clock=time_.clock, pacing=pacing, sleep=time_.sleep)
-    return analyze.analyze("m", replayed), replayed, limiter
+    return analyze.analyze("m", replayed, thresholds), replayed, limiter
 
 
 def checks(report):
@@ -76,7 +76,8 @@ def test_the_limiters_refusals_are_resent_and_never_an_error():
 
 
 def test_a_different_canary_still_fails_through_the_limiter():
-    report, _, limiter = run(canary_answer=lambda batch: {"scores": batch["x"] * 3})
+    report, _, limiter = run(canary_answer=lambda batch: {"scores": batch["x"] * 3},
+                             thresholds=analyze.Thresholds(mode="elementwise"))
     assert limiter.refused > 0
     assert report.verdict == analyze.FAIL, report.table()
 

@@ -2,8 +2,10 @@
 
 Version 1 is the session's export (``stable``). Three version 2s
 (``tests.rollout.v2_models``): a retrain with another seed (``auto``
-promotes it), classes shuffled (``analyze`` FAILs before any traffic moves,
-``auto`` rolls back) and 50 ms slower per call (FAIL on latency). Each is
+promotes it: judged as a retrain, top-1 agreement), classes shuffled
+(``analyze`` FAILs before any traffic moves, ``auto`` rolls back) and 50 ms
+slower per call (FAIL on latency). The last two wrap version 1's weights, so
+``analyze`` holds them to element-wise tolerance (the same weights). Each is
 published under its own version number, so the tests need no order; the
 retrain trains in a process of its own while the other tests run. The
 analysis calls go through the gateway over REST with explicit labels; the
@@ -114,8 +116,9 @@ def checks(report: dict) -> dict[str, dict]:
 
 
 def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args, during_auto=contextlib.nullcontext,
-                      analyze_args=()):
-    """canary VERSION (weight 0), analyze (one run: the table printed, the JSON in --report), rollback; then
+                      analyze_args=(), also=()):
+    """canary VERSION (weight 0), analyze (one run: the table printed, the JSON in --report; then one per
+    ``also``, arguments added, their JSON with their exit codes in the report's "also"), rollback; then
     auto VERSION (inside ``during_auto()``). Prints what they printed."""
     version = VERSIONS[kind]
     publish_saved_model(v2_models[kind], stack.repo, MODEL, version)
@@ -123,6 +126,10 @@ def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args, during_auto=co
     assert stack.rollout("canary", MODEL, str(version))[0] == 0
     analysis_path = stack.work / f"analyze-{kind}.json"
     code, table = stack.rollout("analyze", MODEL, "--report", str(analysis_path), *analyze_args)
+    extra = []
+    for args in also:
+        extra_code, extra_json = stack.rollout("analyze", MODEL, "--json", *analyze_args, *args)
+        extra.append({**json.loads(extra_json), "code": extra_code})
     assert stack.rollout("rollback", "--model", MODEL)[0] == 0
     assert stack.labels()[1] == {"stable": stable_before, "canary": stable_before}
     report_path = stack.work / f"auto-{kind}.json"
@@ -134,7 +141,7 @@ def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args, during_auto=co
         print(f"\n--- {kind}: python -m serving.rollout analyze {MODEL} (exit {code})\n{table}"
               f"\n--- {kind}: python -m serving.rollout auto {MODEL} {version} --steps 10,50,100 (exit {auto_code})"
               f"\n{auto_out}")
-    report = json.loads(analysis_path.read_text())
+    report = {**json.loads(analysis_path.read_text()), "also": extra}
     assert f"{MODEL}: {report['verdict']}" in table  # the table and the JSON are the same run's
     return code, report, auto_code, auto_out, json.loads(report_path.read_text())
 
@@ -142,10 +149,20 @@ def analyze_then_auto(stack, v2_models, kind, capsys, *auto_args, during_auto=co
 def test_shuffled_classes_fail_before_any_traffic_moves_and_auto_rolls_back(stack, v2_models, capsys):
     # One round of the 32 golden rows: wrong classes are wrong in every round.
     code, report, auto_code, auto_out, auto_report = analyze_then_auto(stack, v2_models, "shuffled", capsys,
-                                                                       "--interval", "0", analyze_args=ROUNDS_1)
+                                                                       "--interval", "0", analyze_args=ROUNDS_1,
+                                                                       also=[("--mode", "retrain")])
     assert code == 1 and report["verdict"] == "FAIL"
-    agreement = checks(report)["agreement:probabilities"]
-    assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
+    assert report["mode"].startswith("elementwise (versions 1 and 2 hold the same weights)")
+    assert checks(report)["tolerance:probabilities"]["verdict"] == "FAIL"
+    assert report["outputs"]["probabilities"]["top1_agreement"] < 0.5
+    (retrain,) = report["also"]  # judged as a retrain, the classes fail it as well
+    with capsys.disabled():
+        print("--- shuffled: python -m serving.rollout analyze digits --mode retrain (exit "
+              f"{retrain['code']}): "
+              + "; ".join(f"{c['name']} {c['verdict']} {c['value']}" for c in retrain["checks"]))
+    assert retrain["code"] == 1 and checks(retrain)["agreement:probabilities"]["value"] < 0.5
+    assert checks(retrain)["agreement:probabilities"]["verdict"] == "FAIL"
+    assert stack.rollout("analyze", MODEL, *ROUNDS_1)[0] == 2  # rolled back: one version on both labels
     assert auto_code == 1 and "[before traffic] weight 0%: FAIL -> roll back" in auto_out
     assert [d["weight"] for d in auto_report["decisions"]] == [0] and auto_report["outcome"] == "rolled back"
     assert stack.labels()[1]["canary"] == stack.labels()[1]["stable"] != VERSIONS["shuffled"]
@@ -157,7 +174,7 @@ def test_a_model_50_ms_slower_per_call_fails_on_latency(stack, v2_models, capsys
     code, report, auto_code, auto_out, auto_report = analyze_then_auto(stack, v2_models, "slow", capsys,
                                                                        "--interval", "0", analyze_args=ROUNDS_2)
     assert code == 1 and checks(report)["latency:p50"]["verdict"] == "FAIL"
-    assert checks(report)["agreement:probabilities"]["verdict"] == "PASS"  # right answers, too slow
+    assert checks(report)["tolerance:probabilities"]["verdict"] == "PASS"  # right answers (the same weights), too slow
     assert auto_code == 1 and auto_report["outcome"] == "rolled back"
     assert checks(auto_report["decisions"][0]["analysis"])["latency:p50"]["verdict"] == "FAIL"
 
@@ -198,7 +215,9 @@ def test_a_retrain_that_agrees_is_promoted_step_by_step(stack, v2_models, model_
         stack, v2_models, "retrain", capsys, "--interval", "0.5", during_auto=during_auto,
         analyze_args=("--rounds", "3", "--max-p99-ratio", "50"))
     assert code == 0 and report["verdict"] == "PASS", report
-    assert checks(report)["agreement:probabilities"]["value"] >= 0.99
+    assert report["mode"].startswith("retrain (versions 1 and 4 hold different weights)")
+    assert checks(report)["agreement:probabilities"]["value"] >= 0.95
+    assert report["outputs"]["probabilities"]["max_abs"] > 1e-3  # the old element-wise default FAILed this
     assert auto_code == 0 and auto_report["outcome"] == "promoted", auto_out
     assert [d["weight"] for d in auto_report["decisions"]] == [0, 10, 50, 100]
     gateway = auto_report["decisions"][-1]["analysis"]["errors"]["gateway_errors"]
