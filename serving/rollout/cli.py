@@ -52,7 +52,7 @@ from serving.config.stack import (
     served_config,
     stack_model_repo,
 )
-from serving.rollout import analyze, auto, kubernetes, traffic
+from serving.rollout import analyze, auto, kubernetes, shadow, traffic
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -162,21 +162,28 @@ def _move(args: argparse.Namespace) -> int:
 
     labels, steps = _labels_for(args, config), plan(config)
     routes = _routes(args) if args.command in ("canary", "promote", "rollback") else None
-    weight = getattr(args, "weight", 0.0)
+    if args.command == "canary" and args.shadow and not isinstance(routes, (traffic.HostNginx, traffic.ComposeGateway)):
+        raise RolloutError(f"--shadow needs the gateway's mirror (the compose stack's, or --gateway nginx); "
+                           f"{routes.describe() if routes else 'no gateway'} has none: nothing was changed")
+    weight, shadow = getattr(args, "weight", 0.0), getattr(args, "shadow", None) or 0.0
     if args.dry_run:
         for step in steps:
             print(f"would {step.description}")
         if routes is not None and not isinstance(routes, traffic.NoGateway):
-            print(f"would route {weight:g}% of unlabeled traffic to canary ({routes.describe()})"
+            print(f"would route {weight:g}% of unlabeled traffic to canary"
+                  + (f" and mirror {shadow:g}% of it to canary" if shadow else "") + f" ({routes.describe()})"
                   if args.command == "canary" else f"would remove the canary routes ({routes.describe()})")
         return 0
+    # The routes as read: every route write below is a compare-and-swap on them (another operator's change in
+    # between refuses this command's, exit 4), each under the routes' lock (serving.rollout.traffic).
+    route_state = routes.state(args.model) if routes is not None else None
     entry = find_model(config, args.model)
     if args.command == "rollback":
         _record_rollback(args, served, entry)
     if routes is not None and args.command in ("canary", "rollback"):
         # Unlabeled requests onto `stable` before a new version is loaded (TF Serving would give them the
         # latest), and off the canary before its version goes.
-        routes.set_weight(args.model, 0)
+        route_state = routes.set_weight(args.model, 0, expected=route_state)
     # Another command's change since the read is kept when it left this model's entry as it was (the plan
     # is made again on the new file); a change of this model's entry refuses the move (StaleConfig).
     change_served_config(served, args.model, plan, snapshot=snapshot, replan=_same_entry(args.model),
@@ -186,11 +193,13 @@ def _move(args: argparse.Namespace) -> int:
         _reinstate(served, entry, labels["stable"])
     if routes is not None:
         if args.command == "canary":
-            routes.set_weight(args.model, weight)
+            routes.set_weight(args.model, weight, shadow=shadow, expected=route_state)
         else:
-            routes.clear(args.model)  # one version serves every label again: no route needed
+            # one version serves every label again: no route needed (a shadow ends here too)
+            routes.clear(args.model, expected=route_state)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}"
-          + (f", {weight:g}% of unlabeled traffic on canary ({routes.describe()})" if args.command == "canary" else ""))
+          + (f", {weight:g}% of unlabeled traffic on canary" + (f", {shadow:g}% mirrored to canary (shadow)"
+             if shadow else "") + f" ({routes.describe()})" if args.command == "canary" else ""))
     return 0
 
 
@@ -271,26 +280,35 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
         raise RolloutError(f"{args.model} has no `stable` label: nothing to compare the canary with")
     version_dir = served.host_path(entry.base_path) / str(entry.version_labels["stable"])
     manifest = analyze.stable_manifest(version_dir)
-    batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
-    stable_client = _client(args, served, args.grpc, args.rest)
-    separate = args.canary_grpc or args.canary_rest
-    canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
-    sides = [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
-                                                                    signature=args.signature)),
-             analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
-                                                                    label=None if separate else "canary"))]
+    batches = (analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
+               if not getattr(args, "live", None) else [])
+    sides = _sides(args, served)
     thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
                                     args.max_p99_ratio, args.max_error_rate, args.min_requests)
 
     pacing = analyze.Pacing(max_rate=args.max_rate, retry_budget=args.retry_budget)
 
     def run(gateway_errors: Optional[dict]) -> analyze.Report:
-        replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
+        if getattr(args, "live", None):
+            replayed = shadow.live_replay(args, sides)
+        else:
+            replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
         return analyze.analyze(args.model, replayed, thresholds,
                                tolerance=manifest.tolerance if manifest else {},
                                top1=args.top1_output or (manifest.top1_outputs.get(args.signature) if manifest else None),
                                gateway_errors=gateway_errors)
     return run
+
+
+def _sides(args: argparse.Namespace, served: ServedConfig) -> list[analyze.Side]:
+    """``stable`` and ``canary`` as the analysis calls them: by label, or the canary on a server of its own."""
+    stable_client = _client(args, served, args.grpc, args.rest)
+    separate = args.canary_grpc or args.canary_rest
+    canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
+    return [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
+                                                                   signature=args.signature)),
+            analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
+                                                                   label=None if separate else "canary"))]
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -313,7 +331,7 @@ def _auto(args: argparse.Namespace) -> int:
     def move(command: str) -> Callable[[], None]:
         def run() -> None:
             # auto's connection arguments are the analysis'; its moves push with the stack's admin key
-            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False,
+            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "shadow": None, "dry_run": False,
                                         "moved_by": "serving.rollout auto", "connection": None}))
         return run
 
@@ -325,14 +343,18 @@ def _auto(args: argparse.Namespace) -> int:
     runner: list = []
 
     def analyze_once(gateway_errors):
-        if not runner:
-            runner.append(_analysis(args, served))  # after the canary is loaded: it reads the stable label
+        if not runner:  # after the canary is loaded: it reads the stable label
+            runner.append(_analysis(argparse.Namespace(**{**vars(args), "live": None}), served))
         return runner[0](gateway_errors)
+
+    def shadow_phase() -> analyze.Report:  # the live analysis, for the phase's duration
+        return _analysis(argparse.Namespace(**{**vars(args), "duration": args.shadow_phase}), served)(None)
 
     report = args.report or Path(args.work_dir) / f"rollout-{args.model}-{args.version}.json"
     code, _ = auto.run_auto(args.model, args.version, steps, canary=move("canary"), promote=move("promote"),
                             rollback=move("rollback"), routes=routes, analyze_once=analyze_once,
-                            access_log=access_log, wait_s=args.interval, report_path=report)
+                            access_log=access_log, wait_s=args.interval, report_path=report,
+                            shadow_phase=shadow_phase if args.shadow_phase else None, shadow_percent=args.shadow)
     return code
 
 
@@ -489,6 +511,11 @@ def build_parser() -> argparse.ArgumentParser:
     canary.add_argument("--weight", type=_percent, default=0.0,
                         help="percent of unlabeled REST traffic the gateway sends to `canary` (default 0: "
                              "clients opt in with --label canary; the rest stays on stable)")
+    canary.add_argument("--shadow", type=_percent, nargs="?", const=100.0, default=None, metavar="PERCENT",
+                        help="shadow canary (with --weight 0): the gateway also sends a copy of PERCENT (default "
+                             "100) of the model's unlabeled REST predict/classify/regress calls to `canary` and "
+                             "discards its answers; clients get stable's. promote, rollback or another canary "
+                             "command ends it")
     for p in movers[:3]:
         add_gateway_options(p)
     for p in [publish, *movers, stat]:
@@ -511,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         # The analysis' clients only (pushes use the stack's admin key); default at the stack's address: its CA
         # and the loadtest key, else client.
         add_connection_arguments(p)
+    shadow.add_live_options(analysis)
     analysis.add_argument("--json", action="store_true", help="print the report as JSON")
     analysis.add_argument("--report", type=Path, default=None, help="also write the report as JSON to FILE")
     progressive.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
@@ -525,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     progressive.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a version to load")
     progressive.add_argument("--no-write-back", action="store_true", help="do not rewrite --config-file")
     add_gateway_options(progressive)
+    shadow.add_shadow_phase_options(progressive)
     _add_kubernetes(sub)
     return parser
 
@@ -564,6 +593,10 @@ def _positionals(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
         parser.error("the model is required (MODEL or --model)")
     if getattr(args, "command", None) in ("canary", "set-label", "auto") and getattr(args, "version", None) is None:
         parser.error("the version is required (VERSION or --version N)")
+    if getattr(args, "command", None) in ("analyze", "auto"):
+        shadow.check_live_args(args, parser.error)
+    if args.command == "canary" and args.shadow and args.weight:
+        parser.error("--shadow mirrors stable's traffic to the canary: it takes --weight 0 (the default)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -56,7 +56,7 @@ class LabelledUpstream:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 self._send(200, {"model_version_status": []})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 match = re.fullmatch(r"/v1/models/([^/:]+)(?:/labels/([^/:]+))?:(\w+)", self.path)
                 if match is None:
