@@ -141,6 +141,10 @@ def parse_record(record: bytes) -> Optional[CapturedRequest]:
     return CapturedRequest(request_id, name, version, label, signature or "serving_default", micros / 1e6, request)
 
 
+def _stem(path: Path) -> str:
+    return path.name.removesuffix(".part")
+
+
 @dataclass
 class _Tailed:
     path: Path
@@ -179,7 +183,7 @@ class CaptureTail:
                 continue
             found.append(((info.st_dev, info.st_ino), path, info.st_size))
         # A renamed file sorts by its final name, a .part file by the name it will have: the same order.
-        return sorted(found, key=lambda item: item[1].name.removesuffix(".part"))
+        return sorted(found, key=lambda item: _stem(item[1]))
 
     def poll(self) -> list[bytes]:
         records: list[bytes] = []
@@ -187,8 +191,11 @@ class CaptureTail:
         for key in set(self._files) - {key for key, _, _ in listing}:
             del self._files[key]  # deleted: nothing more to read there
         for key, path, size in listing:
-            tailed = self._files.setdefault(key, _Tailed(path))
-            tailed.path = path
+            tailed = self._files.get(key)
+            if tailed is None or _stem(tailed.path) != _stem(path) or size < tailed.offset:
+                # new, or an inode the file system gave again to a new file after the old one was deleted
+                tailed = self._files[key] = _Tailed(path)
+            tailed.path = path  # a .part file renamed when closed: the same file, read on
             if size > tailed.offset:
                 records.extend(self._read(tailed))
         return records
