@@ -22,6 +22,7 @@ from typing import Iterator
 import pytest
 
 from gateway.canary import route_file_names
+from serving.config.config_lock import StaleConfig
 from serving.rollout.traffic import HostNginx
 from serving.server.launcher import free_port
 from tests.support.gateway import Gateway, compose_values, running_gateway
@@ -235,3 +236,51 @@ def test_a_stalled_canary_delays_no_client_past_the_copys_timeout(shadow):
         thread.join()
     assert sorted((s, label) for s, label, _ in results) == [(200, "stable")] * 8
     assert max(t for _, _, t in results) < SHADOW_READ_TIMEOUT, results
+
+
+@pytest.mark.parametrize("first, second", [("shadow", "clear"), ("shadow", "weight"), ("clear", "shadow")])
+def test_two_operators_changing_the_routes_at_once_one_wins_whole_the_other_is_refused(stack, first, second):
+    """Both read the model's routes, then both write (released together by a barrier): the lock lets one
+    write and reload at a time, and the compare-and-swap refuses the second (its read is stale), so neither
+    change is lost unseen and the files and the running nginx are the winner's, whole."""
+    gateway, routes, upstream = stack
+    routes.set_weight(MODEL, 0, shadow=50)  # some routes to start from
+    writes = {"shadow": lambda expected: routes.set_weight(MODEL, 0, shadow=100, expected=expected),
+              "weight": lambda expected: routes.set_weight(MODEL, 10, expected=expected),
+              "clear": lambda expected: routes.clear(MODEL, expected=expected)}
+    barrier = threading.Barrier(2)
+    outcome: dict[str, str] = {}
+
+    def operator(name: str) -> None:
+        expected = routes.state(MODEL)
+        barrier.wait()
+        try:
+            writes[name](expected)
+            outcome[name] = "written"
+        except StaleConfig:
+            outcome[name] = "refused"
+
+    threads = [threading.Thread(target=operator, args=(name,)) for name in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(outcome.values()) == ["refused", "written"], outcome
+    winner = next(name for name, result in outcome.items() if result == "written")
+    conf, label_map, shadow_map = (gateway.conf_dir / name for name in route_file_names(MODEL))
+    expected_files = {"shadow": {conf, label_map, shadow_map}, "weight": {conf, label_map}, "clear": set()}[winner]
+    assert {p for p in (conf, label_map, shadow_map) if p.exists()} == expected_files
+    if winner != "clear":
+        header = label_map.read_text().splitlines()[0]
+        assert all(p.read_text().splitlines()[0] == header for p in expected_files)  # one writer's files
+    # The running nginx serves the winner's routes.
+    upstream.reset()
+    answers, _ = post_all(gateway, PREDICT, 40)
+    copies = upstream.count(label="canary", shadow="1")
+    if winner == "shadow":
+        assert answers == {(200, "stable"): 40} and wait_for(lambda: upstream.count(label="canary", shadow="1") == 40)
+    elif winner == "weight":
+        assert set(answers) <= {(200, "stable"), (200, "canary")} and copies == 0
+    else:
+        assert answers == {(200, ""): 40} and copies == 0  # no routes: unlabeled requests pass unchanged
+    routes.clear(MODEL)
