@@ -1,0 +1,215 @@
+"""A shadow canary on the embedded server behind the real nginx gateway: clients get stable's answers, the
+canary gets a copy of their traffic, and ``analyze --live`` judges it as ``analyze --inputs`` does.
+
+Version 1 of digits is ``stable``; version 2 is a copy of it (a canary that agrees) and version 3 the
+shuffled-classes model of tests/rollout/v2_models.py (fast, error-free, wrong). Clients send unlabeled REST
+Predicts through the gateway; the test records each one into a capture directory as the gateway's request
+capture does (``tests.rollout.test_shadow_live.CaptureFiles``: PredictionLog records, ``.part`` files
+renamed when closed), because this test runs no capture service. ``analyze --live`` runs as its own process
+(``python -m serving.rollout``), tailing that directory while the clients send; the offline
+``analyze --inputs FILE`` then reads the same records. The CLI's route changes go to the gateway's files
+(``--gateway nginx``); the server's own metrics (``:tensorflow:serving:request_count``) count the copies.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from exporter.manifest import load_manifest
+from gateway.canary import route_file_names
+from serving.config.files import MONITORING_PATH
+from serving.rollout.cli import main
+from serving.rollout.publish import publish_saved_model
+from tests.rollout.test_shadow_live import CaptureFiles, prediction_log
+from tests.rollout.v2_models import build_wrapped
+from tests.support.canary_stack import MODEL, canary_gateway, canary_server
+from tests.support.servers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+VERSIONS = {"same": 2, "shuffled": 3}
+VERDICTS = {"same": "PASS", "shuffled": "FAIL"}
+REQUESTS = 40  # over --min-requests 20 with room
+# The same thresholds for the live and the offline run; latency is not what these tests judge (a shared
+# 2-core machine, and the live run compares 4 at once), answers are.
+THRESHOLDS = ("--rounds", "3", "--max-p50-ratio", "20", "--max-p99-ratio", "50")
+
+
+class Stack:
+    def __init__(self, root, repo, work, server, gateway, nginx):
+        self.root, self.repo, self.work, self.server, self.gateway, self.nginx = root, repo, work, server, gateway, nginx
+        self.config = work / "models.config"
+        inputs = load_manifest(repo / MODEL / "1").golden_inputs()
+        self.rows = [{k: v[i:i + 1] for k, v in inputs.items()} for i in range(len(next(iter(inputs.values()))))]
+
+    def where(self, command: str) -> list[str]:
+        where = ["--grpc", self.server.grpc_target, "--config-file", str(self.config), "--model-repo", str(self.repo)]
+        if command in ("canary", "promote", "rollback", "auto"):
+            where += ["--gateway", "nginx", "--nginx-conf", str(self.gateway.conf_dir / "nginx.conf"),
+                      "--nginx", self.nginx]
+        if command in ("analyze", "auto"):
+            where += ["--rest", self.gateway.rest_url, "--root-certificates", str(self.gateway.secrets.ca_cert),
+                      "--api-key", self.gateway.key("loadtest")]
+        return where
+
+    def rollout(self, command: str, *args: str) -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main([command, *args, *self.where(command)])
+        return code, out.getvalue()
+
+    def request_count(self) -> float:
+        """The server's inference requests of digits so far (every label and version: TF Serving's metric)."""
+        page = httpx.get(self.server.rest_url + MONITORING_PATH, timeout=30).text
+        return sum(float(m.group(1)) for m in re.finditer(
+            rf':tensorflow:serving:request_count{{model_name="{MODEL}",status="\w+"}} (\S+)', page))
+
+    def stable_answers(self) -> list[dict]:
+        """Stable's own answer to each row, asked of the server directly (once: not to count in the metrics)."""
+        if not hasattr(self, "_stable"):
+            self._stable = [httpx.post(f"{self.server.rest_url}/v1/models/{MODEL}/labels/stable:predict",
+                                       json={"inputs": {k: v.tolist() for k, v in row.items()}},
+                                       timeout=30).json()["outputs"] for row in self.rows]
+        return self._stable
+
+
+@pytest.fixture(scope="module")
+def stack(model_repo, nginx, nginx_version, gateway_secrets, compose_gateway_env, tmp_path_factory):
+    root = tmp_path_factory.mktemp("shadow")
+    repo, work = root / "models", root / "server"
+    shutil.copytree(model_repo / MODEL / "1", repo / MODEL / "1")
+    work.mkdir()
+    publish_saved_model(model_repo / MODEL / "1", repo, MODEL, VERSIONS["same"])
+    publish_saved_model(build_wrapped(model_repo / MODEL / "1", root / "shuffled", "shuffled"), repo, MODEL,
+                        VERSIONS["shuffled"])
+    with canary_server(repo, work, {"stable": 1, "canary": 1}) as server, \
+            canary_gateway(nginx, nginx_version, compose_gateway_env, root / "gateway", gateway_secrets,
+                           server) as gateway:
+        yield Stack(root, repo, work, server, gateway, nginx)
+
+
+def send_unlabeled(stack: Stack, count: int, capture: CaptureFiles | None = None,
+                   stop: threading.Event | None = None) -> list:
+    """``count`` unlabeled Predicts through the gateway (or until ``stop``), each recorded into ``capture``;
+    the mismatches with stable's own answer to the same row (the client must only ever get stable's)."""
+    mismatches, sent, stable = [], 0, stack.stable_answers()
+    with stack.gateway.http() as http:
+        while sent < count and not (stop is not None and stop.is_set()):
+            row = stack.rows[sent % len(stack.rows)]
+            body = {"inputs": {k: v.tolist() for k, v in row.items()}}
+            response = http.post(f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
+                                 headers={"x-api-key": stack.gateway.key()})
+            if capture is not None:
+                capture.write(prediction_log(MODEL, row, request_id=response.headers.get("x-request-id", str(sent)),
+                                             micros=int(time.time() * 1e6)))
+            answer = response.json().get("outputs") if response.status_code == 200 else response.text
+            if answer != stable[sent % len(stack.rows)]:
+                mismatches.append((sent, response.status_code, answer))
+            sent += 1
+    return mismatches
+
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.05)
+    return True
+
+
+@pytest.mark.parametrize("kind", ["same", "shuffled"])
+def test_a_shadow_canary_gets_the_traffic_clients_get_stable_and_live_judges_as_offline(stack, kind, capsys):
+    version = VERSIONS[kind]
+    code, out = stack.rollout("canary", MODEL, str(version), "--shadow")
+    assert code == 0, out
+    assert "100% mirrored to canary (shadow)" in out
+    assert (stack.gateway.conf_dir / route_file_names(MODEL)[2]).exists()
+    try:
+        # The version each unlabeled answer came from: REST metadata through the gateway (routed to stable).
+        with stack.gateway.http() as http:
+            versions = {http.get(f"{stack.gateway.rest_url}/v1/models/{MODEL}/metadata",
+                                 headers={"x-api-key": stack.gateway.key()}).json()["model_spec"]["version"]
+                        for _ in range(5)}
+        assert versions == {"1"}
+        # Clients: stable's answers only; the server counts each of their requests twice (theirs and the copy).
+        stack.stable_answers()
+        before = stack.request_count()
+        assert send_unlabeled(stack, REQUESTS) == []
+        assert wait_until(lambda: stack.request_count() - before >= 2 * REQUESTS), stack.request_count() - before
+        assert stack.request_count() - before == 2 * REQUESTS
+
+        # Live: the analysis tails the capture while the clients send (its own process).
+        capture = CaptureFiles(stack.root / f"capture-{kind}", per_file=15)
+        live_report = stack.work / f"live-{kind}.json"
+        live = subprocess.Popen(
+            [sys.executable, "-m", "serving.rollout", "analyze", MODEL, "--live", str(capture.directory),
+             "--requests", str(REQUESTS), "--report", str(live_report), *THRESHOLDS, *stack.where("analyze")],
+            cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        started = ""
+        while "live analysis of" not in started:  # printed once its tail has taken the directory's start
+            line = live.stderr.readline()
+            assert line, started + live.stderr.read()
+            started += line
+        mismatches = send_unlabeled(stack, REQUESTS, capture)
+        capture.close()
+        live_out, live_err = live.communicate(timeout=300)
+        assert mismatches == []  # a shuffled canary's answers never reached a client
+        offline_code, offline_out = stack.rollout("analyze", MODEL, "--inputs",
+                                                  str(capture.joined(stack.work / f"capture-{kind}.tfrecord")),
+                                                  "--report", str(stack.work / f"offline-{kind}.json"), *THRESHOLDS)
+        with capsys.disabled():
+            print(f"\n--- {kind}: analyze --live (exit {live.returncode})\n{started}{live_err}{live_out}"
+                  f"\n--- {kind}: analyze --inputs (exit {offline_code})\n{offline_out}")
+        live_json = json.loads(live_report.read_text())
+        offline_json = json.loads((stack.work / f"offline-{kind}.json").read_text())
+        assert f"live: {REQUESTS} captured records read, {REQUESTS} compared" in live_err
+        assert live_json["verdict"] == offline_json["verdict"] == VERDICTS[kind]
+        assert live.returncode == offline_code == {"PASS": 0, "FAIL": 1}[VERDICTS[kind]]
+        agreement = {r["name"]: r["verdict"] for r in live_json["checks"]}
+        assert agreement == {r["name"]: r["verdict"] for r in offline_json["checks"]}  # check by check
+    finally:
+        code, out = stack.rollout("rollback", "--model", MODEL)
+    assert code == 0, out
+    assert not any((stack.gateway.conf_dir / name).exists() for name in route_file_names(MODEL))  # shadow ended
+
+
+def test_auto_shadow_phase_fails_a_shuffled_canary_before_any_traffic_moves(stack, capsys):
+    capture = CaptureFiles(stack.root / "capture-auto", per_file=20)
+    stop = threading.Event()
+    mismatches: list = []
+
+    def clients() -> None:
+        mismatches.extend(send_unlabeled(stack, 10**9, capture, stop=stop))
+
+    thread = threading.Thread(target=clients)
+    thread.start()
+    try:
+        report = stack.work / "auto-shadow.json"
+        code, out = stack.rollout("auto", MODEL, str(VERSIONS["shuffled"]), "--steps", "10,100", "--interval", "0",
+                                  "--shadow-phase", "120s", "--live", str(capture.directory),
+                                  "--requests", str(REQUESTS), "--report", str(report), *THRESHOLDS)
+    finally:
+        stop.set()
+        thread.join(60)
+    with capsys.disabled():
+        print(f"\n--- auto --shadow-phase (exit {code})\n{out}")
+    doc = json.loads(report.read_text())
+    assert code == 1 and doc["outcome"] == "rolled back", out
+    assert [(d["step"], d["verdict"]) for d in doc["decisions"]] == [("shadow", "FAIL")]
+    agreement = {c["name"]: c for c in doc["decisions"][0]["analysis"]["checks"]}["agreement:probabilities"]
+    assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
+    assert mismatches == []
+    assert not any((stack.gateway.conf_dir / name).exists() for name in route_file_names(MODEL))
