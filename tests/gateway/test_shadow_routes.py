@@ -219,7 +219,9 @@ def test_a_stalled_canary_delays_no_client_past_the_copys_timeout(shadow):
     # read timeout bounds that wait (at most 4 copies are held at once: tfs_shadow's max_conns; past that a
     # copy is dropped at once). Generous margin: a bound, not a speed target.
     assert slowest < SHADOW_READ_TIMEOUT + 3.0, slowest
-    assert upstream.count(label="canary", shadow="1") <= requests
+    # The copy that timed out stopped the copies (tfs_shadow's max_fails): at most max_conns (4) reached the
+    # stalled canary, however many requests came.
+    assert 1 <= upstream.count(label="canary", shadow="1") <= 4, upstream.counts
     # Concurrent clients on their own connections are not held by the stalled copies at all.
     results: list = []
 

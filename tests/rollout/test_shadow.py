@@ -13,6 +13,7 @@ renamed when closed), because this test runs no capture service. ``analyze --liv
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -213,3 +214,74 @@ def test_auto_shadow_phase_fails_a_shuffled_canary_before_any_traffic_moves(stac
     assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
     assert mismatches == []
     assert not any((stack.gateway.conf_dir / name).exists() for name in route_file_names(MODEL))
+
+
+STALLED = 4
+
+
+def build_stalling(v1, out, fifo):
+    """Version 1 whose every call first reads ``fifo``: a named pipe with no writer, so the call waits (no CPU)
+    until the test opens it for writing. TensorFlow is imported by the builder."""
+    import tensorflow as tf
+
+    from tests.rollout.v2_models import _save_served
+
+    def outputs(loaded, images):
+        # The read feeds the answer (its length, 0 once released): a control dependency alone is optimized away.
+        waited = tf.cast(tf.strings.length(tf.io.read_file(str(fifo))), tf.float32)
+        probabilities = loaded.signatures["serving_default"](images=images)["probabilities"] + waited
+        return {"probabilities": probabilities, "classes": tf.argmax(probabilities, axis=-1)}
+
+    return _save_served(out, tf.saved_model.load(str(v1)), outputs)
+
+
+def release(fifo) -> None:
+    """Let every call waiting on ``fifo`` go on (each reads end-of-file once a writer came and went)."""
+    for _ in range(200):
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            return  # no reader left
+        os.close(fd)
+        threading.Event().wait(0.05)
+
+
+def test_a_stalled_shadow_canary_fails_and_holds_no_client(stack, model_repo, capsys):
+    fifo = stack.root / "stall.fifo"
+    os.mkfifo(fifo)
+    publish_saved_model(build_stalling(model_repo / MODEL / "1", stack.root / "stalling", fifo), stack.repo, MODEL,
+                        STALLED)
+    code, out = stack.rollout("canary", MODEL, str(STALLED), "--shadow")
+    assert code == 0, out
+    try:
+        # One keep-alive connection: nginx reads its next request once the last one's copy ended, so the copy's
+        # timeouts (routes.conf: 2 s) bound the wait; the first timed-out copy stops the copies (max_fails).
+        start = time.monotonic()
+        slowest, mismatches = 0.0, []
+        for _ in range(5):
+            begin = time.monotonic()
+            mismatches += send_unlabeled(stack, 4)
+            slowest = max(slowest, time.monotonic() - begin)
+        sequential = time.monotonic() - start
+        # Concurrent clients on connections of their own, while the canary's calls are stuck in the server.
+        results: list = []
+        threads = [threading.Thread(target=lambda: results.append(send_unlabeled(stack, 5))) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        with capsys.disabled():
+            print(f"\nstalled canary: 20 sequential requests on one connection in {sequential:.2f} s (slowest 4 in "
+                  f"{slowest:.2f} s); 6 x 5 concurrent requests: {sum(map(len, results))} mismatches")
+        assert mismatches == [] and results == [[]] * 6  # every client answered, by stable
+        # The canary did stall: its copy timed out at the gateway, which then stopped the copies (max_fails).
+        log = stack.gateway.error_log.read_text()
+        assert re.search(r"upstream timed out .*subrequest: \"/v1/models/digits/labels/canary:predict\"", log), log
+        assert "upstream server temporarily disabled" in log
+        assert slowest < 4 * 0.5 + 2.0 + 3.0, slowest  # a bound (the copy's 2 s timeout once), not a speed target
+    finally:
+        release(fifo)
+        code, out = stack.rollout("rollback", "--model", MODEL)
+    assert code == 0, out
