@@ -55,8 +55,11 @@ def _masked_crc(data: bytes) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
-def _fields(message: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of a protobuf message: an int for varints and fixed, bytes for the rest."""
+def _message(message: bytes) -> tuple[dict[int, bytes], dict[int, int]]:
+    """A protobuf message's fields by number: the length-delimited ones (bytes) and the varints (the last of a
+    repeated field wins; fixed-size fields are skipped)."""
+    delimited: dict[int, bytes] = {}
+    varints: dict[int, int] = {}
     i = 0
 
     def varint() -> int:
@@ -74,17 +77,16 @@ def _fields(message: bytes) -> Iterator[tuple[int, int, object]]:
         key = varint()
         number, wire = key >> 3, key & 7
         if wire == 0:
-            yield number, wire, varint()
+            varints[number] = varint()
         elif wire == 2:
             length = varint()
-            yield number, wire, message[i:i + length]
+            delimited[number] = message[i:i + length]
             i += length
         elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            yield number, wire, int.from_bytes(message[i:i + size], "little")
-            i += size
+            i += 8 if wire == 1 else 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire}")
+    return delimited, varints
 
 
 @dataclass(frozen=True)
@@ -106,39 +108,25 @@ class CapturedRequest:
 
 def parse_record(record: bytes) -> Optional[CapturedRequest]:
     """The Predict in a serialized PredictionLog, or None for a classify/regress/multi-inference log."""
-    metadata, predict = b"", None
-    for number, wire, value in _fields(record):
-        if number == _LOG_METADATA and wire == 2:
-            metadata = value  # type: ignore[assignment]
-        elif number == _PREDICT_LOG and wire == 2:
-            predict = value
-    if predict is None:
+    log, _ = _message(record)
+    if _PREDICT_LOG not in log:
         return None
-    request = b"".join(v for n, w, v in _fields(predict) if n == _PREDICT_REQUEST and w == 2)  # type: ignore[misc]
-    name, version, label, signature, request_id, micros = "", None, None, "", "", 0
-    for number, wire, value in _fields(metadata):
-        if number == _MODEL_SPEC and wire == 2:
-            for n, w, v in _fields(value):  # type: ignore[arg-type]
-                if n == _SPEC_NAME and w == 2:
-                    name = v.decode()  # type: ignore[union-attr]
-                elif n == _SPEC_VERSION and w == 2:
-                    version = next((int(x) for k, _, x in _fields(v) if k == 1), 0)  # type: ignore[arg-type]
-                elif n == _SPEC_SIGNATURE and w == 2:
-                    signature = v.decode()  # type: ignore[union-attr]
-                elif n == _SPEC_LABEL and w == 2:
-                    label = v.decode()  # type: ignore[union-attr]
-        elif number == _REQUEST_ID and wire == 2:
-            request_id = value.decode()  # type: ignore[union-attr]
-        elif number == _TIMESTAMP_MICROS and wire == 0:
-            micros = int(value)  # type: ignore[arg-type]
+    request = _message(log[_PREDICT_LOG])[0].get(_PREDICT_REQUEST, b"")
+    metadata, metadata_ints = _message(log.get(_LOG_METADATA, b""))
+    spec, _ = _message(metadata.get(_MODEL_SPEC, b""))
+    name = spec.get(_SPEC_NAME, b"").decode()
+    signature = spec.get(_SPEC_SIGNATURE, b"").decode()
+    label = spec.get(_SPEC_LABEL, b"").decode() or None
+    version = _message(spec[_SPEC_VERSION])[1].get(1, 0) if _SPEC_VERSION in spec else None  # Int64Value.value
     if not name or not signature:  # the request's own spec, when the metadata has none
-        spec = apis.PredictRequest.FromString(request).model_spec
-        name = name or spec.name
-        signature = signature or spec.signature_name
-        if version is None and spec.HasField("version"):
-            version = spec.version.value
-        label = label or spec.version_label or None
-    return CapturedRequest(request_id, name, version, label, signature or "serving_default", micros / 1e6, request)
+        own = apis.PredictRequest.FromString(request).model_spec
+        name = name or own.name
+        signature = signature or own.signature_name
+        if version is None and own.HasField("version"):
+            version = own.version.value
+        label = label or own.version_label or None
+    return CapturedRequest(metadata.get(_REQUEST_ID, b"").decode(), name, version, label,
+                           signature or "serving_default", metadata_ints.get(_TIMESTAMP_MICROS, 0) / 1e6, request)
 
 
 def _stem(path: Path) -> str:
@@ -207,7 +195,8 @@ class CaptureTail:
                 data = file.read()
         except FileNotFoundError:
             return []
-        records, at = [], 0
+        records: list[bytes] = []
+        at = 0
         while len(data) - at >= 12:
             header = data[at:at + 8]
             (length,) = struct.unpack("<Q", header)
