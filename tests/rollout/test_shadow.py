@@ -285,3 +285,45 @@ def test_a_stalled_shadow_canary_fails_and_holds_no_client(stack, model_repo, ca
         release(fifo)
         code, out = stack.rollout("rollback", "--model", MODEL)
     assert code == 0, out
+
+
+def test_an_operators_shadow_is_refused_when_another_changed_the_routes_since_it_read_them(stack, monkeypatch):
+    """Version 2 is the canary already (weight 0). Operator A (`canary --shadow`) reads the routes, then operator
+    B's `canary --weight 10` runs to its end, then A goes on: A's first route write finds the routes changed
+    since it read them and is refused (exit 4); B's routes stay (ordered by events: A waits in its read until B
+    is done). Neither changes the models config (the canary is loaded), so only the routes' compare-and-swap
+    stands between A and B's weight: without it A writes its shadow over B's 10 % and exits 0."""
+    from serving.rollout import traffic
+
+    assert stack.rollout("canary", MODEL, str(VERSIONS["same"]))[0] == 0
+
+    a_read, b_done = threading.Event(), threading.Event()
+    real_state = traffic.HostNginx.state
+
+    def state(self, model):
+        value = real_state(self, model)
+        if threading.current_thread().name == "operator-a" and not a_read.is_set():
+            a_read.set()
+            assert b_done.wait(300)
+        return value
+
+    monkeypatch.setattr(traffic.HostNginx, "state", state)
+    codes: dict[str, int] = {}
+
+    def operator_a() -> None:
+        codes["a"] = main(["canary", MODEL, str(VERSIONS["same"]), "--shadow", *stack.where("canary")])
+
+    thread = threading.Thread(target=operator_a, name="operator-a")
+    thread.start()
+    try:
+        assert a_read.wait(120)
+        codes["b"], out = stack.rollout("canary", MODEL, str(VERSIONS["same"]), "--weight", "10")
+    finally:
+        b_done.set()
+        thread.join(300)
+    try:
+        assert codes == {"a": 4, "b": 0}, codes
+        conf, label_map, shadow_map = (stack.gateway.conf_dir / name for name in route_file_names(MODEL))
+        assert not shadow_map.exists() and "10% canary" in conf.read_text()  # B's routes, whole
+    finally:
+        assert stack.rollout("rollback", "--model", MODEL)[0] == 0
