@@ -282,7 +282,9 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     manifest = analyze.stable_manifest(version_dir)
     batches = (analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
                if not getattr(args, "live", None) else [])
-    sides = _sides(args, served)
+    # Live: each side by its version number, so the analysis' own calls, if captured, name a version and are
+    # never compared again (serving.rollout.live); offline: by label.
+    sides = _sides(args, served, dict(entry.version_labels) if getattr(args, "live", None) else None)
     thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
                                     args.max_p99_ratio, args.max_error_rate, args.min_requests)
 
@@ -300,15 +302,23 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     return run
 
 
-def _sides(args: argparse.Namespace, served: ServedConfig) -> list[analyze.Side]:
-    """``stable`` and ``canary`` as the analysis calls them: by label, or the canary on a server of its own."""
+def _sides(args: argparse.Namespace, served: ServedConfig,
+           versions: Optional[dict[str, int]] = None) -> list[analyze.Side]:
+    """``stable`` and ``canary`` as the analysis calls them: by label (by the labels' ``versions`` if given), or
+    the canary on a server of its own, unlabeled."""
     stable_client = _client(args, served, args.grpc, args.rest)
     separate = args.canary_grpc or args.canary_rest
     canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
-    return [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
-                                                                   signature=args.signature)),
+
+    def where(label: str) -> dict:
+        if separate and label == "canary":
+            return {}
+        return {"version": versions[label]} if versions else {"label": label}
+
+    return [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, signature=args.signature,
+                                                                   **where("stable"))),
             analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
-                                                                   label=None if separate else "canary"))]
+                                                                   **where("canary")))]
 
 
 def _analyze(args: argparse.Namespace) -> int:

@@ -6,9 +6,12 @@ gateway's or the server's request capture) while it is written: records
 appended to a ``.part`` file, the file renamed when it is closed (the same
 file: read on from the same offset), new files, files deleted by the capture's
 budget (forgotten). Each new record that is a Predict of the model, names no
-version and no label (a client's own, unrouted call: the analysis' calls name
-their label, and so are never compared again) and calls ``--signature`` is
-sent to both sides by label, by ``concurrency`` workers; a record that finds
+version (a client's call, unlabeled or by label: a capture records an unlabeled
+call the gateway routed under the label it chose) and calls ``--signature`` is
+sent to both sides, by ``concurrency`` workers. The CLI calls each side by its
+version number (the labels' versions when it started), so the analysis' own
+calls, if the capture records them, name a version and are never compared
+again. A record that finds
 every worker busy and the queue full is skipped and counted (the analysis
 samples a load it cannot keep up with, it never falls behind without bound).
 
@@ -28,109 +31,29 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-import google_crc32c
 import numpy as np
 
 from serving import codec, status
+from serving.capture import CaptureRecord
+from serving.capture._names import PART_SUFFIX, SUFFIX
+from serving.capture._tfrecord import masked_crc32c
 from serving.rollout.analyze import Replay, Side
 from serving.stack.endpoint import is_gateway_refusal
 from serving.wire import serving_apis_pb2 as apis
 
-__all__ = ["CapturedRequest", "CaptureTail", "LiveCounts", "compare_live", "parse_duration"]
+__all__ = ["CaptureTail", "LiveCounts", "compare_live", "parse_duration", "parse_record"]
 
-# PredictionLog (apis/prediction_log.proto) and LogMetadata (apis/logging.proto) field numbers, with the two
-# capture fields beyond the official proto (docs: serving.capture).
-_LOG_METADATA, _PREDICT_LOG = 1, 6
-_MODEL_SPEC, _REQUEST_ID, _TIMESTAMP_MICROS = 1, 1001, 1002
-_PREDICT_REQUEST = 1
-_SPEC_NAME, _SPEC_VERSION, _SPEC_SIGNATURE, _SPEC_LABEL = 1, 2, 3, 4
-_CRC_MASK_DELTA = 0xA282EAD8
-
-
-def _masked_crc(data: bytes) -> int:
-    """TFRecord's checksum: crc32c, rotated right by 15 bits, plus a constant (tensorflow/core/lib/hash/crc32c.h)."""
-    crc = google_crc32c.value(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
-
-
-def _message(message: bytes) -> tuple[dict[int, bytes], dict[int, int]]:
-    """A protobuf message's fields by number: the length-delimited ones (bytes) and the varints (the last of a
-    repeated field wins; fixed-size fields are skipped)."""
-    delimited: dict[int, bytes] = {}
-    varints: dict[int, int] = {}
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = result = 0
-        while True:
-            byte = message[i]
-            i += 1
-            result |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return result
-            shift += 7
-
-    while i < len(message):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            varints[number] = varint()
-        elif wire == 2:
-            length = varint()
-            delimited[number] = message[i:i + length]
-            i += length
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-    return delimited, varints
-
-
-@dataclass(frozen=True)
-class CapturedRequest:
-    """One captured Predict: who it was for and its request (decoded only when compared)."""
-
-    request_id: str
-    model: str
-    version: Optional[int]
-    label: Optional[str]
-    signature: str
-    time: float
-    request: bytes  # a serialized PredictRequest
-
-    def inputs(self) -> dict[str, np.ndarray]:
-        parsed = apis.PredictRequest.FromString(self.request)
-        return {name: codec.tensor_proto_to_ndarray(tensor) for name, tensor in parsed.inputs.items()}
-
-
-def parse_record(record: bytes) -> Optional[CapturedRequest]:
-    """The Predict in a serialized PredictionLog, or None for a classify/regress/multi-inference log."""
-    log, _ = _message(record)
-    if _PREDICT_LOG not in log:
-        return None
-    request = _message(log[_PREDICT_LOG])[0].get(_PREDICT_REQUEST, b"")
-    metadata, metadata_ints = _message(log.get(_LOG_METADATA, b""))
-    spec, _ = _message(metadata.get(_MODEL_SPEC, b""))
-    name = spec.get(_SPEC_NAME, b"").decode()
-    signature = spec.get(_SPEC_SIGNATURE, b"").decode()
-    label = spec.get(_SPEC_LABEL, b"").decode() or None
-    version = _message(spec[_SPEC_VERSION])[1].get(1, 0) if _SPEC_VERSION in spec else None  # Int64Value.value
-    if not name or not signature:  # the request's own spec, when the metadata has none
-        own = apis.PredictRequest.FromString(request).model_spec
-        name = name or own.name
-        signature = signature or own.signature_name
-        if version is None and own.HasField("version"):
-            version = own.version.value
-        label = label or own.version_label or None
-    return CapturedRequest(metadata.get(_REQUEST_ID, b"").decode(), name, version, label,
-                           signature or "serving_default", metadata_ints.get(_TIMESTAMP_MICROS, 0) / 1e6, request)
+def parse_record(record: bytes) -> Optional[CaptureRecord]:
+    """The captured Predict in a serialized PredictionLog (``serving.capture``'s record), or None for a
+    classify/regress/multi-inference log. ValueError (protobuf's DecodeError is one) for what is none."""
+    captured = CaptureRecord.from_log(apis.PredictionLog.FromString(record))
+    return captured if captured.method == "predict" else None
 
 
 def _stem(path: Path) -> str:
-    return path.name.removesuffix(".part")
+    return path.name.removesuffix(PART_SUFFIX)
 
 
 @dataclass
@@ -163,7 +86,7 @@ class CaptureTail:
     def _listing(self) -> list[tuple[tuple[int, int], Path, int]]:
         found = []
         for path in sorted(self.directory.iterdir()):
-            if not (path.name.endswith(".tfrecord") or path.name.endswith(".tfrecord.part")):
+            if not (path.name.endswith(SUFFIX) or path.name.endswith(SUFFIX + PART_SUFFIX)):
                 continue
             try:
                 info = path.stat()
@@ -200,7 +123,7 @@ class CaptureTail:
         while len(data) - at >= 12:
             header = data[at:at + 8]
             (length,) = struct.unpack("<Q", header)
-            if struct.unpack("<I", data[at + 8:at + 12])[0] != _masked_crc(header):
+            if struct.unpack("<I", data[at + 8:at + 12])[0] != masked_crc32c(header):
                 self.bad += 1  # a corrupt length: nothing after it in this file can be framed
                 tailed.offset += len(data) - at
                 return records
@@ -208,7 +131,7 @@ class CaptureTail:
             if end > len(data):
                 break  # the rest of this record is not written yet
             body = data[at + 12:at + 12 + length]
-            if struct.unpack("<I", data[end - 4:end])[0] == _masked_crc(body):
+            if struct.unpack("<I", data[end - 4:end])[0] == masked_crc32c(body):
                 records.append(body)
             else:
                 self.bad += 1
@@ -250,14 +173,14 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _not_compared(captured: Optional[CapturedRequest], model: str, signature: str) -> Optional[str]:
+def _not_compared(captured: Optional[CaptureRecord], model: str, signature: str) -> Optional[str]:
     """Why a captured request is not compared (None: it is)."""
     if captured is None:
         return "not a predict"
     if captured.model != model:
         return "other model"
-    if captured.version is not None or captured.label:
-        return "names a version or label"
+    if captured.version is not None:
+        return "names a version"
     if captured.signature != signature:
         return "other signature"
     return None
@@ -329,7 +252,7 @@ def compare_live(model: str, sides: Sequence[Side], tail: CaptureTail, *, signat
                 counts.records += 1
                 try:
                     captured = parse_record(record)
-                except (ValueError, IndexError, UnicodeDecodeError):
+                except ValueError:  # protobuf's DecodeError, or a log of no known method
                     counts.skip("unreadable")
                     continue
                 why = _not_compared(captured, model, signature)

@@ -3,9 +3,9 @@ canary gets a copy of their traffic, and ``analyze --live`` judges it as ``analy
 
 Version 1 of digits is ``stable``; version 2 is a copy of it (a canary that agrees) and version 3 the
 shuffled-classes model of tests/rollout/v2_models.py (fast, error-free, wrong). Clients send unlabeled REST
-Predicts through the gateway; the test records each one into a capture directory as the gateway's request
-capture does (``tests.rollout.test_shadow_live.CaptureFiles``: PredictionLog records, ``.part`` files
-renamed when closed), because this test runs no capture service. ``analyze --live`` runs as its own process
+Predicts through the gateway; the test records each one into a capture directory with ``serving.capture.CaptureWriter``
+(what the gateway's capture service and the server's request capture write with: PredictionLog records,
+``.part`` files renamed when closed, rotated by size), because this test runs no capture service. ``analyze --live`` runs as its own process
 (``python -m serving.rollout``), tailing that directory while the clients send; the offline
 ``analyze --inputs FILE`` then reads the same records. The CLI's route changes go to the gateway's files
 (``--gateway nginx``); the server's own metrics (``:tensorflow:serving:request_count``) count the copies.
@@ -25,17 +25,18 @@ import threading
 import time
 
 import httpx
-import numpy as np
 import pytest
 
 from exporter.manifest import load_manifest
 from gateway.canary import route_file_names
+from serving.capture import CaptureWriter
 from serving.config.files import MONITORING_PATH
 from serving.rollout.cli import main
 from serving.rollout.publish import publish_saved_model
-from tests.rollout.test_shadow_live import CaptureFiles, prediction_log
+from serving.wire import serving_apis_pb2 as apis
+from tests.rollout.test_shadow_live import prediction_log
 from tests.rollout.v2_models import build_wrapped
-from tests.support.canary_stack import MODEL, canary_gateway, canary_server
+from tests.support.canary_stack import MODEL, canary_gateway, canary_server, send_resending_once
 from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -100,20 +101,37 @@ def stack(model_repo, nginx, nginx_version, gateway_secrets, compose_gateway_env
         yield Stack(root, repo, work, server, gateway, nginx)
 
 
-def send_unlabeled(stack: Stack, count: int, capture: CaptureFiles | None = None,
+def capture_writer(directory) -> CaptureWriter:
+    """A capture directory as the gateway's capture service writes it; small files, so it rotates often."""
+    return CaptureWriter(directory, origin="gateway", max_file_bytes=16 * 1024, max_file_seconds=3600,
+                         max_total_bytes=1 << 30)
+
+
+def joined(directory, out):
+    """The closed capture files, in name order, as one TFRecord file (what ``analyze --inputs FILE`` reads)."""
+    out.write_bytes(b"".join(p.read_bytes() for p in sorted(directory.glob("*.tfrecord"))))
+    return out
+
+
+def send_unlabeled(stack: Stack, count: int, capture: CaptureWriter | None = None,
                    stop: threading.Event | None = None) -> list:
     """``count`` unlabeled Predicts through the gateway (or until ``stop``), each recorded into ``capture``;
     the mismatches with stable's own answer to the same row (the client must only ever get stable's)."""
-    mismatches, sent, stable = [], 0, stack.stable_answers()
+    mismatches, sent, stable, resent = [], 0, stack.stable_answers(), []
     with stack.gateway.http() as http:
         while sent < count and not (stop is not None and stop.is_set()):
             row = stack.rows[sent % len(stack.rows)]
             body = {"inputs": {k: v.tolist() for k, v in row.items()}}
-            response = http.post(f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
-                                 headers={"x-api-key": stack.gateway.key()})
+            # A reload (the rollout's route changes) closes idle keep-alive connections: sent again once, as
+            # the SDK does for an idempotent call.
+            response = send_resending_once(lambda: http.post(
+                f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
+                headers={"x-api-key": stack.gateway.key()}), resent)
             if capture is not None:
-                capture.write(prediction_log(MODEL, row, request_id=response.headers.get("x-request-id", str(sent)),
-                                             micros=int(time.time() * 1e6)))
+                # As the gateway's capture records a call its canary routes sent to stable: under that label.
+                log = apis.PredictionLog.FromString(prediction_log(MODEL, row, request_id=str(sent), label="stable",
+                                                                   micros=int(time.time() * 1e6)))
+                assert capture.write(log)
             answer = response.json().get("outputs") if response.status_code == 200 else response.text
             if answer != stable[sent % len(stack.rows)]:
                 mismatches.append((sent, response.status_code, answer))
@@ -152,10 +170,11 @@ def test_a_shadow_canary_gets_the_traffic_clients_get_stable_and_live_judges_as_
         assert stack.request_count() - before == 2 * REQUESTS
 
         # Live: the analysis tails the capture while the clients send (its own process).
-        capture = CaptureFiles(stack.root / f"capture-{kind}", per_file=15)
+        directory = stack.root / f"capture-{kind}"
+        capture = capture_writer(directory)
         live_report = stack.work / f"live-{kind}.json"
         live = subprocess.Popen(
-            [sys.executable, "-m", "serving.rollout", "analyze", MODEL, "--live", str(capture.directory),
+            [sys.executable, "-m", "serving.rollout", "analyze", MODEL, "--live", str(directory),
              "--requests", str(REQUESTS), "--report", str(live_report), *THRESHOLDS, *stack.where("analyze")],
             cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
@@ -169,7 +188,7 @@ def test_a_shadow_canary_gets_the_traffic_clients_get_stable_and_live_judges_as_
         live_out, live_err = live.communicate(timeout=300)
         assert mismatches == []  # a shuffled canary's answers never reached a client
         offline_code, offline_out = stack.rollout("analyze", MODEL, "--inputs",
-                                                  str(capture.joined(stack.work / f"capture-{kind}.tfrecord")),
+                                                  str(joined(directory, stack.work / f"capture-{kind}.tfrecord")),
                                                   "--report", str(stack.work / f"offline-{kind}.json"), *THRESHOLDS)
         with capsys.disabled():
             print(f"\n--- {kind}: analyze --live (exit {live.returncode})\n{started}{live_err}{live_out}"
@@ -188,23 +207,30 @@ def test_a_shadow_canary_gets_the_traffic_clients_get_stable_and_live_judges_as_
 
 
 def test_auto_shadow_phase_fails_a_shuffled_canary_before_any_traffic_moves(stack, capsys):
-    capture = CaptureFiles(stack.root / "capture-auto", per_file=20)
+    directory = stack.root / "capture-auto"
+    capture = capture_writer(directory)
     stop = threading.Event()
     mismatches: list = []
 
+    failed: list = []
+
     def clients() -> None:
-        mismatches.extend(send_unlabeled(stack, 10**9, capture, stop=stop))
+        try:
+            mismatches.extend(send_unlabeled(stack, 10**9, capture, stop=stop))
+        except Exception as exc:  # noqa: BLE001 (reported by the test, not lost in the thread)
+            failed.append(repr(exc))
 
     thread = threading.Thread(target=clients)
     thread.start()
     try:
         report = stack.work / "auto-shadow.json"
         code, out = stack.rollout("auto", MODEL, str(VERSIONS["shuffled"]), "--steps", "10,100", "--interval", "0",
-                                  "--shadow-phase", "120s", "--live", str(capture.directory),
+                                  "--shadow-phase", "60s", "--live", str(directory),
                                   "--requests", str(REQUESTS), "--report", str(report), *THRESHOLDS)
     finally:
         stop.set()
         thread.join(60)
+        capture.close()
     with capsys.disabled():
         print(f"\n--- auto --shadow-phase (exit {code})\n{out}")
     doc = json.loads(report.read_text())
@@ -212,7 +238,7 @@ def test_auto_shadow_phase_fails_a_shuffled_canary_before_any_traffic_moves(stac
     assert [(d["step"], d["verdict"]) for d in doc["decisions"]] == [("shadow", "FAIL")]
     agreement = {c["name"]: c for c in doc["decisions"][0]["analysis"]["checks"]}["agreement:probabilities"]
     assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
-    assert mismatches == []
+    assert mismatches == [] and failed == []
     assert not any((stack.gateway.conf_dir / name).exists() for name in route_file_names(MODEL))
 
 

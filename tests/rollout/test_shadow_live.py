@@ -7,7 +7,6 @@ which tests/rollout/test_shadow.py uses to record the traffic its clients send t
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from pathlib import Path
 from typing import Mapping, Optional
@@ -15,48 +14,24 @@ from typing import Mapping, Optional
 import numpy as np
 import pytest
 
-from serving import codec, status
+from serving import capture, codec, status
+from serving.capture._tfrecord import frame
 from serving.rollout import analyze
-from serving.rollout.live import CaptureTail, _masked_crc, compare_live, parse_duration, parse_record
+from serving.rollout.live import CaptureTail, compare_live, parse_duration, parse_record
 from serving.wire import serving_apis_pb2 as apis
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, data: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
 
 
 def prediction_log(model: str, inputs: Mapping[str, np.ndarray], *, request_id: str = "", micros: int = 0,
                    signature: str = "serving_default", label: Optional[str] = None,
                    version: Optional[int] = None) -> bytes:
-    """A serialized tensorflow.serving.PredictionLog with a predict_log (apis/prediction_log.proto), its
-    log_metadata carrying the capture's request_id (1001) and timestamp_micros (1002)."""
+    """A serialized PredictionLog of one Predict, as the capture writes it (``serving.capture.prediction_log``)."""
     request = apis.PredictRequest()
     request.model_spec.name = model
     for name, array in inputs.items():
         codec.ndarray_to_tensor_proto(np.asarray(array), request.inputs[name])
-    spec = _field(1, model.encode()) + _field(3, signature.encode())
-    if version is not None:
-        spec += _field(2, _varint(1 << 3 | 0) + _varint(version))
-    if label is not None:
-        spec += _field(4, label.encode())
-    metadata = _field(1, spec) + _field(1001, request_id.encode()) + _varint(1002 << 3 | 0) + _varint(micros)
-    return _field(1, metadata) + _field(6, _field(1, request.SerializeToString()))
-
-
-def frame(record: bytes) -> bytes:
-    """One TFRecord frame: length, masked crc32c of the length, data, masked crc32c of the data."""
-    header = struct.pack("<Q", len(record))
-    return header + struct.pack("<I", _masked_crc(header)) + record + struct.pack("<I", _masked_crc(record))
+    return capture.prediction_log("predict", request, model=model, origin="gateway", request_id=request_id,
+                                  sampling_rate=1.0, version=version, label=label, signature=signature,
+                                  when=micros / 1e6 if micros else None).SerializeToString()
 
 
 class CaptureFiles:
@@ -100,13 +75,6 @@ class CaptureFiles:
 ROW = {"x": np.arange(3, dtype=np.float32).reshape(1, 3)}
 
 
-def test_masked_crc_is_tensorflows():
-    # crc32c's check value (RFC 3720: crc32c("123456789") = 0xE3069283), masked as tensorflow/core/lib/hash/crc32c.h.
-    crc = 0xE3069283
-    assert _masked_crc(b"123456789") == ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-    assert _masked_crc(b"") == 0xA282EAD8
-
-
 def test_a_record_says_whose_request_it_is():
     record = parse_record(prediction_log("digits", ROW, request_id="r-1", micros=1_700_000_000_250_000))
     assert (record.model, record.version, record.label, record.signature, record.request_id) == \
@@ -115,42 +83,44 @@ def test_a_record_says_whose_request_it_is():
     np.testing.assert_array_equal(record.inputs()["x"], ROW["x"])
     assert parse_record(prediction_log("digits", ROW, label="canary")).label == "canary"
     assert parse_record(prediction_log("digits", ROW, version=3)).version == 3
-    assert parse_record(_field(1, b"")) is None  # a log with no predict_log: not a Predict
+    classify = capture.prediction_log("classify", apis.ClassificationRequest(), model="digits", origin="gateway",
+                                      request_id="c", sampling_rate=1.0)
+    assert parse_record(classify.SerializeToString()) is None  # not a Predict
 
 
 def test_the_tail_reads_appends_renames_new_files_and_forgets_deleted_ones(tmp_path):
-    capture = CaptureFiles(tmp_path / "capture", per_file=3)
-    capture.write(prediction_log("digits", ROW, request_id="before"))
-    tail = CaptureTail(capture.directory)  # from now on: "before" is not news
+    files = CaptureFiles(tmp_path / "capture", per_file=3)
+    files.write(prediction_log("digits", ROW, request_id="before"))
+    tail = CaptureTail(files.directory)  # from now on: "before" is not news
     assert tail.poll() == []
     for i in range(2):
-        capture.write(prediction_log("digits", ROW, request_id=f"a{i}"))  # closes the first file at 3
-    capture.write(prediction_log("digits", ROW, request_id="b0"))  # a new .part file
+        files.write(prediction_log("digits", ROW, request_id=f"a{i}"))  # closes the first file at 3
+    files.write(prediction_log("digits", ROW, request_id="b0"))  # a new .part file
     assert [parse_record(r).request_id for r in tail.poll()] == ["a0", "a1", "b0"]
     assert tail.poll() == []
     # Half a frame: nothing yet; the rest: the record.
-    part = capture.current
+    part = files.current
     whole = frame(prediction_log("digits", ROW, request_id="b1"))
     with open(part, "ab") as file:
         file.write(whole[:20])
     assert tail.poll() == []
     with open(part, "ab") as file:
         file.write(whole[20:])
-    capture.in_file += 1
+    files.in_file += 1
     assert [parse_record(r).request_id for r in tail.poll()] == ["b1"]
     # A bad checksum: skipped and counted, the next record still read.
     bad = bytearray(frame(prediction_log("digits", ROW, request_id="bad")))
     bad[-1] ^= 0xFF
     with open(part, "ab") as file:
         file.write(bytes(bad))
-    capture.in_file += 1
-    capture.write(prediction_log("digits", ROW, request_id="c0"))  # the 3rd of this file: renamed now
+    files.in_file += 1
+    files.write(prediction_log("digits", ROW, request_id="c0"))  # the 3rd of this file: renamed now
     assert [parse_record(r).request_id for r in tail.poll()] == ["c0"] and tail.bad == 1
-    for path in capture.closed:
+    for path in files.closed:
         path.unlink()  # the capture's budget deleted them
-    capture.write(prediction_log("digits", ROW, request_id="d0"))
+    files.write(prediction_log("digits", ROW, request_id="d0"))
     assert [parse_record(r).request_id for r in tail.poll()] == ["d0"]
-    assert [parse_record(r).request_id for r in CaptureTail(capture.directory, from_start=True).poll()] == ["d0"]
+    assert [parse_record(r).request_id for r in CaptureTail(files.directory, from_start=True).poll()] == ["d0"]
 
 
 def _sides(canary_kind: str = "same", fail: Optional[threading.Event] = None):
@@ -170,10 +140,10 @@ def _sides(canary_kind: str = "same", fail: Optional[threading.Event] = None):
 
 
 def _capture_with(tmp_path, records: list[bytes]) -> CaptureTail:
-    capture = CaptureFiles(tmp_path / "capture", per_file=7)
-    tail = CaptureTail(capture.directory)
+    files = CaptureFiles(tmp_path / "capture", per_file=7)
+    tail = CaptureTail(files.directory)
     for record in records:
-        capture.write(record)
+        files.write(record)
     return tail
 
 
@@ -200,11 +170,13 @@ def test_live_answers_go_to_the_offline_verdict(tmp_path, kind, verdict):
 
 
 def test_records_the_analysis_does_not_compare_are_counted_with_the_reason(tmp_path):
-    records = rows(3, label="canary") + rows(2, model="text") + rows(2, version=1) + rows(1, signature="other") + rows(5)
+    # A label is compared (the gateway's capture records an unlabeled call under the label its routes chose);
+    # a version is not (the analysis' own calls name their versions).
+    records = rows(2, model="text") + rows(2, version=1) + rows(1, signature="other") + rows(3, label="stable") + rows(5)
     tail = _capture_with(tmp_path, records)
-    _, counts = compare_live("digits", _sides(), tail, max_requests=5, poll_s=0.01)
-    assert counts.compared == 5
-    assert counts.skipped == {"names a version or label": 5, "other model": 2, "other signature": 1}
+    _, counts = compare_live("digits", _sides(), tail, max_requests=8, poll_s=0.01)
+    assert counts.compared == 8
+    assert counts.skipped == {"names a version": 2, "other model": 2, "other signature": 1}
 
 
 def test_a_failing_canary_is_counted_as_its_errors(tmp_path):
