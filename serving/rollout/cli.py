@@ -332,6 +332,9 @@ def _analyze(args: argparse.Namespace) -> int:
 def _auto(args: argparse.Namespace) -> int:
     served = _served(args)
     routes = _routes(args)
+    if args.shadow_phase and not isinstance(routes, (traffic.HostNginx, traffic.ComposeGateway)):
+        raise RolloutError(f"--shadow-phase needs the gateway's mirror (the compose stack's, or --gateway nginx); "
+                           f"{routes.describe()} has none: nothing was changed")
     steps = kubernetes.parse_steps(args.steps)
     if isinstance(routes, traffic.NoGateway) and any(steps):
         print(f"{args.model}: no gateway splits traffic on this stack: weight steps {args.steps} skipped; the "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from serving.rollout.analyze import Replay, Side
@@ -75,6 +76,9 @@ def check_live_args(args: argparse.Namespace, error: Callable[[str], None]) -> N
         error("--live needs a stop condition: --duration DURATION or --requests N")
     if args.command == "analyze" and not live and (getattr(args, "duration", None) or args.requests):
         error("--duration and --requests are --live's stop conditions")
+    if live and not Path(live).is_dir():
+        error(f"--live {live}: no such directory (the capture directory the gateway's or the server's request "
+              "capture writes)")
     if args.command == "auto" and args.shadow_phase and not live:
         error("--shadow-phase needs --live DIR: the capture directory the live analysis reads")
     if args.command == "auto" and not 0 < args.shadow <= 100:

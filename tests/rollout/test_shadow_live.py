@@ -200,3 +200,74 @@ def test_durations():
     for bad in ("", "ten", "-1", "0", "5d"):
         with pytest.raises(ValueError, match="duration"):
             parse_duration(bad)
+
+
+def _report(verdict: str) -> analyze.Report:
+    return analyze.Report("digits", verdict, (analyze.Check("agreement:classes", verdict, 1.0, 0.99),), {}, {}, {})
+
+
+class _Routes:
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def describe(self) -> str:
+        return "routes"
+
+    def set_weight(self, model, weight, *, shadow=0.0, expected=None):
+        self.calls.append(("weight", weight, shadow))
+        return ""
+
+    def clear(self, model, *, expected=None):
+        self.calls.append(("clear",))
+        return ""
+
+    def state(self, model):
+        return ""
+
+
+@pytest.mark.parametrize("shadow_verdict", [analyze.PASS, analyze.FAIL])
+def test_auto_gates_the_first_weight_on_the_shadow_phase(shadow_verdict):
+    from serving.rollout.auto import run_auto
+
+    routes, moves, analyses = _Routes(), [], []
+
+    def analysis(_gateway):
+        analyses.append("offline")
+        return _report(analyze.PASS)
+
+    def shadow_phase():
+        analyses.append("live")
+        return _report(shadow_verdict)
+
+    code, doc = run_auto("digits", 2, [10, 100], canary=lambda: moves.append("canary"),
+                         promote=lambda: moves.append("promote"), rollback=lambda: moves.append("rollback"),
+                         routes=routes, analyze_once=analysis, shadow_phase=shadow_phase, shadow_percent=50,
+                         echo=lambda line: None)
+    assert doc["decisions"][0]["step"] == "shadow" and doc["decisions"][0]["verdict"] == shadow_verdict
+    if shadow_verdict == analyze.PASS:
+        assert code == 0 and moves == ["canary", "promote"]
+        # shadow on, shadow off (weight 0 without it), then the steps
+        assert routes.calls == [("weight", 0, 50), ("weight", 0, 0.0), ("weight", 10, 0.0), ("weight", 100, 0.0)]
+        assert analyses == ["live", "offline", "offline", "offline"]
+    else:
+        assert code == 1 and moves == ["canary", "rollback"]  # the rollback's route removal ends the shadow
+        assert routes.calls == [("weight", 0, 50)] and analyses == ["live"]
+        assert [d["step"] for d in doc["decisions"]] == ["shadow"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["canary", "digits", "2", "--shadow", "--weight", "10"], "--shadow mirrors stable's traffic"),
+    (["canary", "digits", "2", "--shadow", "150"], "a weight is a percentage"),
+    (["analyze", "digits", "--live", "{tmp}"], "--live needs a stop condition"),
+    (["analyze", "digits", "--live", "{tmp}/missing", "--requests", "5"], "no such directory"),
+    (["analyze", "digits", "--requests", "5"], "--live's stop conditions"),
+    (["auto", "digits", "2", "--shadow-phase", "10m"], "--shadow-phase needs --live DIR"),
+    (["auto", "digits", "2", "--shadow-phase", "ten", "--live", "{tmp}"], "a duration is seconds"),
+])
+def test_contradictory_shadow_and_live_flags_are_refused_before_anything_moves(argv, message, tmp_path, capsys):
+    from serving.rollout.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([arg.replace("{tmp}", str(tmp_path)) for arg in argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
