@@ -103,7 +103,8 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
     decisions: list[Decision] = []
     doc: dict[str, JSON] = {"model": model, "version": version, "steps": list(steps), "decisions": []}
 
-    def decide(step: str, weight: float, last: bool = False, analysis: Optional[Callable[..., Report]] = None) -> str:
+    def decide(step: str, weight: float, last: bool = False,
+               analysis: Optional[Callable[..., Report]] = None) -> str:
         gateway = None
         for _attempt in range(retries + 1):
             if access_log is not None and weight > 0:

@@ -344,7 +344,8 @@ def _auto(args: argparse.Namespace) -> int:
     def move(command: str) -> Callable[[], None]:
         def run() -> None:
             # auto's connection arguments are the analysis'; its moves push with the stack's admin key
-            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "shadow": None, "dry_run": False,
+            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "shadow": None,
+                                        "dry_run": False,
                                         "moved_by": "serving.rollout auto", "connection": None}))
         return run
 

@@ -3,12 +3,13 @@ canary gets a copy of their traffic, and ``analyze --live`` judges it as ``analy
 
 Version 1 of digits is ``stable``; version 2 is a copy of it (a canary that agrees) and version 3 the
 shuffled-classes model of tests/rollout/v2_models.py (fast, error-free, wrong). Clients send unlabeled REST
-Predicts through the gateway; the test records each one into a capture directory with ``serving.capture.CaptureWriter``
-(what the gateway's capture service and the server's request capture write with: PredictionLog records,
-``.part`` files renamed when closed, rotated by size), because this test runs no capture service. ``analyze --live`` runs as its own process
-(``python -m serving.rollout``), tailing that directory while the clients send; the offline
-``analyze --inputs FILE`` then reads the same records. The CLI's route changes go to the gateway's files
-(``--gateway nginx``); the server's own metrics (``:tensorflow:serving:request_count``) count the copies.
+Predicts through the gateway; the test records each one into a capture directory with
+``serving.capture.CaptureWriter`` (what the gateway's capture service and the server's request capture
+write with: PredictionLog records, ``.part`` files renamed when closed, rotated by size), because this test
+runs no capture service. ``analyze --live`` runs as its own process (``python -m serving.rollout``),
+tailing that directory while the clients send; the offline ``analyze --inputs FILE`` then reads the same
+records. The CLI's route changes go to the gateway's files (``--gateway nginx``); the server's own metrics
+(``:tensorflow:serving:request_count``) count the copies.
 """
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ THRESHOLDS = ("--rounds", "3", "--max-p50-ratio", "20", "--max-p99-ratio", "50")
 
 class Stack:
     def __init__(self, root, repo, work, server, gateway, nginx):
-        self.root, self.repo, self.work, self.server, self.gateway, self.nginx = root, repo, work, server, gateway, nginx
+        self.root, self.repo, self.work = root, repo, work
+        self.server, self.gateway, self.nginx = server, gateway, nginx
         self.config = work / "models.config"
         inputs = load_manifest(repo / MODEL / "1").golden_inputs()
         self.rows = [{k: v[i:i + 1] for k, v in inputs.items()} for i in range(len(next(iter(inputs.values()))))]
@@ -124,7 +126,7 @@ def send_unlabeled(stack: Stack, count: int, capture: CaptureWriter | None = Non
             body = {"inputs": {k: v.tolist() for k, v in row.items()}}
             # A reload (the rollout's route changes) closes idle keep-alive connections: sent again once, as
             # the SDK does for an idempotent call.
-            response = send_resending_once(lambda: http.post(
+            response = send_resending_once(lambda body=body: http.post(
                 f"{stack.gateway.rest_url}/v1/models/{MODEL}:predict", json=body,
                 headers={"x-api-key": stack.gateway.key()}), resent)
             if capture is not None:

@@ -172,7 +172,8 @@ def test_live_answers_go_to_the_offline_verdict(tmp_path, kind, verdict):
 def test_records_the_analysis_does_not_compare_are_counted_with_the_reason(tmp_path):
     # A label is compared (the gateway's capture records an unlabeled call under the label its routes chose);
     # a version is not (the analysis' own calls name their versions).
-    records = rows(2, model="text") + rows(2, version=1) + rows(1, signature="other") + rows(3, label="stable") + rows(5)
+    records = (rows(2, model="text") + rows(2, version=1) + rows(1, signature="other") + rows(3, label="stable")
+               + rows(5))
     tail = _capture_with(tmp_path, records)
     _, counts = compare_live("digits", _sides(), tail, max_requests=8, poll_s=0.01)
     assert counts.compared == 8
