@@ -19,6 +19,10 @@ matches nothing is no error, so a gateway with no canary has none):
   calls to the ``canary`` label (nginx ``mirror``; the copy's answer is discarded, the client
   gets stable's).
 
+While any model has a ``.shadow`` file, ``shadow.mirror`` (included by the
+REST location) turns nginx's ``mirror`` on; without a shadow no request is
+copied at all (the copy would cost every REST request a subrequest).
+
 routes.conf then rewrites ``/v1/models/M:predict|classify|regress`` and
 ``/v1/models/M/metadata`` to ``/v1/models/M/labels/<label>...``. The status
 path ``/v1/models/M`` is left as it is (it lists every version), and so is
@@ -34,7 +38,8 @@ from typing import Optional
 
 from serving.config.names import MODEL_NAME, model_name_problem
 
-__all__ = ["CANARY_DIR", "STABLE", "CANARY", "MODEL_NAME", "canary_route_files", "route_file_names"]
+__all__ = ["CANARY_DIR", "STABLE", "CANARY", "MODEL_NAME", "MIRROR_FILE", "MIRROR_TEXT", "canary_route_files",
+           "route_file_names"]
 
 CANARY_DIR = "canary.d"
 STABLE, CANARY = "stable", "canary"
@@ -46,6 +51,11 @@ def _variable(model: str, kind: str = "split") -> str:
     """An nginx variable name for ``model``'s split (names may hold `.` and `-`; a hash keeps them apart)."""
     digest = hashlib.sha1(model.encode()).hexdigest()[:8]
     return f"$gw_{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', model)}_{digest}"
+
+
+# Included in the REST location while any model is in shadow (a model's own files end .conf, .map, .shadow).
+MIRROR_FILE = f"{CANARY_DIR}/shadow.mirror"
+MIRROR_TEXT = "# Written by `python -m serving.rollout`: a model is in shadow.\nmirror /.gw-shadow;\n"
 
 
 def route_file_names(model: str) -> tuple[str, str, str]:

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
-from gateway.canary import CANARY_DIR, canary_route_files, route_file_names
+from gateway.canary import CANARY_DIR, MIRROR_FILE, MIRROR_TEXT, canary_route_files, route_file_names
 from serving.config.config_lock import ABSENT, ConfigLock, StaleConfig, read_snapshot
 from serving.rollout import kubernetes
 from serving.rollout.plan import RolloutError
@@ -76,6 +76,15 @@ class TrafficRoutes(Protocol):
 def _route_files(model: str, weight: float, shadow: float) -> dict[str, Optional[str]]:
     """Every route file of ``model``: the text to write, None to remove (a shadow that ends, say)."""
     return {**dict.fromkeys(route_file_names(model)), **canary_route_files(model, weight, shadow=shadow)}
+
+
+def _with_mirror(model: str, files: Mapping[str, Optional[str]], other_shadows: Iterable[str]
+                 ) -> dict[str, Optional[str]]:
+    """``files`` plus the mirror switch: on while this model or another (``other_shadows``: the ``.shadow``
+    files there are, this model's included or not) is in shadow."""
+    own = route_file_names(model)[2]
+    shadowed = files.get(own) is not None or any(Path(name).name != Path(own).name for name in other_shadows)
+    return {**files, MIRROR_FILE: MIRROR_TEXT if shadowed else None}
 
 
 def _check_state(model: str, expected: Optional[str], current: str, where: str) -> None:
@@ -153,7 +162,8 @@ class HostNginx:
     def _apply(self, model: str, files: Mapping[str, Optional[str]], expected: Optional[str]) -> str:
         with self.lock().hold(self.reload_timeout, who=f"serving.rollout routes {model}"):
             _check_state(model, expected, self.state(model), str(self.conf.parent))
-            self._reload(files)
+            shadows = [p.name for p in (self.conf.parent / CANARY_DIR).glob("*.shadow")]
+            self._reload(_with_mirror(model, files, shadows))
             return self.state(model)
 
     def _reload(self, files: Mapping[str, Optional[str]]) -> None:
@@ -236,7 +246,11 @@ class ComposeGateway:
         with self.lock().hold(600.0, who=f"serving.rollout routes {model}"):
             if expected is not None:
                 _check_state(model, expected, self.state(model), self.describe())
-            for args, stdin in self.commands(self.container(), files):
+            container = self.container()
+            listed = self._docker("exec", container, "sh", "-c", 'ls "$1" 2>/dev/null || true', "sh",
+                                  f"{Path(self.conf).parent}/{CANARY_DIR}")
+            shadows = [name for name in listed.split() if name.endswith(".shadow")]
+            for args, stdin in self.commands(container, _with_mirror(model, files, shadows)):
                 self._docker(*args, stdin=stdin)
             label_map = files.get(route_file_names(model)[1])
             return hashlib.sha256(label_map.encode()).hexdigest() if label_map else ABSENT

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from gateway.canary import route_file_names
+from gateway.canary import MIRROR_FILE, route_file_names
 from serving.config.config_lock import StaleConfig
 from serving.rollout.traffic import HostNginx
 from serving.server.launcher import free_port
@@ -190,8 +190,15 @@ def test_ending_the_shadow_stops_the_copies(shadow):
     routes.set_weight(MODEL, 0, shadow=100)
     post_all(gateway, PREDICT, 5)
     assert wait_for(lambda: upstream.count(label="canary", shadow="1") == 5)
+    # A second model in shadow keeps the mirror on when the first one's shadow ends; the last one turns it off.
+    routes.set_weight(OTHER, 0, shadow=100)
     routes.set_weight(MODEL, 0)  # what canary without --shadow (and auto's first weight step) writes
     assert not (gateway.conf_dir / route_file_names(MODEL)[2]).exists()
+    assert (gateway.conf_dir / MIRROR_FILE).exists()
+    post_all(gateway, f"/v1/models/{OTHER}:predict", 5)
+    assert wait_for(lambda: upstream.count(OTHER, "canary", "1") == 5)
+    routes.clear(OTHER)
+    assert not (gateway.conf_dir / MIRROR_FILE).exists()  # no shadow: no request pays for a copy
     answers, _ = post_all(gateway, PREDICT, 20)
     assert answers == {(200, "stable"): 20}
     routes.clear(MODEL)  # what rollback and promote write
