@@ -93,17 +93,23 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
              analyze_once: Callable[[Optional[Mapping[str, Mapping[str, float]]]], Report],
              access_log: Optional[AccessLog] = None, wait_s: float = 0.0, retries: int = 1,
              echo: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-             report_path: Optional[Path] = None) -> tuple[int, dict[str, JSON]]:
-    """Run the rollout; (exit code: 0 promoted, 1 rolled back on FAIL, 2 rolled back INCONCLUSIVE, the report)."""
+             report_path: Optional[Path] = None, shadow_phase: Optional[Callable[[], Report]] = None,
+             shadow_percent: float = 100.0) -> tuple[int, dict[str, JSON]]:
+    """Run the rollout; (exit code: 0 promoted, 1 rolled back on FAIL, 2 rolled back INCONCLUSIVE, the report).
+
+    ``shadow_phase`` (a live analysis, ``serving.rollout.shadow``): first the canary is shadowed
+    (``shadow_percent`` of the unlabeled traffic mirrored to it) and judged on that; the shadow ends before
+    the next step, and anything but PASS rolls back (whose route removal ends the shadow)."""
     decisions: list[Decision] = []
     doc: dict[str, JSON] = {"model": model, "version": version, "steps": list(steps), "decisions": []}
 
-    def decide(step: str, weight: float, last: bool = False) -> str:
+    def decide(step: str, weight: float, last: bool = False,
+               analysis: Optional[Callable[..., Report]] = None) -> str:
         gateway = None
         for _attempt in range(retries + 1):
             if access_log is not None and weight > 0:
                 gateway = {"gateway_errors": gateway_error_rates(access_log.since_mark(), model)}
-            report = analyze_once(gateway)
+            report = (analysis or analyze_once)(gateway)
             if report.verdict != INCONCLUSIVE:
                 break
         action = ("promote" if report.verdict == PASS and last else
@@ -117,7 +123,15 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
 
     echo(f"{model}: loading version {version} as canary ({routes.describe()}: weight 0)")
     canary()
-    verdict = decide("before traffic", 0, last=not steps)  # no steps (no gateway): this analysis decides
+    verdict = PASS
+    if shadow_phase is not None:
+        routes.set_weight(model, 0, shadow=shadow_percent)
+        echo(f"{model}: shadow: {shadow_percent:g}% of unlabeled traffic mirrored to canary, analyzed live")
+        verdict = decide("shadow", 0, analysis=lambda _gateway: shadow_phase())
+        if verdict == PASS:
+            routes.set_weight(model, 0)  # the shadow ends: the steps move real traffic
+    if verdict == PASS:
+        verdict = decide("before traffic", 0, last=not steps)  # no steps (no gateway): this analysis decides
     if verdict == PASS:
         for index, weight in enumerate(steps):
             routes.set_weight(model, weight)

@@ -52,7 +52,7 @@ from serving.config.stack import (
     served_config,
     stack_model_repo,
 )
-from serving.rollout import analyze, auto, kubernetes, traffic, verdict
+from serving.rollout import analyze, auto, kubernetes, shadow, traffic, verdict
 from serving.rollout.plan import (
     RolloutError,
     canary_labels,
@@ -162,21 +162,28 @@ def _move(args: argparse.Namespace) -> int:
 
     labels, steps = _labels_for(args, config), plan(config)
     routes = _routes(args) if args.command in ("canary", "promote", "rollback") else None
-    weight = getattr(args, "weight", 0.0)
+    if args.command == "canary" and args.shadow and not isinstance(routes, (traffic.HostNginx, traffic.ComposeGateway)):
+        raise RolloutError(f"--shadow needs the gateway's mirror (the compose stack's, or --gateway nginx); "
+                           f"{routes.describe() if routes else 'no gateway'} has none: nothing was changed")
+    weight, shadow = getattr(args, "weight", 0.0), getattr(args, "shadow", None) or 0.0
     if args.dry_run:
         for step in steps:
             print(f"would {step.description}")
         if routes is not None and not isinstance(routes, traffic.NoGateway):
-            print(f"would route {weight:g}% of unlabeled traffic to canary ({routes.describe()})"
+            print(f"would route {weight:g}% of unlabeled traffic to canary"
+                  + (f" and mirror {shadow:g}% of it to canary" if shadow else "") + f" ({routes.describe()})"
                   if args.command == "canary" else f"would remove the canary routes ({routes.describe()})")
         return 0
+    # The routes as read: every route write below is a compare-and-swap on them (another operator's change in
+    # between refuses this command's, exit 4), each under the routes' lock (serving.rollout.traffic).
+    route_state = routes.state(args.model) if routes is not None else None
     entry = find_model(config, args.model)
     if args.command == "rollback":
         _record_rollback(args, served, entry)
     if routes is not None and args.command in ("canary", "rollback"):
         # Unlabeled requests onto `stable` before a new version is loaded (TF Serving would give them the
         # latest), and off the canary before its version goes.
-        routes.set_weight(args.model, 0)
+        route_state = routes.set_weight(args.model, 0, expected=route_state)
     # Another command's change since the read is kept when it left this model's entry as it was (the plan
     # is made again on the new file); a change of this model's entry refuses the move (StaleConfig).
     change_served_config(served, args.model, plan, snapshot=snapshot, replan=_same_entry(args.model),
@@ -186,11 +193,13 @@ def _move(args: argparse.Namespace) -> int:
         _reinstate(served, entry, labels["stable"])
     if routes is not None:
         if args.command == "canary":
-            routes.set_weight(args.model, weight)
+            routes.set_weight(args.model, weight, shadow=shadow, expected=route_state)
         else:
-            routes.clear(args.model)  # one version serves every label again: no route needed
+            # one version serves every label again: no route needed (a shadow ends here too)
+            routes.clear(args.model, expected=route_state)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}"
-          + (f", {weight:g}% of unlabeled traffic on canary ({routes.describe()})" if args.command == "canary" else ""))
+          + (f", {weight:g}% of unlabeled traffic on canary" + (f", {shadow:g}% mirrored to canary (shadow)"
+             if shadow else "") + f" ({routes.describe()})" if args.command == "canary" else ""))
     return 0
 
 
@@ -272,17 +281,16 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     model_dir, stable = served.host_path(entry.base_path), entry.version_labels["stable"]
     version_dir = model_dir / str(stable)
     manifest = analyze.stable_manifest(version_dir)
-    batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
+    live = getattr(args, "live", None)
+    batches = ([] if live else
+               analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature))
     separate = args.canary_grpc or args.canary_rest
     stable, canary, described = analyze.compared_versions(args.model, entry.version_labels, separate)
     context = analyze.output_context(manifest, args.signature, version_dir,
                                      None if canary is None else model_dir / str(canary))
-    stable_client = _client(args, served, args.grpc, args.rest)
-    canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
-    sides = [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, label="stable",
-                                                                    signature=args.signature)),
-             analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
-                                                                    label=None if separate else "canary"))]
+    # Live: each side by its version number, so the analysis' own calls, if captured, name a version and are
+    # never compared again (serving.rollout.live); offline: by label.
+    sides = _sides(args, served, dict(entry.version_labels) if live else None)
     thresholds = analyze.Thresholds(args.min_agreement, args.atol, args.rtol, args.max_p50_ratio,
                                     args.max_p99_ratio, args.max_error_rate, args.min_requests, args.mode,
                                     args.max_row_diff, args.max_shift, dict(args.output_kind or ()))
@@ -290,10 +298,32 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
     pacing = analyze.Pacing(max_rate=args.max_rate, retry_budget=args.retry_budget)
 
     def run(gateway_errors: Optional[dict]) -> analyze.Report:
-        replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
+        if live:
+            replayed = shadow.live_replay(args, sides)
+        else:
+            replayed = analyze.replay(sides, batches, rounds=args.rounds, pacing=pacing)
         return analyze.analyze(args.model, replayed, thresholds, top1=args.top1_output,
                                gateway_errors=gateway_errors, context=context, sides=described)
     return run
+
+
+def _sides(args: argparse.Namespace, served: ServedConfig,
+           versions: Optional[dict[str, int]] = None) -> list[analyze.Side]:
+    """``stable`` and ``canary`` as the analysis calls them: by label (by the labels' ``versions`` if given), or
+    the canary on a server of its own, unlabeled."""
+    stable_client = _client(args, served, args.grpc, args.rest)
+    separate = args.canary_grpc or args.canary_rest
+    canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
+
+    def where(label: str) -> dict:
+        if separate and label == "canary":
+            return {}
+        return {"version": versions[label]} if versions else {"label": label}
+
+    return [analyze.Side("stable", lambda b: stable_client.predict(args.model, b, signature=args.signature,
+                                                                   **where("stable"))),
+            analyze.Side("canary", lambda b: canary_client.predict(args.model, b, signature=args.signature,
+                                                                   **where("canary")))]
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -307,6 +337,9 @@ def _analyze(args: argparse.Namespace) -> int:
 def _auto(args: argparse.Namespace) -> int:
     served = _served(args)
     routes = _routes(args)
+    if args.shadow_phase and not isinstance(routes, (traffic.HostNginx, traffic.ComposeGateway)):
+        raise RolloutError(f"--shadow-phase needs the gateway's mirror (the compose stack's, or --gateway nginx); "
+                           f"{routes.describe()} has none: nothing was changed")
     steps = kubernetes.parse_steps(args.steps)
     if isinstance(routes, traffic.NoGateway) and any(steps):
         print(f"{args.model}: no gateway splits traffic on this stack: weight steps {args.steps} skipped; the "
@@ -316,7 +349,8 @@ def _auto(args: argparse.Namespace) -> int:
     def move(command: str) -> Callable[[], None]:
         def run() -> None:
             # auto's connection arguments are the analysis'; its moves push with the stack's admin key
-            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "dry_run": False,
+            _move(argparse.Namespace(**{**vars(args), "command": command, "weight": 0.0, "shadow": None,
+                                        "dry_run": False,
                                         "moved_by": "serving.rollout auto", "connection": None}))
         return run
 
@@ -328,14 +362,18 @@ def _auto(args: argparse.Namespace) -> int:
     runner: list = []
 
     def analyze_once(gateway_errors):
-        if not runner:
-            runner.append(_analysis(args, served))  # after the canary is loaded: it reads the stable label
+        if not runner:  # after the canary is loaded: it reads the stable label
+            runner.append(_analysis(argparse.Namespace(**{**vars(args), "live": None}), served))
         return runner[0](gateway_errors)
+
+    def shadow_phase() -> analyze.Report:  # the live analysis, for the phase's duration
+        return _analysis(argparse.Namespace(**{**vars(args), "duration": args.shadow_phase}), served)(None)
 
     report = args.report or Path(args.work_dir) / f"rollout-{args.model}-{args.version}.json"
     code, _ = auto.run_auto(args.model, args.version, steps, canary=move("canary"), promote=move("promote"),
                             rollback=move("rollback"), routes=routes, analyze_once=analyze_once,
-                            access_log=access_log, wait_s=args.interval, report_path=report)
+                            access_log=access_log, wait_s=args.interval, report_path=report,
+                            shadow_phase=shadow_phase if args.shadow_phase else None, shadow_percent=args.shadow)
     return code
 
 
@@ -507,6 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     canary.add_argument("--weight", type=_percent, default=0.0,
                         help="percent of unlabeled REST traffic the gateway sends to `canary` (default 0: "
                              "clients opt in with --label canary; the rest stays on stable)")
+    canary.add_argument("--shadow", type=_percent, nargs="?", const=100.0, default=None, metavar="PERCENT",
+                        help="shadow canary (with --weight 0): the gateway also sends a copy of PERCENT (default "
+                             "100) of the model's unlabeled REST predict/classify/regress calls to `canary` and "
+                             "discards its answers; clients get stable's. promote, rollback or another canary "
+                             "command ends it")
     for p in movers[:3]:
         add_gateway_options(p)
     for p in [publish, *movers, stat]:
@@ -529,6 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
         # The analysis' clients only (pushes use the stack's admin key); default at the stack's address: its CA
         # and the loadtest key, else client.
         add_connection_arguments(p)
+    shadow.add_live_options(analysis)
     analysis.add_argument("--json", action="store_true", help="print the report as JSON")
     analysis.add_argument("--report", type=Path, default=None, help="also write the report as JSON to FILE")
     progressive.add_argument("version_arg", nargs="?", type=int, metavar="VERSION", help="the version (same as --version)")
@@ -543,6 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     progressive.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a version to load")
     progressive.add_argument("--no-write-back", action="store_true", help="do not rewrite --config-file")
     add_gateway_options(progressive)
+    shadow.add_shadow_phase_options(progressive)
     _add_kubernetes(sub)
     return parser
 
@@ -590,6 +635,10 @@ def _positionals(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
         parser.error("the model is required (MODEL or --model)")
     if getattr(args, "command", None) in ("canary", "set-label", "auto") and getattr(args, "version", None) is None:
         parser.error("the version is required (VERSION or --version N)")
+    if getattr(args, "command", None) in ("analyze", "auto"):
+        shadow.check_live_args(args, parser.error)
+    if args.command == "canary" and args.shadow and args.weight:
+        parser.error("--shadow mirrors stable's traffic to the canary: it takes --weight 0 (the default)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -5,6 +5,16 @@ One seam, :class:`TrafficRoutes`: ``set_weight(model, percent)`` sends about
 the rest to ``stable``; ``clear(model)`` removes the model's routes (no canary:
 requests pass unchanged). The weight is the canary's percentage everywhere:
 ``canary --weight``, ``auto --steps`` and ``k8s canary --steps``.
+``set_weight(model, 0, shadow=percent)`` (the gateways only) also mirrors that
+share of the model's unlabeled traffic to ``canary``, answers discarded
+(``canary --shadow``); any other write of the model's routes ends the shadow.
+
+Routes are served state, changed like a models config (``serving.config.config_lock``):
+each change holds the lock ``.canary.d.lock`` beside the gateway's ``nginx.conf``
+from its first write to the end of the reload, and, given ``expected`` (the
+model's :meth:`state` as the command read it), writes only if the model's routes
+are still that (else ``StaleConfig``: another operator changed them; nothing of
+this command's was written). Each write returns the new state for the next one.
 
 - :class:`HostNginx`: an nginx on this host (the tests' gateway): the files
   of ``gateway.canary`` beside its ``nginx.conf``, ``nginx -t``, then SIGHUP to
@@ -23,15 +33,18 @@ requests pass unchanged). The weight is the canary's percentage everywhere:
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
-from gateway.canary import CANARY_DIR, canary_route_files, route_file_names
+from gateway.canary import CANARY_DIR, MIRROR_FILE, MIRROR_TEXT, canary_route_files, route_file_names
+from serving.config.config_lock import ABSENT, ConfigLock, StaleConfig, read_snapshot
 from serving.rollout import kubernetes
 from serving.rollout.plan import RolloutError
 
@@ -45,13 +58,40 @@ Run = Callable[..., subprocess.CompletedProcess]
 
 
 class TrafficRoutes(Protocol):
-    """Sets the share of a model's unlabeled traffic the canary gets; each call takes effect before it returns."""
+    """Sets the share of a model's unlabeled traffic the canary gets; each call takes effect before it returns.
 
-    def set_weight(self, model: str, weight: float) -> None: ...
+    ``expected``: the model's :meth:`state` this command last read or wrote (None: write whatever is there);
+    a mismatch raises ``StaleConfig``. Both return the model's new state."""
 
-    def clear(self, model: str) -> None: ...
+    def set_weight(self, model: str, weight: float, *, shadow: float = 0.0,
+                   expected: Optional[str] = None) -> str: ...
+
+    def clear(self, model: str, *, expected: Optional[str] = None) -> str: ...
+
+    def state(self, model: str) -> str: ...
 
     def describe(self) -> str: ...
+
+
+def _route_files(model: str, weight: float, shadow: float) -> dict[str, Optional[str]]:
+    """Every route file of ``model``: the text to write, None to remove (a shadow that ends, say)."""
+    return {**dict.fromkeys(route_file_names(model)), **canary_route_files(model, weight, shadow=shadow)}
+
+
+def _with_mirror(model: str, files: Mapping[str, Optional[str]], other_shadows: Iterable[str]
+                 ) -> dict[str, Optional[str]]:
+    """``files`` plus the mirror switch: on while this model or another (``other_shadows``: the ``.shadow``
+    files there are, this model's included or not) is in shadow."""
+    own = route_file_names(model)[2]
+    shadowed = files.get(own) is not None or any(Path(name).name != Path(own).name for name in other_shadows)
+    return {**files, MIRROR_FILE: MIRROR_TEXT if shadowed else None}
+
+
+def _check_state(model: str, expected: Optional[str], current: str, where: str) -> None:
+    if expected is not None and expected != current:
+        raise StaleConfig(f"{model}'s routes in {where} changed since this command read them (another "
+                          "operator's canary, shadow, promote or rollback): nothing of this command's routes "
+                          "was written; check `python -m serving.rollout status` and rerun")
 
 
 def nginx_workers(master_pid: int) -> set[int]:
@@ -111,7 +151,22 @@ class HostNginx:
             tmp.write_text(text)
             os.replace(tmp, path)
 
-    def _apply(self, files: Mapping[str, Optional[str]]) -> None:
+    def lock(self) -> ConfigLock:
+        """The routes' lock (``.canary.d.lock`` beside nginx.conf): one change and its reload at a time."""
+        return ConfigLock(self.conf.parent / CANARY_DIR)
+
+    def state(self, model: str) -> str:
+        """The version of ``model``'s routes: a SHA-256 of its label file (each write rewrites its header)."""
+        return read_snapshot(self.conf.parent / route_file_names(model)[1]).version
+
+    def _apply(self, model: str, files: Mapping[str, Optional[str]], expected: Optional[str]) -> str:
+        with self.lock().hold(self.reload_timeout, who=f"serving.rollout routes {model}"):
+            _check_state(model, expected, self.state(model), str(self.conf.parent))
+            shadows = [p.name for p in (self.conf.parent / CANARY_DIR).glob("*.shadow")]
+            self._reload(_with_mirror(model, files, shadows))
+            return self.state(model)
+
+    def _reload(self, files: Mapping[str, Optional[str]]) -> None:
         pid = self._pid()
         self._write(files)
         check = self._run([self.nginx, "-t", "-q", "-e", "stderr", "-p", f"{self.conf.parent}/", "-c",
@@ -126,11 +181,11 @@ class HostNginx:
                 raise RolloutError(f"nginx {pid} did not switch to the new config within {self.reload_timeout:g} s")
             time.sleep(0.02)
 
-    def set_weight(self, model: str, weight: float) -> None:
-        self._apply(canary_route_files(model, weight))
+    def set_weight(self, model: str, weight: float, *, shadow: float = 0.0, expected: Optional[str] = None) -> str:
+        return self._apply(model, _route_files(model, weight, shadow), expected)
 
-    def clear(self, model: str) -> None:
-        self._apply(dict.fromkeys(route_file_names(model)))
+    def clear(self, model: str, *, expected: Optional[str] = None) -> str:
+        return self._apply(model, dict.fromkeys(route_file_names(model)), expected)
 
 
 class ComposeGateway:
@@ -177,15 +232,34 @@ class ComposeGateway:
         steps.append((["exec", container, "nginx", "-s", "reload", "-c", self.conf], None))
         return steps
 
-    def _apply(self, files: Mapping[str, Optional[str]]) -> None:
-        for args, stdin in self.commands(self.container(), files):
-            self._docker(*args, stdin=stdin)
+    def lock(self) -> ConfigLock:
+        """The routes' lock on this host (the container's files are changed only through ``docker exec``)."""
+        return ConfigLock(Path(tempfile.gettempdir()) / f"tfs-stack-{self.project}-{self.service}-{CANARY_DIR}")
 
-    def set_weight(self, model: str, weight: float) -> None:
-        self._apply(canary_route_files(model, weight))
+    def state(self, model: str) -> str:
+        container = self.container()
+        target = f"{Path(self.conf).parent}/{route_file_names(model)[1]}"
+        text = self._docker("exec", container, "sh", "-c", 'cat "$1" 2>/dev/null || true', "sh", target)
+        return hashlib.sha256(text.encode()).hexdigest() if text else ABSENT
 
-    def clear(self, model: str) -> None:
-        self._apply(dict.fromkeys(route_file_names(model)))
+    def _apply(self, model: str, files: Mapping[str, Optional[str]], expected: Optional[str]) -> str:
+        with self.lock().hold(600.0, who=f"serving.rollout routes {model}"):
+            if expected is not None:
+                _check_state(model, expected, self.state(model), self.describe())
+            container = self.container()
+            listed = self._docker("exec", container, "sh", "-c", 'ls "$1" 2>/dev/null || true', "sh",
+                                  f"{Path(self.conf).parent}/{CANARY_DIR}")
+            shadows = [name for name in listed.split() if name.endswith(".shadow")]
+            for args, stdin in self.commands(container, _with_mirror(model, files, shadows)):
+                self._docker(*args, stdin=stdin)
+            label_map = files.get(route_file_names(model)[1])
+            return hashlib.sha256(label_map.encode()).hexdigest() if label_map else ABSENT
+
+    def set_weight(self, model: str, weight: float, *, shadow: float = 0.0, expected: Optional[str] = None) -> str:
+        return self._apply(model, _route_files(model, weight, shadow), expected)
+
+    def clear(self, model: str, *, expected: Optional[str] = None) -> str:
+        return self._apply(model, dict.fromkeys(route_file_names(model)), expected)
 
 
 class NoGateway:
@@ -194,13 +268,18 @@ class NoGateway:
     def describe(self) -> str:
         return "no gateway"
 
-    def set_weight(self, model: str, weight: float) -> None:
-        if weight:
-            raise RolloutError(f"--weight {weight:g} needs a gateway that splits traffic (the compose stack's, "
-                               "--nginx-conf for an nginx of this host, or --k8s); this stack has none")
+    def state(self, model: str) -> str:
+        return ""
 
-    def clear(self, model: str) -> None:
-        return None
+    def set_weight(self, model: str, weight: float, *, shadow: float = 0.0, expected: Optional[str] = None) -> str:
+        if weight or shadow:
+            flag = f"--weight {weight:g}" if weight else f"--shadow {shadow:g}"
+            raise RolloutError(f"{flag} needs a gateway that splits traffic (the compose stack's, "
+                               "--nginx-conf for an nginx of this host, or --k8s); this stack has none")
+        return ""
+
+    def clear(self, model: str, *, expected: Optional[str] = None) -> str:
+        return ""
 
 
 class KubernetesRoutes:
@@ -223,16 +302,23 @@ class KubernetesRoutes:
         return kubernetes.weight_patches(self.objects, int(weight), mesh=self.mesh, stable=self.stable,
                                          canary=self.canary, namespace=self.namespace)
 
-    def set_weight(self, model: str, weight: float) -> None:
+    def state(self, model: str) -> str:
+        return ""
+
+    def set_weight(self, model: str, weight: float, *, shadow: float = 0.0, expected: Optional[str] = None) -> str:
+        if shadow:
+            raise RolloutError("--shadow is the compose or host nginx gateway's (nginx mirror); the Kubernetes "
+                               "routes only weigh traffic")
         step = self.patches(weight)
         if self.apply:
             kubernetes.apply_patches([step], kubectl=self.kubectl, echo=self.echo)
-            return
+            return ""
         for patch in step:
             self.echo(patch.command(self.kubectl))
+        return ""
 
-    def clear(self, model: str) -> None:
-        self.set_weight(model, 0)
+    def clear(self, model: str, *, expected: Optional[str] = None) -> str:
+        return self.set_weight(model, 0)
 
 
 def routes_for(kind: str, *, nginx_conf: Optional[Path] = None, nginx: str = "nginx",
