@@ -16,30 +16,50 @@ and slowed never-seen ones, which real outputs are, by half.)
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
+from typing import Iterable
 
 import numpy as np
 import orjson
 
-__all__ = ["decimal_fragment", "decimal_rows", "decimal_words"]
+__all__ = ["decimal_fragment", "decimal_row_texts", "decimal_rows", "decimal_text", "decimal_words"]
 
 
 def decimal_fragment(values: np.ndarray | np.floating) -> orjson.Fragment:
     """``values`` in ``WriteDecimal`` text, nested as ``values``, ready for ``json_dumps``."""
-    arr = _decimal_array(values)
-    words = decimal_words(arr)
-    return orjson.Fragment((words[0] if arr.ndim == 0 else _nested(words, arr.shape, 0)).encode())
+    return orjson.Fragment(decimal_text(values).encode())
 
 
 def decimal_rows(values: np.ndarray) -> list[orjson.Fragment]:
     """``decimal_fragment`` of each ``values[i]``, formatting every value once."""
+    return [orjson.Fragment(text.encode()) for text in decimal_row_texts(values)]
+
+
+def decimal_text(values: np.ndarray | np.floating) -> str:
+    """``values`` in ``WriteDecimal`` text, nested as ``values`` (a JSON number for a scalar)."""
     arr = _decimal_array(values)
     words = decimal_words(arr)
-    inner = int(np.prod(arr.shape[1:]))
+    if arr.ndim == 0:
+        return words[0]
     if arr.ndim == 1:
-        return [orjson.Fragment(word.encode()) for word in words]
-    return [orjson.Fragment(_nested(words, arr.shape[1:], i * inner).encode()) for i in range(arr.shape[0])]
+        return "[" + ",".join(words) + "]"
+    return _nested(words, arr.shape, 0)
+
+
+def decimal_row_texts(values: np.ndarray) -> list[str]:
+    """``decimal_text`` of each ``values[i]`` (``values`` has a first dimension), formatting every value once."""
+    arr = _decimal_array(values)
+    words = decimal_words(arr)
+    if arr.ndim == 1:
+        return words
+    if arr.ndim == 2:
+        inner = arr.shape[1]
+        return ["[" + ",".join(words[start:start + inner]) + "]" for start in range(0, len(words), inner)] \
+            if inner else ["[]"] * arr.shape[0]
+    inner = math.prod(arr.shape[1:])
+    return [_nested(words, arr.shape[1:], i * inner) for i in range(arr.shape[0])]
 
 
 def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
@@ -50,11 +70,11 @@ def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
 def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
     if len(shape) == 1:
         return "[" + ",".join(words[start:start + shape[0]]) + "]"
-    inner = int(np.prod(shape[1:]))
+    inner = math.prod(shape[1:])
     return "[" + ",".join(_nested(words, shape[1:], start + i * inner) for i in range(shape[0])) + "]"
 
 
-_VECTOR_MIN = 1024   # from this many float32 values the whole-array rule is cheaper than per value
+_VECTOR_MIN = 1024   # from this many float32 values the whole-array rule is cheaper than the list rule
 
 
 def decimal_words(arr: np.ndarray) -> list[str]:
@@ -68,7 +88,36 @@ def decimal_words(arr: np.ndarray) -> list[str]:
             for i in np.flatnonzero(~sure).tolist():
                 words[i] = _word(values[i], double)
         return words
-    return [_word(v, double) for v in flat.tolist()]
+    return _list_words(flat.tolist(), double)
+
+
+def _list_words(values: list[float], double: bool) -> list[str]:
+    """The rule over a list of values, each step one C call over all of them: every value written with six
+    digits at once, all read back at once (float32: packed to float32 and unpacked), the values that did
+    not read back written again with ``max_digits10``. Non-finite values go to ``_word``."""
+    n = len(values)
+    text = ("%g," * n) % tuple(values)
+    if "n" in text:                       # "nan", "inf": finite values' %g text has no letter n
+        return [_word(v, double) for v in values]
+    six = text.split(",")
+    six.pop()
+    if double:
+        backs: Iterable[float] = map(float, six)
+        full = "%.17g"
+    else:
+        floats = _floats32(n)
+        try:
+            backs = floats.unpack(floats.pack(*map(float, six)))
+        except OverflowError:             # not for a float32's six digits (FLT_MAX's round down), kept as _word
+            return [_word(v, double) for v in values]
+        full = "%.9g"
+    words = [word if back == value else full % value for word, back, value in zip(six, backs, values)]
+    return [word if "." in word or "e" in word else word + ".0" for word in words]
+
+
+@functools.lru_cache(maxsize=None)   # one per list size below _VECTOR_MIN
+def _floats32(n: int) -> struct.Struct:
+    return struct.Struct(f"={n}f")
 
 
 _F32 = struct.Struct("<f")

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 import numpy as np
+import orjson
 
 from serving import status
 from serving.codec._dtypes import enum_from_dtype
-from serving.codec._decimal import decimal_fragment, decimal_rows
+from serving.codec._decimal import decimal_row_texts, decimal_text
 from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
@@ -224,20 +225,33 @@ def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool
     With one output its name is left out; with several, row format gives a
     list of ``{name: value}`` objects (all outputs must share the batch size)
     and columnar format one object of tensors. String outputs whose name ends
-    in ``_bytes`` are written ``{"b64": ...}``; NaN and Infinity are written as
-    TF Serving writes them.
+    in ``_bytes`` are written ``{"b64": ...}``; floats, NaN and Infinity are
+    written as TF Serving writes them (``WriteDecimal``).
+
+    The body is joined as text here (each tensor's values written once, by
+    ``decimal_words`` or orjson), the bytes ``json_dumps`` would write of the
+    same values.
     """
     if not outputs:
         raise status.InvalidArgument("Cannot convert empty tensor map to JSON")
     arrays = {name: np.asarray(value) for name, value in outputs.items()}
+    if row_format:
+        batch = _batch_size(arrays)   # MakeRowFormatJsonFromTensors checks the batch before writing a value
+        for arr in arrays.values():
+            _check_writable(arr)
+        if len(arrays) == 1:
+            (name, arr), = arrays.items()
+            return b'{"predictions":' + _response_text(name, arr).encode() + b"}"
+        columns = [(_key_text(name), _response_row_texts(name, arr)) for name, arr in arrays.items()]
+        rows = ",".join(["{" + ",".join([key + texts[i] for key, texts in columns]) + "}" for i in range(batch)])
+        return ('{"predictions":[' + rows + "]}").encode()
     for arr in arrays.values():
         _check_writable(arr)
-    if row_format:
-        return json_dumps({"predictions": _response_rows(arrays)})
     if len(arrays) == 1:
         (name, arr), = arrays.items()
-        return json_dumps({"outputs": _response_value(name, arr)})
-    return json_dumps({"outputs": {name: _response_value(name, arr) for name, arr in arrays.items()}})
+        return b'{"outputs":' + _response_text(name, arr).encode() + b"}"
+    fields = ",".join([_key_text(name) + _response_text(name, arr) for name, arr in arrays.items()])
+    return ('{"outputs":{' + fields + "}}").encode()
 
 
 _TF_NAMES = {np.dtype(np.complex64): "complex64", np.dtype(np.complex128): "complex128"}
@@ -253,23 +267,26 @@ def _check_writable(arr: np.ndarray) -> None:
         f"Failed to write JSON value for tensor type: {_TF_NAMES.get(arr.dtype, arr.dtype.name)}")
 
 
-def _response_value(name: str, arr: np.ndarray) -> object:
-    """One output tensor as TF Serving writes it: floats by ``WriteDecimal`` (``decimal_fragment``)."""
-    arr = np.asarray(arr)
+def _key_text(name: str) -> str:
+    """``"name":`` as JSON text."""
+    return orjson.dumps(name).decode() + ":"
+
+
+def _response_text(name: str, arr: np.ndarray) -> str:
+    """One output tensor as TF Serving writes it: floats by ``WriteDecimal`` (``decimal_text``)."""
     if arr.dtype.kind == "f":
-        return decimal_fragment(arr)
-    return array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))
+        return decimal_text(arr)
+    return json_dumps(array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))).decode()
 
 
-def _response_rows(arrays: Mapping[str, np.ndarray]) -> object:
-    """Row format: ``_rows``'s checks, with each float tensor formatted once (``decimal_rows``)."""
-    batch = _batch_size(arrays)
-    if len(arrays) == 1:
-        (name, arr), = arrays.items()
-        return _response_value(name, arr)
-    columns = {name: decimal_rows(arr) if arr.dtype.kind == "f"
-               else [_response_value(name, arr[i]) for i in range(batch)] for name, arr in arrays.items()}
-    return [{name: column[i] for name, column in columns.items()} for i in range(batch)]
+def _response_row_texts(name: str, arr: np.ndarray) -> list[str]:
+    """``_response_text`` of each ``arr[i]``: a float tensor formatted once (``decimal_row_texts``), a vector of
+    ints or bools written once."""
+    if arr.dtype.kind == "f":
+        return decimal_row_texts(arr)
+    if arr.ndim == 1 and arr.dtype.kind in "iub":
+        return orjson.dumps(arr.tolist()).decode()[1:-1].split(",")
+    return [_response_text(name, np.asarray(arr[i])) for i in range(arr.shape[0])]
 
 
 def _request_value(name: str, arr: np.ndarray) -> JSON | np.ndarray:
