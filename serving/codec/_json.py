@@ -24,8 +24,7 @@ import orjson
 
 from serving import status
 
-__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string",
-           "decimal_fragment", "decimal_rows"]
+__all__ = ["JSON", "MAX_JSON_DEPTH", "JsonText", "json_loads", "json_dumps", "json_type_name", "json_value_string"]
 
 JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 """A parsed JSON value: what ``json_loads`` returns (``json_dumps`` takes numpy values besides)."""
