@@ -14,11 +14,12 @@ import numpy as np
 import orjson
 
 from serving import status
-from serving.codec._dtypes import enum_from_dtype
+from serving.codec._dtypes import DTYPES, enum_from_dtype
 from serving.codec._decimal import decimal_row_texts, decimal_text
 from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
+    JSON_DTYPE_NAMES,
     array_to_json,
     decode_b64_object,
     dense_shape,
@@ -164,7 +165,7 @@ def _batch(name: str, values: list | DenseArray, dtype: DTypeLike, budget: Eleme
         whole = values
     try:
         return json_to_array(whole, dtype)
-    except status.InvalidArgument as error:
+    except (status.InvalidArgument, status.Unimplemented) as error:   # Unimplemented: a DT_HALF or DT_UINT16 input
         _raise_element_error(name, _parsed(values) if isinstance(values, DenseArray) else values, dtype, keyed)
         raise error
 
@@ -180,7 +181,7 @@ def _raise_element_error(name: str, values: list, dtype: DTypeLike, keyed: bool)
     for i, value in enumerate(values):
         try:
             item = json_to_array(value, dtype)
-        except status.InvalidArgument as exc:
+        except (status.InvalidArgument, status.Unimplemented) as exc:
             raise status.InvalidArgument(
                 f"Failed to process element: {i}{where} of 'instances' list. "
                 f"Error: {status_string(exc)}") from None
@@ -255,16 +256,22 @@ def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool
 
 
 _TF_NAMES = {np.dtype(np.complex64): "complex64", np.dtype(np.complex128): "complex128"}
+_WRITABLE = frozenset(row.numpy for row in DTYPES if row.name in JSON_DTYPE_NAMES)
 
 
 def _check_writable(arr: np.ndarray) -> None:
-    """``AddTensorValue``'s default case: ``Failed to write JSON value for tensor type: complex64`` (an output
-    of a type JSON has no value for, with at least one element). Known deviation: TF Serving fails float16
-    (``half``) and uint16 outputs the same way; the embedded server writes them (as float32 and int)."""
-    if arr.dtype.kind != "c" or arr.size == 0:
+    """``AddSingleValueAndAdvance``'s default case: an output of a dtype it has no case for (float16 ``half``,
+    ``uint16``, complex), with at least one value, is ``Failed to write JSON value for tensor type: half``."""
+    if arr.size == 0 or arr.dtype in _WRITABLE or arr.dtype.kind in "SUO":
         return
-    raise status.InvalidArgument(
-        f"Failed to write JSON value for tensor type: {_TF_NAMES.get(arr.dtype, arr.dtype.name)}")
+    dtype = arr.dtype.newbyteorder("=") if arr.dtype.byteorder not in "=|" else arr.dtype
+    if dtype in _WRITABLE:
+        return
+    try:
+        name = enum_from_dtype(dtype).tf_name
+    except ValueError:
+        name = _TF_NAMES.get(dtype, dtype.name)
+    raise status.InvalidArgument(f"Failed to write JSON value for tensor type: {name}")
 
 
 def _key_text(name: str) -> str:
