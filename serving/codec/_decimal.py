@@ -114,7 +114,7 @@ def _list_words(values: list[float], double: bool) -> list[str]:
     return [word if "." in word or "e" in word else word + ".0" for word in words]
 
 
-@functools.lru_cache(maxsize=None)   # one per list size below _VECTOR_MIN
+@functools.cache   # one per list size below _VECTOR_MIN
 def _floats32(n: int) -> struct.Struct:
     return struct.Struct(f"={n}f")
 

@@ -111,7 +111,7 @@ def json_to_array(value: DenseJSON, dtype: DTypeLike, *, budget: Optional[Elemen
     if budget is not None:
         budget.take(dense_shape(value))
     if row.name not in JSON_DTYPE_NAMES:
-        return _unconvertible(value.value() if isinstance(value, DenseArray) else value, row)
+        return _unconvertible(value, row)
     if isinstance(value, DenseArray):
         array = _numbers(value.array, row)
         if array is not None:
@@ -259,12 +259,12 @@ def _shape_error(value: JSON) -> status.InvalidArgument:
     return error or status.InvalidArgument("JSON Value is not a dense tensor")
 
 
-def _too_deep(shape: list[int]) -> status.InvalidArgument:
+def _too_deep(shape: list[int]) -> status.ServingError:
     return status.InvalidArgument(
         f"JSON Value nests lists {len(shape)} deep; a tensor has at most {_MAX_DIMS} dimensions")
 
 
-def _unconvertible(value: JSON, row: DType) -> np.ndarray:
+def _unconvertible(value: DenseJSON, row: DType) -> np.ndarray:
     """A value for a dtype ``AddValueToTensor`` has no case for (DT_HALF, DT_UINT16): ``FillTensorProto``'s first
     error in its order (a list's level and size before its elements): a misplaced leaf or list, an object
     (``TypeError``), else the first value's ``UNIMPLEMENTED: Conversion of JSON Value: 1.5 to type: half``.
@@ -273,23 +273,23 @@ def _unconvertible(value: JSON, row: DType) -> np.ndarray:
     if len(shape) > _MAX_DIMS:
         raise _too_deep(shape)
 
-    def conversion(leaf: JSON) -> status.ServingError:
+    def conversion(leaf: object) -> status.ServingError:
         if isinstance(leaf, dict):
             return _type_error(leaf, row)
         return status.Unimplemented(f"Conversion of JSON Value: {json_value_string(leaf)} to type: {row.tf_name}")
 
-    error = _first_problem(value, shape, conversion)
+    error = _first_problem(value.value() if isinstance(value, DenseArray) else value, shape, conversion)
     if error is not None:
         raise error
     return np.zeros(shape, row.numpy)
 
 
-def _first_problem(value: JSON, shape: list[int],
-                   leaf_error: Optional[Callable[[JSON], status.ServingError]] = None) -> Optional[status.ServingError]:
+def _first_problem(value: object, shape: list[int],
+                   leaf_error: Callable[[object], status.ServingError] | None = None) -> status.ServingError | None:
     """``FillTensorProto``'s first error for ``value`` read as ``shape``: a leaf at the wrong level, a list
     too deep or of the wrong size, or ``leaf_error`` of the first leaf where it belongs."""
     rank = len(shape)
-    stack = [(value, 0)]
+    stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
         if not isinstance(item, list):

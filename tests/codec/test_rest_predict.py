@@ -217,9 +217,9 @@ def test_narrow_ints_take_int32_values_and_wrap(values, dtype, expected):
     (b'{"instances":[[1.5,2]]}', status.Code.INVALID_ARGUMENT,
      "Failed to process element: 0 of 'instances' list. Error: UNIMPLEMENTED: Conversion of JSON Value: 1.5 to type: {}"),
     (b'{"instances":[{"x":[1.5]}]}', status.Code.INVALID_ARGUMENT,
-     "Failed to process element: 0 key: x of 'instances' list. Error: UNIMPLEMENTED: "
-     "Conversion of JSON Value: 1.5 to type: {}"),
-    (b'{"inputs":[' + b",".join([b"1.25"] * 600) + b"]}", status.Code.UNIMPLEMENTED,   # a DenseArray body
+     ("Failed to process element: 0 key: x of 'instances' list. Error: UNIMPLEMENTED: "
+      "Conversion of JSON Value: 1.5 to type: {}")),
+    ((b'{"inputs":[' + b",".join([b"1.25"] * 600) + b"]}"), status.Code.UNIMPLEMENTED,   # a DenseArray body
      "Conversion of JSON Value: 1.25 to type: {}"),
 ])
 def test_half_and_uint16_inputs_are_refused_as_tf_serving_refuses_them(dtype, name, body, code, message):

@@ -17,8 +17,8 @@ The model is exported here (a tf.Module), served by the embedded server.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import numpy as np
@@ -78,8 +78,8 @@ def test_grpc_carries_float16_and_uint16(server):
     ({"inputs": {"x": [0.1]}}, 501, "Conversion of JSON Value: 0.1 to type: half"),
     ({"instances": [1.5, 2.0]}, 400,
      "Failed to process element: 0 of 'instances' list. Error: UNIMPLEMENTED: Conversion of JSON Value: 1.5 to type: half"),
-    ({"instances": [{"x": 1.5}]}, 400, "Failed to process element: 0 key: x of 'instances' list. Error: UNIMPLEMENTED: "
-                                       "Conversion of JSON Value: 1.5 to type: half"),
+    ({"instances": [{"x": 1.5}]}, 400, ("Failed to process element: 0 key: x of 'instances' list. Error: UNIMPLEMENTED: "
+                                        "Conversion of JSON Value: 1.5 to type: half")),
     ({"inputs": [{"b64": "AA=="}]}, 400, 'JSON Value: {"b64":"AA=="} Type: Object is not of expected type: half'),
 ])
 def test_a_float16_input_value_is_refused_as_tf_serving_refuses_it(http, body, http_status, error):
