@@ -63,7 +63,10 @@ def decimal_row_texts(values: np.ndarray) -> list[str]:
 
 def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
     arr = np.asarray(values)
-    return arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float32)
+    return arr if arr.dtype.type in _FLOATS else arr.astype(np.float32)   # either byte order
+
+
+_FLOATS = (np.float32, np.float64)
 
 
 def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
@@ -78,7 +81,7 @@ _VECTOR_MIN = 2048   # from about this many float32 values the whole-array rule 
 
 def decimal_words(arr: np.ndarray) -> list[str]:
     """Each value of a float32 or float64 ``arr`` (C order) as ``WriteDecimal`` text."""
-    double = arr.dtype == np.float64
+    double = arr.dtype.type is np.float64
     flat = arr.reshape(-1)
     if not double and flat.size >= _VECTOR_MIN:
         words, sure = _vector_words32(flat)

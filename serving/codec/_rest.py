@@ -275,8 +275,16 @@ def _check_writable(arr: np.ndarray) -> None:
 
 
 def _key_text(name: str) -> str:
-    """``"name":`` as JSON text."""
-    return orjson.dumps(name).decode() + ":"
+    """``"name":`` as JSON text (kept for the few names a server's signatures have)."""
+    text = _KEYS.get(name)
+    if text is None:
+        text = orjson.dumps(name).decode() + ":"
+        if len(_KEYS) < 4096:
+            _KEYS[name] = text
+    return text
+
+
+_KEYS: dict[str, str] = {}
 
 
 def _response_text(name: str, arr: np.ndarray) -> str:

@@ -74,3 +74,11 @@ def test_decimal_texts_nest_the_words(dtype):
     for rows in (arr, arr[0], arr[:, 0, 0], np.zeros((3, 0), dtype)):
         assert _decimal.decimal_row_texts(rows) == [_decimal.decimal_text(row) for row in rows]
     assert _decimal.decimal_text(dtype(2.5)) == "2.5"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [3, _decimal._VECTOR_MIN + 5])
+def test_either_byte_order_writes_the_same_text(dtype, size):
+    """A big-endian float64 tensor is written with float64's rule (it was once cast to float32 first)."""
+    values = np.resize(np.array([0.1, 1 / 3, 2.5, -7e-9], dtype), size)
+    assert _decimal.decimal_text(values.astype(values.dtype.newbyteorder(">"))) == _decimal.decimal_text(values)
