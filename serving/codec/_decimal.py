@@ -7,59 +7,81 @@ Six significant digits (``absl::StrCat``, like ``%g``: ``9e+06``, ``3e-05``,
 (``3.0``); ``NaN``, ``Infinity``, ``-Infinity`` for non-finite values.
 
 Formatting is most of the cost of a REST response, so it is done two ways with
-one result: the per-value rule above for small tensors, and for float32 tensors
-of ``_VECTOR_MIN`` values or more the same rule in integer arithmetic over the
-whole array, each value whose rounding is not certain there (a digit at a tie,
-a power of ten beyond float64's exact ones) taken from the per-value rule. (A
-cache of written words was measured and dropped: it sped up outputs that repeat
-and slowed never-seen ones, which real outputs are, by half.)
+one result: below ``_VECTOR_MIN`` values (and for float64) each step of the rule
+is one C call over the whole list (every value written with ``%g`` in one format
+call, read back by one orjson parse, packed to float32 and unpacked in one call),
+only the values that did not read back are written again one by one with
+``max_digits10``; for float32 tensors of ``_VECTOR_MIN`` values or
+more the same rule in integer arithmetic over the whole array, each value whose
+rounding is not certain there (a digit at a tie, a power of ten beyond float64's
+exact ones) taken from the per-value rule ``_word``. tests/codec/test_decimal.py
+holds both to ``_word`` on 200,000+ values. (A cache of written words was
+measured and dropped: it sped up outputs that repeat and slowed never-seen ones,
+which real outputs are, by half.)
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
 import numpy as np
 import orjson
 
-__all__ = ["decimal_fragment", "decimal_rows", "decimal_words"]
+__all__ = ["decimal_fragment", "decimal_row_texts", "decimal_text", "decimal_words"]
 
 
 def decimal_fragment(values: np.ndarray | np.floating) -> orjson.Fragment:
     """``values`` in ``WriteDecimal`` text, nested as ``values``, ready for ``json_dumps``."""
-    arr = _decimal_array(values)
-    words = decimal_words(arr)
-    return orjson.Fragment((words[0] if arr.ndim == 0 else _nested(words, arr.shape, 0)).encode())
+    return orjson.Fragment(decimal_text(values).encode())
 
 
-def decimal_rows(values: np.ndarray) -> list[orjson.Fragment]:
-    """``decimal_fragment`` of each ``values[i]``, formatting every value once."""
+def decimal_text(values: np.ndarray | np.floating) -> str:
+    """``values`` in ``WriteDecimal`` text, nested as ``values`` (a JSON number for a scalar)."""
     arr = _decimal_array(values)
     words = decimal_words(arr)
-    inner = int(np.prod(arr.shape[1:]))
+    if arr.ndim == 0:
+        return words[0]
     if arr.ndim == 1:
-        return [orjson.Fragment(word.encode()) for word in words]
-    return [orjson.Fragment(_nested(words, arr.shape[1:], i * inner).encode()) for i in range(arr.shape[0])]
+        return "[" + ",".join(words) + "]"
+    return _nested(words, arr.shape, 0)
+
+
+def decimal_row_texts(values: np.ndarray) -> list[str]:
+    """``decimal_text`` of each ``values[i]`` (``values`` has a first dimension), formatting every value once."""
+    arr = _decimal_array(values)
+    words = decimal_words(arr)
+    if arr.ndim == 1:
+        return words
+    if arr.ndim == 2:
+        inner = arr.shape[1]
+        return ["[" + ",".join(words[start:start + inner]) + "]" for start in range(0, len(words), inner)] \
+            if inner else ["[]"] * arr.shape[0]
+    inner = math.prod(arr.shape[1:])
+    return [_nested(words, arr.shape[1:], i * inner) for i in range(arr.shape[0])]
 
 
 def _decimal_array(values: np.ndarray | np.floating) -> np.ndarray:
     arr = np.asarray(values)
-    return arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float32)
+    return arr if arr.dtype.type in _FLOATS else arr.astype(np.float32)   # either byte order
+
+
+_FLOATS = (np.float32, np.float64)
 
 
 def _nested(words: list[str], shape: tuple[int, ...], start: int) -> str:
     if len(shape) == 1:
         return "[" + ",".join(words[start:start + shape[0]]) + "]"
-    inner = int(np.prod(shape[1:]))
+    inner = math.prod(shape[1:])
     return "[" + ",".join(_nested(words, shape[1:], start + i * inner) for i in range(shape[0])) + "]"
 
 
-_VECTOR_MIN = 1024   # from this many float32 values the whole-array rule is cheaper than per value
+_VECTOR_MIN = 2048   # from about this many float32 values the whole-array rule is cheaper than the list rule
 
 
 def decimal_words(arr: np.ndarray) -> list[str]:
     """Each value of a float32 or float64 ``arr`` (C order) as ``WriteDecimal`` text."""
-    double = arr.dtype == np.float64
+    double = arr.dtype.type is np.float64
     flat = arr.reshape(-1)
     if not double and flat.size >= _VECTOR_MIN:
         words, sure = _vector_words32(flat)
@@ -68,7 +90,36 @@ def decimal_words(arr: np.ndarray) -> list[str]:
             for i in np.flatnonzero(~sure).tolist():
                 words[i] = _word(values[i], double)
         return words
-    return [_word(v, double) for v in flat.tolist()]
+    return _list_words(flat.tolist(), double)
+
+
+def _list_words(values: list[float], double: bool) -> list[str]:
+    """The rule over a list of values, each step one C call over all of them: every value written with six
+    digits at once (``%g``), all read back at once (orjson, correctly rounded; float32: then packed to float32
+    and unpacked), the values that did not read back written again with ``max_digits10``. Non-finite values
+    go to ``_word``."""
+    n = len(values)
+    text = ("%g," * n) % tuple(values)
+    if "n" in text:                       # "nan", "inf": the %g text of a finite value has no letter n
+        return [_word(v, double) for v in values]
+    backs = orjson.loads("[" + text[:-1] + "]")
+    if double:
+        full = "%.17g"
+    else:
+        floats = _floats32(n)
+        try:
+            backs = floats.unpack(floats.pack(*backs))
+        except OverflowError:             # not for a float32's six digits (FLT_MAX's round down), kept as _word
+            return [_word(v, double) for v in values]
+        full = "%.9g"
+    six = text.split(",")
+    words = [word if back == value else full % value for word, back, value in zip(six, backs, values)]
+    return [word if "." in word or "e" in word else word + ".0" for word in words]
+
+
+@functools.cache   # one per list size below _VECTOR_MIN
+def _floats32(n: int) -> struct.Struct:
+    return struct.Struct(f"={n}f")
 
 
 _F32 = struct.Struct("<f")

@@ -43,7 +43,15 @@ __all__ = [
     "is_b64_object",
     "decode_b64_object",
     "status_string",
+    "JSON_DTYPE_NAMES",
 ]
+
+JSON_DTYPE_NAMES = frozenset({"DT_FLOAT", "DT_DOUBLE", "DT_INT32", "DT_INT16", "DT_INT8", "DT_UINT8", "DT_STRING",
+                              "DT_INT64", "DT_BOOL", "DT_UINT32", "DT_UINT64"})
+"""The dtypes JSON values convert to and from: the cases of ``json_tensor.cc``'s ``AddValueToTensor`` (request
+values) and ``AddSingleValueAndAdvance`` (response values), the same eleven. DT_HALF and DT_UINT16 are neither:
+a request value for one is ``UNIMPLEMENTED: Conversion of JSON Value: 1.5 to type: half``, a response value
+``Failed to write JSON value for tensor type: half``."""
 
 _MAX_DIMS = 32  # numpy's limit
 
@@ -102,6 +110,8 @@ def json_to_array(value: DenseJSON, dtype: DTypeLike, *, budget: Optional[Elemen
     row = enum_from_dtype(dtype)
     if budget is not None:
         budget.take(dense_shape(value))
+    if row.name not in JSON_DTYPE_NAMES:
+        return _unconvertible(value, row)
     if isinstance(value, DenseArray):
         array = _numbers(value.array, row)
         if array is not None:
@@ -244,27 +254,58 @@ def _shape_error(value: JSON) -> status.InvalidArgument:
     """TF Serving's message for the first place ``value`` is not dense."""
     shape = dense_shape(value)
     if len(shape) > _MAX_DIMS:
-        return status.InvalidArgument(
-            f"JSON Value nests lists {len(shape)} deep; a tensor has at most {_MAX_DIMS} dimensions")
-    message = _first_shape_problem(value, shape)
-    return status.InvalidArgument(message or "JSON Value is not a dense tensor")
+        return _too_deep(shape)
+    error = _first_problem(value, shape)
+    return error or status.InvalidArgument("JSON Value is not a dense tensor")
 
 
-def _first_shape_problem(value: JSON, shape: list[int]) -> Optional[str]:
+def _too_deep(shape: list[int]) -> status.ServingError:
+    return status.InvalidArgument(
+        f"JSON Value nests lists {len(shape)} deep; a tensor has at most {_MAX_DIMS} dimensions")
+
+
+def _unconvertible(value: DenseJSON, row: DType) -> np.ndarray:
+    """A value for a dtype ``AddValueToTensor`` has no case for (DT_HALF, DT_UINT16): ``FillTensorProto``'s first
+    error in its order (a list's level and size before its elements): a misplaced leaf or list, an object
+    (``TypeError``), else the first value's ``UNIMPLEMENTED: Conversion of JSON Value: 1.5 to type: half``.
+    A value with no leaf at all (``[]``, ``[[], []]``) is an empty tensor, as in TF Serving."""
+    shape = dense_shape(value)
+    if len(shape) > _MAX_DIMS:
+        raise _too_deep(shape)
+
+    def conversion(leaf: object) -> status.ServingError:
+        if isinstance(leaf, dict):
+            return _type_error(leaf, row)
+        return status.Unimplemented(f"Conversion of JSON Value: {json_value_string(leaf)} to type: {row.tf_name}")
+
+    error = _first_problem(value.value() if isinstance(value, DenseArray) else value, shape, conversion)
+    if error is not None:
+        raise error
+    return np.zeros(shape, row.numpy)
+
+
+def _first_problem(value: object, shape: list[int],
+                   leaf_error: Callable[[object], status.ServingError] | None = None) -> status.ServingError | None:
+    """``FillTensorProto``'s first error for ``value`` read as ``shape``: a leaf at the wrong level, a list
+    too deep or of the wrong size, or ``leaf_error`` of the first leaf where it belongs."""
     rank = len(shape)
-    stack = [(value, 0)]
+    stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
         if not isinstance(item, list):
             if level != rank:
-                return (f"JSON Value: {json_value_string(item)} found at incorrect level: "
-                        f"{level + 1} in the JSON DOM. Expected at level: {rank}")
+                return status.InvalidArgument(
+                    f"JSON Value: {json_value_string(item)} found at incorrect level: "
+                    f"{level + 1} in the JSON DOM. Expected at level: {rank}")
+            if leaf_error is not None:
+                return leaf_error(item)
             continue
         if level >= rank:
-            return f"Encountered list at unexpected level: {level} expected < {rank}"
+            return status.InvalidArgument(f"Encountered list at unexpected level: {level} expected < {rank}")
         if len(item) != shape[level]:
-            return (f"Encountered list at unexpected size: {len(item)} at level: {level} "
-                    f"expected size: {shape[level]}")
+            return status.InvalidArgument(
+                f"Encountered list at unexpected size: {len(item)} at level: {level} "
+                f"expected size: {shape[level]}")
         stack.extend((v, level + 1) for v in reversed(item))
     return None
 

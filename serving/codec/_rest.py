@@ -11,13 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 import numpy as np
+import orjson
 
 from serving import status
-from serving.codec._dtypes import enum_from_dtype
-from serving.codec._decimal import decimal_fragment, decimal_rows
+from serving.codec._dtypes import DTYPES, enum_from_dtype
+from serving.codec._decimal import decimal_row_texts, decimal_text
 from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
+    JSON_DTYPE_NAMES,
     array_to_json,
     decode_b64_object,
     dense_shape,
@@ -163,7 +165,7 @@ def _batch(name: str, values: list | DenseArray, dtype: DTypeLike, budget: Eleme
         whole = values
     try:
         return json_to_array(whole, dtype)
-    except status.InvalidArgument as error:
+    except (status.InvalidArgument, status.Unimplemented) as error:   # Unimplemented: a DT_HALF or DT_UINT16 input
         _raise_element_error(name, _parsed(values) if isinstance(values, DenseArray) else values, dtype, keyed)
         raise error
 
@@ -179,7 +181,7 @@ def _raise_element_error(name: str, values: list, dtype: DTypeLike, keyed: bool)
     for i, value in enumerate(values):
         try:
             item = json_to_array(value, dtype)
-        except status.InvalidArgument as exc:
+        except (status.InvalidArgument, status.Unimplemented) as exc:
             raise status.InvalidArgument(
                 f"Failed to process element: {i}{where} of 'instances' list. "
                 f"Error: {status_string(exc)}") from None
@@ -224,52 +226,82 @@ def outputs_to_rest_response(outputs: Mapping[str, np.ndarray], row_format: bool
     With one output its name is left out; with several, row format gives a
     list of ``{name: value}`` objects (all outputs must share the batch size)
     and columnar format one object of tensors. String outputs whose name ends
-    in ``_bytes`` are written ``{"b64": ...}``; NaN and Infinity are written as
-    TF Serving writes them.
+    in ``_bytes`` are written ``{"b64": ...}``; floats, NaN and Infinity are
+    written as TF Serving writes them (``WriteDecimal``).
+
+    The body is joined as text here (each tensor's values written once, by
+    ``decimal_words`` or orjson), the bytes ``json_dumps`` would write of the
+    same values.
     """
     if not outputs:
         raise status.InvalidArgument("Cannot convert empty tensor map to JSON")
     arrays = {name: np.asarray(value) for name, value in outputs.items()}
+    if row_format:
+        batch = _batch_size(arrays)   # MakeRowFormatJsonFromTensors checks the batch before writing a value
+        for arr in arrays.values():
+            _check_writable(arr)
+        if len(arrays) == 1:
+            (name, arr), = arrays.items()
+            return b'{"predictions":' + _response_text(name, arr).encode() + b"}"
+        columns = [(_key_text(name), _response_row_texts(name, arr)) for name, arr in arrays.items()]
+        rows = ",".join(["{" + ",".join([key + texts[i] for key, texts in columns]) + "}" for i in range(batch)])
+        return ('{"predictions":[' + rows + "]}").encode()
     for arr in arrays.values():
         _check_writable(arr)
-    if row_format:
-        return json_dumps({"predictions": _response_rows(arrays)})
     if len(arrays) == 1:
         (name, arr), = arrays.items()
-        return json_dumps({"outputs": _response_value(name, arr)})
-    return json_dumps({"outputs": {name: _response_value(name, arr) for name, arr in arrays.items()}})
+        return b'{"outputs":' + _response_text(name, arr).encode() + b"}"
+    fields = ",".join([_key_text(name) + _response_text(name, arr) for name, arr in arrays.items()])
+    return ('{"outputs":{' + fields + "}}").encode()
 
 
 _TF_NAMES = {np.dtype(np.complex64): "complex64", np.dtype(np.complex128): "complex128"}
+_WRITABLE = frozenset(row.numpy for row in DTYPES if row.name in JSON_DTYPE_NAMES)
 
 
 def _check_writable(arr: np.ndarray) -> None:
-    """``AddTensorValue``'s default case: ``Failed to write JSON value for tensor type: complex64`` (an output
-    of a type JSON has no value for, with at least one element). Known deviation: TF Serving fails float16
-    (``half``) and uint16 outputs the same way; the embedded server writes them (as float32 and int)."""
-    if arr.dtype.kind != "c" or arr.size == 0:
+    """``AddSingleValueAndAdvance``'s default case: an output of a dtype it has no case for (float16 ``half``,
+    ``uint16``, complex), with at least one value, is ``Failed to write JSON value for tensor type: half``."""
+    if arr.size == 0 or arr.dtype in _WRITABLE or arr.dtype.kind in "SUO":
         return
-    raise status.InvalidArgument(
-        f"Failed to write JSON value for tensor type: {_TF_NAMES.get(arr.dtype, arr.dtype.name)}")
+    dtype = arr.dtype.newbyteorder("=") if arr.dtype.byteorder not in "=|" else arr.dtype
+    if dtype in _WRITABLE:
+        return
+    try:
+        name = enum_from_dtype(dtype).tf_name
+    except ValueError:
+        name = _TF_NAMES.get(dtype, dtype.name)
+    raise status.InvalidArgument(f"Failed to write JSON value for tensor type: {name}")
 
 
-def _response_value(name: str, arr: np.ndarray) -> object:
-    """One output tensor as TF Serving writes it: floats by ``WriteDecimal`` (``decimal_fragment``)."""
-    arr = np.asarray(arr)
+def _key_text(name: str) -> str:
+    """``"name":`` as JSON text (kept for the few names a server's signatures have)."""
+    text = _KEYS.get(name)
+    if text is None:
+        text = orjson.dumps(name).decode() + ":"
+        if len(_KEYS) < 4096:
+            _KEYS[name] = text
+    return text
+
+
+_KEYS: dict[str, str] = {}
+
+
+def _response_text(name: str, arr: np.ndarray) -> str:
+    """One output tensor as TF Serving writes it: floats by ``WriteDecimal`` (``decimal_text``)."""
     if arr.dtype.kind == "f":
-        return decimal_fragment(arr)
-    return array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))
+        return decimal_text(arr)
+    return json_dumps(array_to_json(arr, as_b64=name.endswith(BYTES_SUFFIX))).decode()
 
 
-def _response_rows(arrays: Mapping[str, np.ndarray]) -> object:
-    """Row format: ``_rows``'s checks, with each float tensor formatted once (``decimal_rows``)."""
-    batch = _batch_size(arrays)
-    if len(arrays) == 1:
-        (name, arr), = arrays.items()
-        return _response_value(name, arr)
-    columns = {name: decimal_rows(arr) if arr.dtype.kind == "f"
-               else [_response_value(name, arr[i]) for i in range(batch)] for name, arr in arrays.items()}
-    return [{name: column[i] for name, column in columns.items()} for i in range(batch)]
+def _response_row_texts(name: str, arr: np.ndarray) -> list[str]:
+    """``_response_text`` of each ``arr[i]``: a float tensor formatted once (``decimal_row_texts``), a vector of
+    ints or bools written once."""
+    if arr.dtype.kind == "f":
+        return decimal_row_texts(arr)
+    if arr.ndim == 1 and arr.dtype.kind in "iub":
+        return orjson.dumps(arr.tolist()).decode()[1:-1].split(",")
+    return [_response_text(name, np.asarray(arr[i])) for i in range(arr.shape[0])]
 
 
 def _request_value(name: str, arr: np.ndarray) -> JSON | np.ndarray:

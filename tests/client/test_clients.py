@@ -32,13 +32,22 @@ def _multi_inputs():
 def test_predict_gives_equal_arrays_and_dtypes_over_grpc_and_rest(both):
     results = [c.predict("multi", _multi_inputs()) for c in both]
     grpc_out, rest_out = results
-    assert set(grpc_out) == set(rest_out) == {"score", "ids_out", "echo_bytes", "flags", "half", "nan_inf"}
+    assert set(grpc_out) == set(rest_out) == {"score", "ids_out", "echo_bytes", "flags", "narrow", "nan_inf"}
     for name, value in grpc_out.items():
         assert rest_out[name].dtype == value.dtype, name
         np.testing.assert_array_equal(rest_out[name], value)
     assert grpc_out["echo_bytes"].tolist() == _multi_inputs()["text"].tolist()
-    assert grpc_out["half"].dtype == np.float16 and grpc_out["flags"].dtype == np.bool_
+    assert grpc_out["narrow"].dtype == np.int8 and grpc_out["flags"].dtype == np.bool_
     assert np.isnan(rest_out["nan_inf"][0]) and rest_out["nan_inf"][1] == np.inf
+
+
+def test_a_float16_output_comes_over_grpc_and_fails_over_rest_as_in_tf_serving(both):
+    """json_tensor.cc (2.17.1) AddSingleValueAndAdvance has no DT_HALF case: REST answers 400 with its message."""
+    grpc_client, rest_client = both
+    out = grpc_client.predict("half", np.array([1.5, -2.0], np.float32))
+    assert out["y"].dtype == np.float16 and out["y"].tolist() == [1.5, -2.0]
+    with pytest.raises(errors.InvalidArgument, match="Failed to write JSON value for tensor type: half"):
+        rest_client.predict("half", np.array([1.5], np.float32))
 
 
 def test_predict_with_a_bare_array_uses_the_only_input(client):

@@ -39,3 +39,46 @@ def test_decimal_words_with_zeros_and_non_finite_values(size):
     expected = [_decimal._word(v, False) for v in values.tolist()]
     assert _decimal.decimal_words(values) == expected
     assert expected[:7] == ["0.0", "-0.0", "NaN", "Infinity", "-Infinity", "0.1", "9e+06"][:size]
+
+
+def float64_samples(rng: np.random.Generator) -> np.ndarray:
+    wide = rng.standard_normal(50_000) * 10.0 ** rng.integers(-300, 300, 50_000)
+    return np.concatenate([float32_samples(rng).astype(np.float64), wide, rng.random(10_000), np.array(EDGES),
+                           [5e-324, 1.7976931348623157e308, 0.1, 1 / 3, 2.0 ** 53 + 2]])
+
+
+@pytest.mark.parametrize("double", [False, True], ids=["float32", "float64"])
+def test_the_list_rule_writes_what_the_per_value_rule_writes(double):
+    """``_list_words`` (one %g call, one orjson read-back, one float32 pack per list) matches ``_word`` on every
+    value, in lists of every size up to the vector threshold."""
+    rng = np.random.default_rng(11)
+    values = (float64_samples(rng) if double else float32_samples(rng)).tolist()
+    sizes = [1, 2, 10, 97, 1000, _decimal._VECTOR_MIN - 1]
+    got, start = [], 0
+    while start < len(values):
+        size = sizes[len(got) % len(sizes)]
+        got.append(_decimal._list_words(values[start:start + size], double))
+        start += size
+    words = [word for chunk in got for word in chunk]
+    expected = [_decimal._word(v, double) for v in values]
+    assert len(values) > 200_000
+    assert [(v, w, e) for v, w, e in zip(values, words, expected) if w != e] == []
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_decimal_texts_nest_the_words(dtype):
+    """``decimal_text`` nests as the array does; ``decimal_row_texts`` is ``decimal_text`` of each row."""
+    arr = (np.arange(24).reshape(2, 3, 4) / 7).astype(dtype)
+    words = [_decimal._word(v, dtype == np.float64) for v in arr.reshape(-1).tolist()]
+    assert _decimal.decimal_text(arr) == str(np.array(words).reshape(2, 3, 4).tolist()).replace("'", "").replace(" ", "")
+    for rows in (arr, arr[0], arr[:, 0, 0], np.zeros((3, 0), dtype)):
+        assert _decimal.decimal_row_texts(rows) == [_decimal.decimal_text(row) for row in rows]
+    assert _decimal.decimal_text(dtype(2.5)) == "2.5"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [3, _decimal._VECTOR_MIN + 5])
+def test_either_byte_order_writes_the_same_text(dtype, size):
+    """A big-endian float64 tensor is written with float64's rule (it was once cast to float32 first)."""
+    values = np.resize(np.array([0.1, 1 / 3, 2.5, -7e-9], dtype), size)
+    assert _decimal.decimal_text(values.astype(values.dtype.newbyteorder(">"))) == _decimal.decimal_text(values)

@@ -9,7 +9,8 @@ import pytest
 from serving import codec, status
 from tests.support.arrays import NUMERIC_DTYPES, sample
 
-JSON_DTYPES = NUMERIC_DTYPES  # TF Serving itself has no DT_HALF in REST; we accept it as a number
+# json_tensor.cc converts JSON values to and from these; DT_HALF and DT_UINT16 are neither (see the tests below)
+JSON_DTYPES = [d for d in NUMERIC_DTYPES if d not in (np.float16, np.uint16)]
 
 
 def _parse(body: bytes, specs):
@@ -197,3 +198,52 @@ def test_narrow_ints_take_int32_values_and_wrap(values, dtype, expected):
     ``int_val``, which the tensor then casts to its dtype: TF Serving wraps, it does not refuse."""
     inputs, _ = codec.rest_request_to_inputs({"inputs": values}, {"x": dtype})
     assert inputs["x"].dtype == dtype and inputs["x"].tolist() == expected
+
+
+# TF Serving 2.17.1 tensorflow_serving/util/json_tensor.cc: AddValueToTensor has no case for DT_HALF or DT_UINT16
+# (its default, lines 282-285: errors::Unimplemented("Conversion of JSON Value: ", JsonValueToString(val),
+# " to type: ", DataTypeString(dtype))), reached for the first leaf in FillTensorProto's order (lines 337-375);
+# FillTensorMapFromInstancesList wraps it per element (lines 496-520). json_tensor_test.cc has no half case.
+@pytest.mark.parametrize("dtype,name", [(np.float16, "half"), (np.uint16, "uint16")])
+@pytest.mark.parametrize("body,code,message", [
+    (b'{"inputs":[[1.5,2]]}', status.Code.UNIMPLEMENTED, "Conversion of JSON Value: 1.5 to type: {}"),
+    (b'{"inputs":{"x":[[1,2],[3]]}}', status.Code.UNIMPLEMENTED, "Conversion of JSON Value: 1 to type: {}"),
+    (b'{"inputs":[0.1]}', status.Code.UNIMPLEMENTED, "Conversion of JSON Value: 0.1 to type: {}"),
+    (b'{"inputs":[[],1]}', status.Code.INVALID_ARGUMENT,      # no leaf before these: the shape's error
+     "JSON Value: 1 found at incorrect level: 2 in the JSON DOM. Expected at level: 2"),
+    (b'{"inputs":[[],[1]]}', status.Code.INVALID_ARGUMENT,
+     "Encountered list at unexpected size: 1 at level: 1 expected size: 0"),
+    (b'{"inputs":[{"a":1}]}', status.Code.INVALID_ARGUMENT, 'JSON Value: {{"a":1}} Type: Object is not of expected type: {}'),
+    (b'{"instances":[[1.5,2]]}', status.Code.INVALID_ARGUMENT,
+     "Failed to process element: 0 of 'instances' list. Error: UNIMPLEMENTED: Conversion of JSON Value: 1.5 to type: {}"),
+    (b'{"instances":[{"x":[1.5]}]}', status.Code.INVALID_ARGUMENT,
+     ("Failed to process element: 0 key: x of 'instances' list. Error: UNIMPLEMENTED: "
+      "Conversion of JSON Value: 1.5 to type: {}")),
+    ((b'{"inputs":[' + b",".join([b"1.25"] * 600) + b"]}"), status.Code.UNIMPLEMENTED,   # a DenseArray body
+     "Conversion of JSON Value: 1.25 to type: {}"),
+])
+def test_half_and_uint16_inputs_are_refused_as_tf_serving_refuses_them(dtype, name, body, code, message):
+    with pytest.raises(status.ServingError) as caught:
+        codec.rest_request_to_inputs(codec.rest_request_loads(body), {"x": dtype})
+    assert (caught.value.code, caught.value.details) == (code, message.format(name))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.uint16])
+def test_half_and_uint16_inputs_without_values_are_empty_tensors(dtype):
+    """FillTensorProto never reaches AddValueToTensor without a leaf: ``[[], []]`` is a [2, 0] tensor."""
+    inputs, _ = codec.rest_request_to_inputs(codec.rest_request_loads(b'{"inputs":[[],[]]}'), {"x": dtype})
+    assert inputs["x"].shape == (2, 0) and inputs["x"].dtype == dtype
+
+
+# json_tensor.cc AddSingleValueAndAdvance (lines 834-896): no case for DT_HALF or DT_UINT16, so its default,
+# errors::InvalidArgument("Failed to write JSON value for tensor type: ", DataTypeString(tensor.dtype())),
+# for the first value written; a tensor without values writes none.
+@pytest.mark.parametrize("row_format", [True, False], ids=["predictions", "outputs"])
+@pytest.mark.parametrize("dtype,name", [(np.float16, "half"), (np.uint16, "uint16"), (np.complex64, "complex64")])
+def test_half_and_uint16_outputs_are_refused_as_tf_serving_refuses_them(dtype, name, row_format):
+    outputs = {"ok": np.ones(2, np.float32), "y": np.ones(2, dtype)}
+    with pytest.raises(status.InvalidArgument) as caught:
+        codec.outputs_to_rest_response(outputs, row_format)
+    assert caught.value.details == f"Failed to write JSON value for tensor type: {name}"
+    empty = codec.outputs_to_rest_response({"y": np.ones((0, 3), dtype)}, row_format)
+    assert empty == (b'{"predictions":[]}' if row_format else b'{"outputs":[]}')

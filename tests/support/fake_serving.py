@@ -67,7 +67,7 @@ def _digits(inputs):
 def _multi(inputs):
     ids, weights, text = inputs["ids"], inputs["weights"], inputs["text"]
     return {"score": weights.astype(np.float64).sum(axis=1) + ids, "ids_out": ids * 2,
-            "echo_bytes": text, "flags": ids % 2 == 0, "half": weights[:, 0].astype(np.float16),
+            "echo_bytes": text, "flags": ids % 2 == 0, "narrow": (weights[:, 0] * 4).astype(np.int8),
             "nan_inf": np.array([np.nan, np.inf, -np.inf], np.float32)[: len(ids)]}
 
 
@@ -75,7 +75,12 @@ def _echo(inputs):
     return {"y": inputs["x"]}
 
 
-F32, F16, F64, I64, S, B = (np.dtype(t) for t in (np.float32, np.float16, np.float64, np.int64, object, np.bool_))
+def _half(inputs):
+    return {"y": inputs["x"].astype(np.float16)}
+
+
+F32, F16, F64, I64, I8, S, B = (np.dtype(t) for t in (np.float32, np.float16, np.float64, np.int64, np.int8, object,
+                                                   np.bool_))
 MODELS = {
     "digits": {
         "serving_default": FakeSignature("tensorflow/serving/predict", {"images": (F32, (-1, 8, 8, 1))},
@@ -86,17 +91,20 @@ MODELS = {
             "tensorflow/serving/predict",
             {"ids": (I64, (-1,)), "weights": (F32, (-1, 3)), "text": (S, (-1,))},
             {"score": (F64, (-1,)), "ids_out": (I64, (-1,)), "echo_bytes": (S, (-1,)), "flags": (B, (-1,)),
-             "half": (F16, (-1,)), "nan_inf": (F32, (-1,))}, _multi),
+             "narrow": (I8, (-1,)), "nan_inf": (F32, (-1,))}, _multi),
     },
     "echo": {"serving_default": FakeSignature("tensorflow/serving/predict", {"x": (F32, (-1, -1))},
                                               {"y": (F32, (-1, -1))}, _echo)},
+    # A float16 output: gRPC answers it; REST fails it as TF Serving does (json_tensor.cc writes no DT_HALF value).
+    "half": {"serving_default": FakeSignature("tensorflow/serving/predict", {"x": (F32, (-1,))},
+                                              {"y": (F16, (-1,))}, _half)},
     "text": {
         "classification": FakeSignature("tensorflow/serving/classify", {"inputs": (S, ())},
                                         {"classes": (S, (-1, 2)), "scores": (F32, (-1, 2))}),
         "regression": FakeSignature("tensorflow/serving/regress", {"inputs": (S, ())}, {"outputs": (F32, (-1,))}),
     },
 }
-VERSIONS = {"digits": [1, 2], "multi": [1], "echo": [1], "text": [3]}
+VERSIONS = {"digits": [1, 2], "multi": [1], "echo": [1], "half": [1], "text": [3]}
 LABELS = {"stable": 1}
 
 
