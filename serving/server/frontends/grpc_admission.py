@@ -30,9 +30,11 @@ message. Meanwhile the call holds no thread and no admission slot:
   the front-end), and the connections by the port's connection cap.
 
 This uses grpcio's private ``_server`` helpers (the receive callback, the
-abort, the RPC state's condition); ``grpcio`` is pinned, and
-``tests/security/test_grpc_stalled_streams.py`` fails if a new release
-changes them. A job that is not a unary-request call is submitted unchanged.
+abort, the RPC state's condition), all through ``grpcio_internals``, which
+checks the installed grpcio against the pin at import; where they are
+missing (``grpcio_internals.SUPPORTED`` is false) the front-end uses a plain
+thread pool and grpcio's own ``maximum_concurrent_rpcs`` instead. A job that
+is not a unary-request call is submitted unchanged.
 """
 from __future__ import annotations
 
@@ -40,16 +42,12 @@ import logging
 import threading
 import time
 from concurrent import futures
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
-from grpc import _server as grpc_server
-from grpc._cython import cygrpc
+from serving.server.frontends import grpcio_internals as internals
+from serving.server.frontends.grpcio_internals import Call, RpcEvent, RpcState, StatusCode
 
-if TYPE_CHECKING:
-    # grpcio's own types of what its server hands the executor (private, as the hook is).
-    from grpc._typing import ArityAgnosticMethodHandler, DeserializingFunction, SerializingFunction
-
-__all__ = ["MessageFirstExecutor", "CONCURRENCY_EXCEEDED", "SHUTTING_DOWN", "read_timeout_details"]
+__all__ = ["MessageFirstExecutor", "FallbackExecutor", "CONCURRENCY_EXCEEDED", "SHUTTING_DOWN", "read_timeout_details"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +65,7 @@ class _Waiting:
 
     __slots__ = ("call", "state", "deadline")
 
-    def __init__(self, call: cygrpc.Call, state: grpc_server._RPCState, deadline: float) -> None:
+    def __init__(self, call: Call, state: RpcState, deadline: float) -> None:
         self.call, self.state, self.deadline = call, state, deadline
 
 
@@ -100,7 +98,7 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
     # -- what grpcio calls ------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "futures.Future[Any]":
         self.last_taken = time.monotonic()
-        if args and args[0] is grpc_server._unary_response_in_pool and not kwargs:
+        if internals.is_unary_request_job(args, kwargs):
             return self._after_message(fn, *args)
         return self._admit(fn, args, kwargs)
 
@@ -115,10 +113,10 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         with self._lock:
             self._admitted -= 1
 
-    def _after_message(self, run: Callable[..., None], in_pool: Callable[..., None], rpc_event: cygrpc.BaseEvent,
-                       state: grpc_server._RPCState, behavior: ArityAgnosticMethodHandler,
-                       _argument_thunk: Callable[[], object], deserializer: Optional[DeserializingFunction],
-                       serializer: Optional[SerializingFunction]) -> "futures.Future[None]":
+    def _after_message(self, run: Callable[..., None], in_pool: Callable[..., None], rpc_event: RpcEvent,
+                       state: RpcState, behavior: Callable[..., Any],
+                       _argument_thunk: Callable[[], object], deserializer: Optional[Callable[[bytes], Any]],
+                       serializer: Optional[Callable[[Any], bytes]]) -> "futures.Future[None]":
         """Start receiving the message (grpcio holds ``state.condition``); the job starts when it is there.
 
         The returned future, which grpcio waits on, is done when the call is.
@@ -126,26 +124,26 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         call = rpc_event.call
         done: futures.Future[None] = futures.Future()
         done.set_running_or_notify_cancel()
-        receive = grpc_server._receive_message(state, call, deserializer)
+        receive = internals.receive_message(state, call, deserializer)
         key = id(state)
 
-        def on_message(event: cygrpc.BaseEvent) -> object:
+        def on_message(event: RpcEvent) -> object:
             with self._lock:
                 self._waiting.pop(key, None)
             with state.condition:
                 outcome = receive(event)   # sets state.request, or state.client when closed or cancelled
                 request, state.request = state.request, None
                 if request is None:
-                    if state.client is grpc_server._CLOSED and not state.statused:
-                        grpc_server._abort(state, call, cygrpc.StatusCode.unimplemented,
+                    if internals.client_closed(state) and not state.statused:
+                        internals.abort(state, call, internals.UNIMPLEMENTED,
                                            f'"{rpc_event.call_details.method}" requires exactly one request '
                                            f'message.'.encode())
                     admitted = False
                 else:
                     refusal = self._take_slot()
                     admitted = refusal is None
-                    if refusal is not None and grpc_server._is_rpc_state_active(state):
-                        grpc_server._abort(state, call, *refusal)
+                    if refusal is not None and internals.is_active(state):
+                        internals.abort(state, call, *refusal)
             if not admitted:
                 done.set_result(None)
                 return outcome
@@ -161,18 +159,17 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         if self._read_timeout is not None:
             with self._lock:
                 self._waiting[key] = _Waiting(call, state, time.monotonic() + self._read_timeout)
-        call.start_server_batch((cygrpc.ReceiveMessageOperation(grpc_server._EMPTY_FLAGS),), on_message)
-        state.due.add(grpc_server._RECEIVE_MESSAGE_TOKEN)
+        internals.start_receive(call, state, on_message)
         return done
 
-    def _take_slot(self) -> Optional[tuple[cygrpc.StatusCode, bytes]]:
+    def _take_slot(self) -> Optional[tuple[StatusCode, bytes]]:
         """None when the call is admitted (and counted), else the status code and details that refuse it."""
         with self._lock:
             if self._refusing:
                 self.refused_while_draining += 1
-                return cygrpc.StatusCode.unavailable, SHUTTING_DOWN
+                return internals.UNAVAILABLE, SHUTTING_DOWN
             if self._max_concurrent_rpcs is not None and self._admitted >= self._max_concurrent_rpcs:
-                return cygrpc.StatusCode.resource_exhausted, CONCURRENCY_EXCEEDED
+                return internals.RESOURCE_EXHAUSTED, CONCURRENCY_EXCEEDED
             self._admitted += 1
             return None
 
@@ -211,8 +208,8 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
                 late = [self._waiting.pop(key) for key in keys]
             for waiting in late:
                 with waiting.state.condition:
-                    if grpc_server._is_rpc_state_active(waiting.state):
-                        grpc_server._abort(waiting.state, waiting.call, cygrpc.StatusCode.deadline_exceeded, details)
+                    if internals.is_active(waiting.state):
+                        internals.abort(waiting.state, waiting.call, internals.DEADLINE_EXCEEDED, details)
             if late:
                 logger.warning("%d gRPC call(s) cancelled: %s", len(late), details.decode())
 
@@ -227,3 +224,41 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         if self._watchdog is not None:
             self._watchdog.join(5)
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+class FallbackExecutor(futures.ThreadPoolExecutor):
+    """The pool used when ``grpcio_internals.SUPPORTED`` is false (a grpcio without the private names
+    ``MessageFirstExecutor`` needs): grpcio's own admission (``maximum_concurrent_rpcs``, given to
+    ``grpc.server``), no read timeout, and no refusal while draining. Same interface as ``MessageFirstExecutor``.
+    """
+
+    last_taken = 0.0
+    refused_while_draining = 0
+
+    def __init__(self, max_workers: int, *, thread_name_prefix: str = "grpc") -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._lock = threading.Lock()
+        self._admitted = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "futures.Future[Any]":
+        self.last_taken = time.monotonic()
+        with self._lock:
+            self._admitted += 1
+        job = super().submit(fn, *args, **kwargs)
+        job.add_done_callback(self._release)
+        return job
+
+    def _release(self, _job: "futures.Future[Any]") -> None:
+        with self._lock:
+            self._admitted -= 1
+
+    @property
+    def admitted(self) -> int:
+        with self._lock:
+            return self._admitted
+
+    def refuse_new_calls(self) -> None:
+        """Nothing to do: without grpcio's internals a call cannot be refused before it takes a thread."""
+
+    def start_watchdog(self) -> None:
+        """Nothing to watch: without grpcio's internals the message is read on the call's own thread."""

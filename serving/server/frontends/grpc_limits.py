@@ -1,4 +1,13 @@
-"""What the gRPC port lets one client hold: connections, streams per connection, read time.
+"""What the gRPC port lets one client hold: message sizes, connections, streams per connection, read time.
+
+Messages: the server sends messages up to int32 max (``server.cc``
+``SetMaxMessageSize``, ``MAX_MESSAGE_LENGTH``). grpc core applies
+``grpc.max_receive_message_length`` to a message once inflated from
+``grpc-encoding: gzip`` too (it refuses a bomb with RESOURCE_EXHAUSTED
+"Decompressed message larger than max"), so decompression is capped by the
+receive limit, ``max_receive_message_bytes``:
+``--grpc_max_receive_message_bytes``, by default REST's body limit (64 MiB;
+TF Serving's is the int32 max), or the per-request memory budget if less.
 
 TF Serving sets none of these (``server.cc`` passes only the message sizes and
 ``--grpc_channel_arguments``); they are the embedded server's own flags
@@ -34,7 +43,7 @@ under CPU overload it falls behind). gRPC core keeps them in a pending queue
 and, past ``grpc.server.max_pending_requests`` (core's default 1000) and up
 to ``grpc.server.max_pending_requests_hard_limit`` (3000), drops new ones at
 random; a dropped call is killed as a zombie and its client gets CANCELLED
-(grpc/grpc#34782, "Cap size of pending request queue"); past the CPU-bound
+(gRPC core's "cap size of pending request queue" rule); past the CPU-bound
 saturation many calls were CANCELLED that way (docs/operations.md). Both are set to ``PENDING_CALLS`` (16384) here: the
 queue empties as grpcio takes the calls and admission refuses them at once;
 a backlog past it is core's, and still gets CANCELLED.
@@ -47,7 +56,7 @@ through ``--grpc_channel_arguments``, which override these.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from serving.server.descriptors import connection_cap
 from serving.server.flags import (
@@ -56,9 +65,25 @@ from serving.server.flags import (
     DEFAULT_GRPC_READ_TIMEOUT_SECONDS,
 )
 
-__all__ = ["GrpcConnectionLimits", "PENDING_CALLS"]
+__all__ = ["GrpcConnectionLimits", "PENDING_CALLS", "MAX_MESSAGE_LENGTH", "ChannelArgument",
+           "parse_channel_arguments", "server_options"]
 
 PENDING_CALLS = 16384   # calls gRPC core may hold before grpcio takes them (core: 1000, at random to 3000)
+MAX_MESSAGE_LENGTH = 2**31 - 1
+
+ChannelArgument = tuple[str, Union[int, str]]
+
+
+def parse_channel_arguments(text: str) -> list[ChannelArgument]:
+    """``--grpc_channel_arguments``: comma-separated ``key=value``; ints passed as ints."""
+    arguments: list[ChannelArgument] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        try:
+            arguments.append((key.strip(), int(value)))
+        except ValueError:
+            arguments.append((key.strip(), value.strip()))
+    return arguments
 
 
 @dataclass(frozen=True)
@@ -86,3 +111,11 @@ class GrpcConnectionLimits:
     @property
     def read_timeout_ms(self) -> Optional[int]:
         return max(1, int(self.read_timeout_seconds * 1000)) if self.read_timeout_seconds > 0 else None
+
+
+def server_options(limits: GrpcConnectionLimits, max_receive_message_bytes: Optional[int],
+                   channel_arguments: Sequence[ChannelArgument] = ()) -> list[ChannelArgument]:
+    """``grpc.server``'s options: message sizes, ``limits``, then ``--grpc_channel_arguments`` (which override)."""
+    return [("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
+            ("grpc.max_receive_message_length", min(MAX_MESSAGE_LENGTH, max_receive_message_bytes or MAX_MESSAGE_LENGTH)),
+            ("grpc.so_reuseport", 0), *limits.channel_arguments(), *channel_arguments]
