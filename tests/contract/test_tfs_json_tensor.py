@@ -394,6 +394,6 @@ def test_classify_regress_request_json_errors(body, message):
 @pytest.mark.parametrize("message", ['Bad key: "key"', "Bad key: 'key'"])
 def test_make_json_from_status_error(message):
     """MakeJsonFromTensors.StatusError: {"error": message}, quotes escaped so the body parses back to the text."""
-    from serving.server.frontends import rest
+    from serving.server.frontends.rest_handlers import error_json
 
-    assert json.loads(rest._error_json(message)) == {"error": message}
+    assert json.loads(error_json(message)) == {"error": message}

@@ -1,9 +1,10 @@
-"""REST front-end (aiohttp): TF Serving's ``/v1/models/...`` API, routes and messages.
+"""REST front-end (aiohttp): TF Serving's ``/v1/models/...`` API on its own event-loop thread.
 
-Routing is TF Serving's, not aiohttp's: a request whose path fully matches
-``(?i)/v1/.*`` is dispatched (``http_rest_api_util.h``); POST must match the
-predict/classify/regress regex and GET the status/metadata regex, otherwise
-the answer is 400 "Malformed request: METHOD PATH". Every ``/v1`` answer is
+This module runs the server; each job it composes has a module of its own:
+``rest_routes`` (TF Serving's paths), ``rest_handlers`` (decode, one
+``DataPlane`` call, encode), ``rest_limits`` (what one client may hold),
+``rest_connection`` (aiohttp's own answers as JSON) and ``rest_drain``
+(``stop(grace)``). Every ``/v1`` answer is
 ``Content-Type: application/json`` and errors are ``{"error": "..."}`` with
 ``http_server.cc``'s status mapping (``serving.status.to_http_status``). The
 Prometheus page is served at the monitoring config's path as ``text/plain``;
@@ -32,36 +33,25 @@ Python's text. Every answer is JSON, the ones aiohttp would write itself too
 (an exception escaping a handler, an HTTP message it cannot parse): its own
 text page never reaches a client.
 
-Text is checked where it enters: a JSON body with a lone surrogate or bytes
-that are not UTF-8 is 400 (``codec.json_loads``), and so is a model name or
-version label whose %-decoded bytes are not UTF-8 ("Failed to decode model
-name:", TF Serving's message; TF Serving itself passes such bytes on).
-
-Checks run in TF Serving's order: the JSON document first, then the model and
-its signature (``DataPlane.signature``, as ``GetInfoMap`` does), then the
-inputs decoded with that signature's dtypes, then the model run.
 """
 from __future__ import annotations
 
 import asyncio
-import http
 import logging
 import re
 import threading
 import time
-import urllib.parse
 from concurrent import futures
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, cast
+from typing import Any, Optional, Protocol, cast
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
-from google.protobuf import json_format
 
-from serving import codec, status
-from serving.codec import ModelMetadata, VersionStatus
+from serving import status
 from serving.server.descriptors import connection_cap
-from serving.server.frontends.dataplane import SIGNATURE_DEF_METADATA_FIELD, DataPlane, ModelSpec
+from serving.server.frontends.dataplane import DataPlane
+from serving.server.frontends.rest_connection import JSON, json_error_handlers
+from serving.server.frontends.rest_drain import drain
+from serving.server.frontends.rest_handlers import Handler, RestHandlers, error_json
 from serving.server.frontends.rest_limits import (
     BodyBytes,
     BodyCharge,
@@ -73,12 +63,19 @@ from serving.server.frontends.rest_limits import (
     inflate_gzip,
     request_body_encoding,
 )
+from serving.server.frontends.rest_routes import (
+    DISPATCH_REGEX,
+    MODEL_STATUS_API_REGEX,
+    PREDICTION_API_REGEX,
+    RestRoute,
+    parse_route,
+    try_parse_route,
+    without_body,
+)
 from serving.server.memory import release_free_memory
 from serving.server.metrics import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 
-if TYPE_CHECKING:  # loads TensorFlow; only annotates
-    from tensorflow_serving.apis.input_pb2 import Input
-
+# The routes' names are re-exported: the front-end's face for the composition root and the tests.
 __all__ = [
     "MetricsPage",
     "RestFrontend",
@@ -92,23 +89,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _RELEASE_AFTER_BODY_BYTES = 8 << 20
-
-# http_rest_api_util.{h,cc}, matched in full like RE2::FullMatch. ASCII: RE2's \d is [0-9].
-DISPATCH_REGEX = re.compile(r"(?i)/v1/.*", re.ASCII)
-PREDICTION_API_REGEX = re.compile(
-    r"(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)", re.ASCII)
-MODEL_STATUS_API_REGEX = re.compile(
-    r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:\/(metadata))?", re.ASCII)
-
-_INT64_MAX = 2**63 - 1
-_INT64_DIGITS = len(str(_INT64_MAX))
-_ECHOED_CHARS = 200
-_JSON = "application/json"
-_HTTP_STATUSES = frozenset(http.HTTPStatus)
-# How aiohttp's parser refuses HTTP/2's connection preface ("PRI * HTTP/2.0"): a gRPC client on this port.
-_HTTP2_PREFACE_ERROR = "PRI/Upgrade"
-_HTTP2_ON_REST_PORT = ("An HTTP/2 connection (a gRPC client?) reached the REST port and was answered 400: "
-                      "gRPC is served on --port, this port takes REST over HTTP/1.1")
 _CORS_HEADERS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "POST, GET",
                  "Access-Control-Allow-Headers": "Content-Type"}
 
@@ -117,117 +97,6 @@ class MetricsPage(Protocol):
     """What the REST front-end serves at the monitoring path (``ServerMetrics`` provides it)."""
 
     def render(self) -> bytes: ...
-
-
-@dataclass(frozen=True)
-class RestRoute:
-    """A parsed ``/v1/models`` path: the model, version or label, the verb or subresource."""
-
-    model_name: str
-    version: Optional[int] = None
-    version_label: Optional[str] = None
-    method: str = ""          # predict | classify | regress (POST), "" for GET
-    subresource: str = ""     # "metadata" or ""
-
-    def spec(self, signature_name: str = "") -> ModelSpec:
-        return ModelSpec(self.model_name, self.version, self.version_label, signature_name)
-
-
-def parse_route(http_method: str, path: str) -> RestRoute:
-    """TF Serving's ``ParseModelInfo``; raises ``InvalidArgument`` as it does."""
-    regex = {"POST": PREDICTION_API_REGEX, "GET": MODEL_STATUS_API_REGEX}.get(http_method)
-    match = regex.fullmatch(path) if regex else None
-    if match is None:
-        raise status.InvalidArgument(f"Malformed request: {http_method} {path}")
-    name, version_text, label, tail = match.groups()
-    version = None
-    if version_text:
-        significant = version_text.lstrip("0")  # never int() of thousands of digits
-        if len(significant) > _INT64_DIGITS or int(version_text) > _INT64_MAX:
-            raise _without_body(status.InvalidArgument(f"Failed to convert version: {version_text} to numeric."))
-        version = int(version_text)
-    # The regexes match case-insensitively, the dispatch compares case-sensitively (http_rest_api_handler.cc):
-    # ":PREDICT" is a malformed request and "/METADATA" asks for the model's status.
-    if http_method == "POST" and tail not in ("predict", "classify", "regress"):
-        raise status.InvalidArgument(f"Malformed request: {http_method} {path}")
-    return RestRoute(
-        model_name=_decoded_segment(name or "", "model name"),
-        version=version,
-        version_label=_decoded_segment(label, "model version label") if label else None,
-        method=tail if http_method == "POST" else "",
-        subresource="metadata" if http_method == "GET" and tail == "metadata" else "")
-
-
-def _without_body(error: status.ServingError) -> status.ServingError:
-    """Mark ``error`` as answered with its HTTP status and no body: TF Serving returns these before it
-    writes an error document (``ParseModelInfo``'s failures, a CORS preflight without an Origin)."""
-    error.empty_body = True  # type: ignore[attr-defined]  # a mark, read back with getattr by the reply
-    return error
-
-
-def _decoded_segment(segment: str, what: str) -> str:
-    """A %-escaped path segment as text (``DecodeArg``); InvalidArgument when its bytes are not UTF-8."""
-    raw = segment.encode("utf-8", errors="surrogateescape")  # aiohttp keeps undecodable bytes as surrogates
-    try:
-        return urllib.parse.unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        shown = raw[:_ECHOED_CHARS].decode("ascii", errors="backslashreplace")
-        raise _without_body(status.InvalidArgument(
-            f"Failed to decode {what}:{shown} (its %-decoded bytes are not UTF-8 text)")) from None
-
-
-def _error_json(details: str) -> bytes:
-    """``{"error": details}``; text that is not UTF-8 is written with backslash escapes, never refused."""
-    try:
-        return codec.json_dumps({"error": details})
-    except TypeError:  # orjson refuses lone surrogates
-        return codec.json_dumps({"error": details.encode("utf-8", errors="backslashreplace").decode("utf-8")})
-
-
-def _json_object(body: bytes, loads: Callable[[bytes], object] = codec.json_loads) -> dict:
-    """The request document, which TF Serving requires to be a JSON object."""
-    if not body:
-        raise status.InvalidArgument("JSON Parse error: The document is empty")
-    document = loads(body)
-    if not isinstance(document, dict):
-        raise status.InvalidArgument(f"JSON Value: {_echoed(document)} Is not object")
-    signature_name = document.get("signature_name", "")
-    if not isinstance(signature_name, str):  # FillSignature's words
-        raise status.InvalidArgument(
-            f"JSON Value: {_echoed(document)} not formatted correctly. 'signature_name' key must be a string value.")
-    return document
-
-
-def _echoed(document: object) -> str:
-    """The start of a request document, for an error message."""
-    # Cut the text, not its UTF-8 bytes: a cut inside a character is not text.
-    return codec.json_dumps(document)[:4 * _ECHOED_CHARS].decode("utf-8", errors="ignore")[:_ECHOED_CHARS]
-
-
-def _examples_input(document: dict) -> Input:
-    """A ``tensorflow.serving.Input`` from ``{"context": {...}, "examples": [...]}``."""
-    from tensorflow_serving.apis import input_pb2  # loads TensorFlow: only for Classify/Regress requests
-
-    return codec.rest_request_to_input(document, input_pb2.Input())
-
-
-def _model_status_json(statuses: Sequence[VersionStatus]) -> bytes:
-    """``GetModelStatusResponse`` in proto JSON, as TF Serving's REST API writes it (int64 as text)."""
-    return codec.json_dumps({"model_version_status": [
-        {"version": str(entry.version), "state": entry.state.name,
-         "status": {"error_code": entry.error_code.name, "error_message": entry.error_message or ""}}
-        for entry in statuses]})
-
-
-def _metadata_json(metadata: ModelMetadata) -> bytes:
-    """``GetModelMetadataResponse`` in proto JSON with its ``SignatureDefMap`` unpacked (keys sorted)."""
-    signature_defs = {key: json_format.MessageToDict(metadata.signature_defs[key],
-                                                     including_default_value_fields=True,
-                                                     preserving_proto_field_name=True)
-                      for key in sorted(metadata.signature_defs)}
-    return codec.json_dumps({
-        "model_spec": {"name": metadata.model, "version": str(metadata.version), "signature_name": ""},
-        "metadata": {SIGNATURE_DEF_METADATA_FIELD: {"signature_def": signature_defs}}})
 
 
 class RestFrontend:
@@ -256,47 +125,11 @@ class RestFrontend:
         self._metrics_pool = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rest-metrics")
         self._page: Optional[asyncio.Future] = None   # the page being rendered, shared by concurrent scrapes
         self._cors = enable_cors
-        self._max_tensor_elements = max_tensor_elements
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._runner: Optional[web.AppRunner] = None
         self._guard: Optional[ConnectionGuard] = None
         self._thread: Optional[threading.Thread] = None
-        self._handlers: dict[str, Callable[[RestRoute, bytes, Optional[float]], bytes]] = {
-            "predict": self._predict, "classify": self._classify, "regress": self._regress,
-            "metadata": self._metadata, "": self._model_status}
-
-    # -- handlers: decode -> one data-plane call -> encode (run on the pool) --
-    def _predict(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
-        document = _json_object(body, codec.rest_request_loads)
-        spec = route.spec(document.get("signature_name", ""))
-        signature = self._dp.signature(spec)
-        inputs, row_format = codec.rest_request_to_inputs(
-            document, {name: tensor.dtype for name, tensor in signature.inputs.items()},
-            max_elements=self._max_tensor_elements)
-        result = self._dp.predict(spec, inputs, deadline=deadline)
-        return codec.outputs_to_rest_response(result.outputs, row_format)
-
-    def _classify(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
-        document = _json_object(body)
-        answer = self._dp.classify(route.spec(document.get("signature_name", "")),
-                                   _examples_input(document), deadline=deadline)
-        return codec.classification_result_to_rest(answer.result)
-
-    def _regress(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
-        document = _json_object(body)
-        answer = self._dp.regress(route.spec(document.get("signature_name", "")),
-                                  _examples_input(document), deadline=deadline)
-        return codec.regression_result_to_rest(answer.result)
-
-    def _model_status(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
-        if not route.model_name:
-            raise status.InvalidArgument("Missing model name in request.")
-        return _model_status_json(self._dp.model_status(route.spec()))
-
-    def _metadata(self, route: RestRoute, body: bytes, deadline: Optional[float]) -> bytes:
-        if not route.model_name:
-            raise status.InvalidArgument("Missing model name in request.")
-        return _metadata_json(self._dp.model_metadata(route.spec(), [SIGNATURE_DEF_METADATA_FIELD]))
+        self._handlers = RestHandlers(dataplane, max_tensor_elements)
 
     # -- event loop side ------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -307,7 +140,7 @@ class RestFrontend:
             return await self._answer(request)
         except Exception as exc:  # noqa: BLE001 - never aiohttp's own page, never Python's text
             error = status.internal_error(f"Internal error while handling {request.method} request", exc, logger)
-            return self._reply(500, _error_json(error.details))
+            return self._reply(500, error_json(error.details))
         finally:
             guard.request_finished(request.protocol, body_read=request.content.is_eof())
 
@@ -316,27 +149,27 @@ class RestFrontend:
             return await self._prometheus()
         path = request.raw_path   # the query string is part of the path the /v1 regexes match, as in TF Serving
         if not DISPATCH_REGEX.fullmatch(path):
-            return self._reply(404, _error_json(f"Not found: {request.method} {path}"))
+            return self._reply(404, error_json(f"Not found: {request.method} {path}"))
         try:
             return self._reply(200, await self._serve_v1(request, path))
         except RequestRefused as exc:
-            response = self._reply(exc.http_status, _error_json(exc.details))
+            response = self._reply(exc.http_status, error_json(exc.details))
             response.force_close()
             return response
         except status.ServingError as exc:
-            body = b"" if getattr(exc, "empty_body", False) else _error_json(exc.details)
+            body = b"" if getattr(exc, "empty_body", False) else error_json(exc.details)
             return self._reply(status.to_http_status(exc.code), body)
         except Exception as exc:  # noqa: BLE001 - the server must answer and stay up
             error = status.internal_error(f"Internal error while handling {request.method} {path}", exc, logger)
-            return self._reply(500, _error_json(error.details))
+            return self._reply(500, error_json(error.details))
 
     async def _serve_v1(self, request: web.Request, path: str) -> bytes:
         """One ``/v1`` request, counted in the metrics under its model and verb as TF Serving does."""
-        route, error = _try_parse_route(request.method, path)
+        route, error = try_parse_route(request.method, path)
         with self._dp.track(route.model_name, route.method, "REST"):
             if request.method == "OPTIONS":
                 if re.search(r"https?://", request.headers.get("Origin", "")) is None:
-                    raise _without_body(status.FailedPrecondition("Origin header is missing in CORS preflight"))
+                    raise without_body(status.FailedPrecondition("Origin header is missing in CORS preflight"))
                 return b""
             if error is not None:
                 raise error
@@ -349,10 +182,10 @@ class RestFrontend:
             except BaseException:
                 charge.release()
                 raise
-            return await self._run(self._handlers[route.method or route.subresource], route, body, encoding,
+            return await self._run(self._handlers.handler(route), route, body, encoding,
                                    charge, request.transport)
 
-    async def _run(self, handler: Callable[[RestRoute, bytes, Optional[float]], bytes], route: RestRoute,
+    async def _run(self, handler: Handler, route: RestRoute,
                    body: bytes, encoding: str, charge: BodyCharge, transport: Optional[asyncio.BaseTransport]
                    ) -> bytes:
         """Admit the request (429 over the limit), then run it on the pool within ``--rest_api_timeout_in_ms``.
@@ -406,7 +239,7 @@ class RestFrontend:
             raise
         return body
 
-    def _call(self, handler: Callable[[RestRoute, bytes, Optional[float]], bytes], route: RestRoute,
+    def _call(self, handler: Handler, route: RestRoute,
               raw: bytes, encoding: str, deadline: Optional[float], transport: Optional[asyncio.BaseTransport]
               ) -> bytes:
         """On the pool: nothing if the answer can no longer reach the client; else inflate a gzip body
@@ -460,7 +293,7 @@ class RestFrontend:
         release_free_memory()
 
     def _reply(self, http_status: int, body: bytes) -> web.Response:
-        response = web.Response(status=http_status, body=body, headers={"Content-Type": _JSON})
+        response = web.Response(status=http_status, body=body, headers={"Content-Type": JSON})
         if self._cors:
             response.headers.update(_CORS_HEADERS)
         return response
@@ -507,7 +340,7 @@ class RestFrontend:
         await self._runner.setup()
         server = self._runner.server
         assert server is not None   # made by setup()
-        self._guard = ConnectionGuard(lambda: _JsonErrorHandler(server, loop=server._loop, **server._kwargs),
+        self._guard = ConnectionGuard(json_error_handlers(server),
                                       max_connections=connection_cap(self._limits.max_connections),
                                       read_timeout_seconds=self._limits.read_timeout_seconds)
         await GuardedSite(self._runner, self._guard, self._host, self._port).start()
@@ -518,50 +351,9 @@ class RestFrontend:
             return
         runner, loop = self._runner, self._loop
         self._runner = None
-        runner._shutdown_timeout = grace  # aiohttp reads it in cleanup(); no public setter
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(grace + 10)
+        drain(runner, loop, grace)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(10)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._metrics_pool.shutdown(wait=False, cancel_futures=True)
-
-
-class _JsonErrorHandler(RequestHandler):
-    """aiohttp's connection handler, answering what it answers itself (an HTTP message it cannot
-    parse, a handler's exception or timeout) as ``{"error": ...}`` instead of its text page.
-
-    The web server's own factory makes plain ``RequestHandler``s; the front-end's connection
-    guard makes these instead, with the same arguments (``web.Server`` keeps them private).
-    """
-
-    __slots__ = ()
-
-    def handle_error(self, request: web.BaseRequest, http_status: int = 500, exc: Optional[BaseException] = None,
-                     message: Optional[str] = None) -> web.StreamResponse:
-        if request.writer.output_size > 0:  # part of an answer went out: aiohttp closes the connection
-            return super().handle_error(request, http_status, exc, message)
-        if http_status >= 500:
-            details = status.internal_error("Internal error while handling a request",
-                                            exc or RuntimeError(message), logger).details
-        elif _HTTP2_PREFACE_ERROR in str(message or exc or ""):
-            logger.warning(_HTTP2_ON_REST_PORT)  # one line, no traceback: a client's mistake, not the server's
-            details = "Malformed HTTP request: HTTP/2 on the REST port; gRPC is served on its own port"
-        else:
-            logger.debug("Malformed HTTP request: %s", message)
-            phrase = http.HTTPStatus(http_status).phrase if http_status in _HTTP_STATUSES else "Bad Request"
-            details = f"Malformed HTTP request: {phrase}"
-        return _answer_and_close(http_status, details)
-
-
-def _answer_and_close(http_status: int, details: str) -> web.Response:
-    response = web.Response(status=http_status, body=_error_json(details), headers={"Content-Type": _JSON})
-    response.force_close()
-    return response
-
-
-def _try_parse_route(http_method: str, path: str) -> tuple[RestRoute, Optional[status.ServingError]]:
-    try:
-        return parse_route(http_method, path), None
-    except status.ServingError as exc:
-        return RestRoute(""), exc

@@ -41,6 +41,12 @@ PUBLIC = {
     "serving.server.frontends.grpc_drain": {"DrainingExecutor", "drain", "CATCH_UP_QUIET_SECONDS",
                                             "CATCH_UP_MAX_SECONDS", "REFUSE_MAX_SECONDS"},
     "serving.server.frontends.socket_shutdown": {"shut_sockets"},
+    "serving.server.frontends.rest_routes": {"RestRoute", "parse_route", "try_parse_route", "without_body",
+                                             "DISPATCH_REGEX", "PREDICTION_API_REGEX", "MODEL_STATUS_API_REGEX",
+                                             "ECHOED_CHARS"},
+    "serving.server.frontends.rest_handlers": {"RestHandlers", "Handler", "error_json"},
+    "serving.server.frontends.rest_connection": {"JsonErrorHandler", "json_error_handlers", "JSON"},
+    "serving.server.frontends.rest_drain": {"drain"},
     "serving.server.frontends.grpcio_internals": {
         "PINNED_GRPCIO", "INSTALLED_GRPCIO", "SUPPORTED", "version_mismatch", "missing_names", "is_unary_request_job",
         "receive_message", "start_receive", "abort", "is_active", "client_closed", "Call", "RpcEvent", "RpcState",

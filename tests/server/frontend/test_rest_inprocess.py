@@ -135,11 +135,11 @@ def test_prometheus_page_counts_rest_requests_by_verb(http):
 
 
 def test_a_grpc_call_on_the_rest_port_is_one_warning_line_and_a_400(rest_url, caplog):
-    caplog.set_level(logging.DEBUG, logger="serving.server.frontends.rest")
+    caplog.set_level(logging.DEBUG, logger="serving.server.frontends.rest_connection")
     with grpc.insecure_channel(rest_url.removeprefix("http://")) as channel:
         with pytest.raises(grpc.RpcError) as refused:
             channel.unary_unary("/tensorflow.serving.PredictionService/GetModelMetadata")(b"", timeout=10)
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE and "HTTP status 400" in refused.value.details()
-    records = [r for r in caplog.records if r.name == "serving.server.frontends.rest"]
+    records = [r for r in caplog.records if r.name == "serving.server.frontends.rest_connection"]
     assert [(r.levelname, r.exc_info) for r in records] == [("WARNING", None)] * len(records) and records
     assert records[0].getMessage().startswith("An HTTP/2 connection (a gRPC client?) reached the REST port")
