@@ -81,8 +81,6 @@ class ServingError(Exception):
     """A failed call: a canonical ``code`` and the server's ``details``."""
 
     code: Code = Code.UNKNOWN
-    request_id: Optional[str] = None
-    """The server log's id for an internal error (``internal_error``); None for the others."""
 
     def __init__(self, details: str = "", *, code: Optional[Code] = None) -> None:
         super().__init__(details)
@@ -94,84 +92,114 @@ class ServingError(Exception):
         return f"{self.code.name}: {self.details}"
 
 
-# One class statement per code (not built by type()): type checkers and IDEs see them as exceptions.
 class Cancelled(ServingError):
-    """CANCELLED."""
+    """CANCELLED: The call was cancelled, usually by its caller (a client that went away, a drain that ran out of
+    grace).
+    """
+
     code = Code.CANCELLED
 
 
 class Unknown(ServingError):
-    """UNKNOWN."""
+    """UNKNOWN: An error with no better code: a status whose code this stack does not know."""
+
     code = Code.UNKNOWN
 
 
 class InvalidArgument(ServingError):
-    """INVALID_ARGUMENT."""
+    """INVALID_ARGUMENT: The request is wrong whatever the server's state: a malformed body, a missing input, a bad
+    dtype or shape.
+    """
+
     code = Code.INVALID_ARGUMENT
 
 
 class DeadlineExceeded(ServingError):
-    """DEADLINE_EXCEEDED."""
+    """DEADLINE_EXCEEDED: The call's deadline passed before it was answered (the client's, or
+    ``--rest_api_timeout_in_ms``).
+    """
+
     code = Code.DEADLINE_EXCEEDED
 
 
 class NotFound(ServingError):
-    """NOT_FOUND."""
+    """NOT_FOUND: The model, version, label or signature named does not exist (or is not loaded)."""
+
     code = Code.NOT_FOUND
 
 
 class AlreadyExists(ServingError):
-    """ALREADY_EXISTS."""
+    """ALREADY_EXISTS: What the call would create exists already."""
+
     code = Code.ALREADY_EXISTS
 
 
 class PermissionDenied(ServingError):
-    """PERMISSION_DENIED."""
+    """PERMISSION_DENIED: The caller is known but may not do this (an API key without the right)."""
+
     code = Code.PERMISSION_DENIED
 
 
 class ResourceExhausted(ServingError):
-    """RESOURCE_EXHAUSTED."""
+    """RESOURCE_EXHAUSTED: A bound was reached: concurrent calls, body or message size, memory, a batching queue."""
+
     code = Code.RESOURCE_EXHAUSTED
 
 
 class FailedPrecondition(ServingError):
-    """FAILED_PRECONDITION."""
+    """FAILED_PRECONDITION: The server is not in the state the call needs (a version not yet available, a label on a
+    version not loaded).
+    """
+
     code = Code.FAILED_PRECONDITION
 
 
 class Aborted(ServingError):
-    """ABORTED."""
+    """ABORTED: The call was aborted by a conflict (a compare-and-swap that lost the race); it may be retried from the
+    start.
+    """
+
     code = Code.ABORTED
 
 
 class OutOfRange(ServingError):
-    """OUT_OF_RANGE."""
+    """OUT_OF_RANGE: A value is past the range it may take."""
+
     code = Code.OUT_OF_RANGE
 
 
 class Unimplemented(ServingError):
-    """UNIMPLEMENTED."""
+    """UNIMPLEMENTED: The method or feature is not served here."""
+
     code = Code.UNIMPLEMENTED
 
 
 class Internal(ServingError):
-    """INTERNAL."""
+    """INTERNAL: The server's own fault; ``details`` names a request id (``request_id``) and the log has the traceback.
+    """
+
     code = Code.INTERNAL
+
+    request_id: Optional[str] = None   # set by ``internal_error``: the id the server log names
 
 
 class Unavailable(ServingError):
-    """UNAVAILABLE."""
+    """UNAVAILABLE: The server cannot take the call now (starting, draining, unreachable); a retry elsewhere or later
+    may succeed.
+    """
+
     code = Code.UNAVAILABLE
 
 
 class DataLoss(ServingError):
-    """DATA_LOSS."""
+    """DATA_LOSS: Unrecoverable loss or corruption of data."""
+
     code = Code.DATA_LOSS
 
 
 class Unauthenticated(ServingError):
-    """UNAUTHENTICATED."""
+    """UNAUTHENTICATED: The call carries no valid credentials (a missing or wrong API key)."""
+
     code = Code.UNAUTHENTICATED
 
 
