@@ -2,12 +2,25 @@
 
 Numbers on the performance page are never pasted by hand: each measurement is a JSON file under
 ``docs/measurements/`` (``<benchmark>.json``), and the page is this module's output over them.
-A benchmark whose JSON does not say where and how it ran (``benchmarks.peers`` does: its
-``machine`` and ``settings.command``) is recorded through ``record``, which runs the command and
-writes ``<benchmark>.meta.json`` beside it (the command, the machine, the time and the commit).
+Each is recorded through ``record``, which runs the benchmark's command and writes
+``<benchmark>.meta.json`` beside its JSON (the command, the machine, the 1-minute load average at the
+start and at the end, the time and the commit):
 
     python -m benchmarks.report_docs record peers -- python -m benchmarks.peers --rounds 3 --json {json}
     python -m benchmarks.report_docs render > docs/performance.md
+
+What ``record`` holds a recording to:
+
+- paths: every path it writes is relative to the checkout (``{json}`` becomes
+  ``docs/measurements/<name>.json``; a path under the checkout in the benchmark's own JSON is made
+  relative, one outside it becomes ``<outside the checkout>/NAME``), so the page names nothing of
+  one machine;
+- rounds: at least ``MIN_ROUNDS`` (3) interleaved rounds; a command with ``--rounds`` below it, or
+  ``--quick``, is refused before it runs;
+- load: the 1-minute load average is printed at the start and the end and goes into the page; above
+  ``--max-load`` (default ``LOAD_PER_CORE`` = 0.75 per usable core: 1.5 on 2 cores) at the start,
+  ``record`` refuses to run (exit 2) unless ``--busy-ok``, and then the page says plainly "Recorded
+  on a busy machine". A measurement whose meta is missing, or has too few rounds, is marked too.
 
 ``tests/readme/test_performance_page.py`` holds the committed page equal to ``render``'s output.
 """
@@ -17,19 +30,26 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Optional, Sequence
 
 from benchmarks.peers import Measurements, render
 from serving.server.launcher import REPO_ROOT
 
-__all__ = ["MEASUREMENTS_DIR", "build_parser", "machine", "main", "record", "render_page"]
+__all__ = ["MEASUREMENTS_DIR", "MIN_ROUNDS", "LOAD_PER_CORE", "build_parser", "machine", "main", "record",
+           "render_page", "relative_paths", "load_threshold", "recorded_rounds"]
 
 MEASUREMENTS_DIR = REPO_ROOT / "docs" / "measurements"
 PAGE = "docs/performance.md"
+MIN_ROUNDS = 3
+LOAD_PER_CORE = 0.75   # the 1-minute load average per usable core above which a machine is busy (1.5 on 2 cores)
+OUTSIDE = "<outside the checkout>"
+# An absolute path of a machine: under one of the roots a checkout, a temp dir or a home lives in.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/(?:tmp|work|root|home|var|mnt|opt|srv|usr|private)(?:/[^\s'\"`;,)]*)?")
 
 # What each benchmark measures, in the page's words; a JSON file of another name is rendered generically.
 TITLES = {
@@ -59,7 +79,8 @@ Every number below comes from a JSON file under `docs/measurements/` that a benc
 `--json`, with the command and the machine it ran on; this page is generated from them and never
 edited by hand. Each benchmark measures its servers side by side, in interleaved rounds, in one run,
 so the ratios are what to read: absolute rates depend on the machine and on what else ran on it
-(the 1-minute load average is given before and after). The embedded server is not TF Serving:
+(the 1-minute load average is given at the start and the end, and a recording on a busy machine, or
+with fewer than three rounds, says so). The embedded server is not TF Serving:
 measure real throughput against TF Serving on the target hardware (`make gpu-report` on a GPU host).
 """
 
@@ -74,23 +95,102 @@ def machine() -> dict:
             "python": platform.python_version(), "load_before": os.getloadavg()[0]}
 
 
+def load_threshold(cores: int, max_load: Optional[float] = None) -> float:
+    """``max_load``, or ``LOAD_PER_CORE`` per usable core."""
+    return max_load if max_load is not None else LOAD_PER_CORE * max(1, cores)
+
+
+def _relative_text(text: str, root: Path) -> str:
+    def one(match: re.Match) -> str:
+        path = PurePosixPath(match.group(0))
+        try:
+            return path.relative_to(PurePosixPath(root)).as_posix() or "."
+        except ValueError:
+            return f"{OUTSIDE}/{path.name}"
+    return _ABSOLUTE_PATH.sub(one, text)
+
+
+def relative_paths(value: object, root: Path = REPO_ROOT) -> object:
+    """``value`` (JSON) with every absolute path in its strings made relative to ``root``, or, outside it,
+    ``<outside the checkout>/NAME``."""
+    if isinstance(value, str):
+        return _relative_text(value, root)
+    if isinstance(value, list):
+        return [relative_paths(item, root) for item in value]
+    if isinstance(value, dict):
+        return {relative_paths(key, root): relative_paths(item, root) for key, item in value.items()}
+    return value
+
+
+def recorded_rounds(measurements: object) -> Optional[int]:
+    """How many rounds a benchmark's JSON holds: ``settings.rounds`` (``benchmarks.peers``), or the fewest
+    rounds of a level (``benchmarks.runner.to_json``); None when it does not say."""
+    if not isinstance(measurements, dict):
+        return None
+    rounds = measurements.get("settings", {}).get("rounds")
+    if isinstance(rounds, int):
+        return rounds
+    counts = [len(level["rounds"]) for series in measurements.get("series", []) if isinstance(series, dict)
+              for level in series.get("levels", []) if isinstance(level.get("rounds"), list)]
+    return min(counts) if counts else None
+
+
+def _refusal(command: Sequence[str], min_rounds: int) -> Optional[str]:
+    """Why ``command`` cannot make a recording (too few rounds), or None."""
+    if "--quick" in command:
+        return "--quick runs a single short round; a recording needs at least %d rounds" % min_rounds
+    for index, part in enumerate(command):
+        value = part.split("=", 1)[1] if part.startswith("--rounds=") else (
+            command[index + 1] if part == "--rounds" and index + 1 < len(command) else None)
+        if value is not None and (not value.isdigit() or int(value) < min_rounds):
+            return f"--rounds {value}: a recording needs at least {min_rounds} interleaved rounds"
+    return None
+
+
 def _commit() -> str:
     result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
     return result.stdout.strip() or "?"
 
 
-def record(name: str, command: Sequence[str], out_dir: Path = MEASUREMENTS_DIR) -> int:
-    """Run ``command`` (``{json}`` in it becomes ``<out_dir>/<name>.json``) and write ``<name>.meta.json``."""
+def record(name: str, command: Sequence[str], out_dir: Path = MEASUREMENTS_DIR, *,
+           max_load: Optional[float] = None, busy_ok: bool = False, min_rounds: int = MIN_ROUNDS,
+           load: Callable[[], float] = lambda: os.getloadavg()[0]) -> int:
+    """Run ``command`` (``{json}`` in it becomes ``<out_dir>/<name>.json``) and write ``<name>.meta.json``.
+
+    Refused (2, nothing run or written) with fewer than ``min_rounds`` rounds, or when the 1-minute
+    ``load()`` at the start is above ``load_threshold`` unless ``busy_ok`` (the meta then says ``busy``).
+    Paths written are relative to the checkout (:func:`relative_paths`). The benchmark's exit status otherwise.
+    """
+    about = machine()
+    threshold = load_threshold(about["cores"], max_load)
+    refusal = _refusal(command, min_rounds)
+    if refusal is not None:
+        print(f"record: refused: {refusal}", file=sys.stderr)
+        return 2
+    load_before = load()
+    print(f"record: 1-minute load average at start: {load_before:.2f} (busy above {threshold:.2f})", flush=True)
+    busy = load_before > threshold
+    if busy and not busy_ok:
+        print(f"record: refused: the machine is busy (1-minute load average {load_before:.2f} > {threshold:.2f}: "
+              f"{LOAD_PER_CORE} per core, or --max-load); re-run when it is quiet, or pass --busy-ok to record "
+              "a page marked \"Recorded on a busy machine\"", file=sys.stderr)
+        return 2
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / f"{name}.json"
-    argv = [part.replace("{json}", str(json_path)) for part in command]
-    meta = {"command": " ".join(part.replace("{json}", f"{name}.json") for part in command),
-            "machine": machine(), "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-            "commit": _commit()}
+    shown = json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path
+    argv = [part.replace("{json}", str(shown)) for part in command]
+    meta = {"command": " ".join(str(relative_paths(part)) for part in argv),
+            "machine": {**about, "load_before": load_before},
+            "load_threshold": threshold, "busy": busy,
+            "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": _commit()}
     returncode = subprocess.run(argv, cwd=REPO_ROOT).returncode
-    meta["machine"]["load_after"] = os.getloadavg()[0]
+    meta["machine"]["load_after"] = load_after = load()
+    print(f"record: 1-minute load average at end: {load_after:.2f}", flush=True)
     meta["exit_status"] = returncode
     if json_path.exists():
+        measurements = relative_paths(json.loads(json_path.read_text()))
+        json_path.write_text(json.dumps(measurements, indent=1) + "\n")
+        meta["rounds"] = recorded_rounds(measurements)
         (out_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return returncode
 
@@ -136,7 +236,26 @@ def _where(meta: dict, measurements: object) -> list[str]:
     memory = f", {where['memory_gib']} GiB" if "memory_gib" in where else ""
     lines.append(f"- Machine: {where.get('cpu', '?')}, {where.get('cores', '?')} cores{memory}, "
                  f"Python {where.get('python', '?')}; 1-minute load average {_load(where.get('load_before'))} "
-                 f"before, {_load(where.get('load_after'))} after")
+                 f"at the start, {_load(where.get('load_after'))} at the end")
+    return lines + _warnings(meta, measurements, where)
+
+
+def _warnings(meta: dict, measurements: object, where: dict) -> list[str]:
+    """What makes a recording's ratios doubtful, said plainly: a busy machine, too few rounds, no record."""
+    lines = []
+    threshold = meta.get("load_threshold") or load_threshold(int(where.get("cores") or 1))
+    load_before = where.get("load_before")
+    if meta.get("busy") or (load_before is not None and load_before > threshold):
+        lines.append(f"- **Recorded on a busy machine**: the 1-minute load average was {_load(load_before)} at "
+                     f"the start, above {threshold:.2f} ({LOAD_PER_CORE} per core); other work shared the CPU, so "
+                     "even the ratios may be off. Re-record on a quiet machine.")
+    rounds = recorded_rounds(measurements)
+    if rounds is not None and rounds < MIN_ROUNDS:
+        lines.append(f"- **{rounds} round{'s' if rounds != 1 else ''} only** (a recording needs {MIN_ROUNDS}): "
+                     "one round's noise is not averaged out.")
+    if not meta:
+        lines.append("- **Not recorded through `python -m benchmarks.report_docs record`**: no record of the "
+                     "time, the commit or the exit status.")
     return lines
 
 
@@ -174,6 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     recording.add_argument("name", help="the measurement's name: the JSON file is <name>.json")
     recording.add_argument("--measurements", type=Path, default=MEASUREMENTS_DIR, metavar="DIR",
                            help="where to write (default: docs/measurements/)")
+    recording.add_argument("--max-load", type=float, default=None, metavar="LOAD",
+                           help="the 1-minute load average above which the machine is busy (default: "
+                                f"{LOAD_PER_CORE} per usable core)")
+    recording.add_argument("--busy-ok", action="store_true",
+                           help="record on a busy machine anyway; the page then says \"Recorded on a busy machine\"")
     recording.add_argument("benchmark", nargs=argparse.REMAINDER, help="-- the benchmark's command line")
     return parser
 
@@ -186,7 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = args.benchmark[1:] if args.benchmark[:1] == ["--"] else args.benchmark
     if not command or not any("{json}" in part for part in command):
         build_parser().error("record needs the benchmark's command after --, with {json} where it writes its JSON")
-    return record(args.name, command, args.measurements)
+    return record(args.name, command, args.measurements, max_load=args.max_load, busy_ok=args.busy_ok)
 
 
 if __name__ == "__main__":
