@@ -179,12 +179,12 @@ def record(name: str, command: Sequence[str], out_dir: Path = MEASUREMENTS_DIR, 
     json_path = out_dir / f"{name}.json"
     shown = json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path
     argv = [part.replace("{json}", str(shown)) for part in command]
-    meta = {"command": " ".join(str(relative_paths(part)) for part in argv),
-            "machine": {**about, "load_before": load_before},
+    where = {**about, "load_before": load_before}
+    meta = {"command": " ".join(str(relative_paths(part)) for part in argv), "machine": where,
             "load_threshold": threshold, "busy": busy,
             "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": _commit()}
     returncode = subprocess.run(argv, cwd=REPO_ROOT).returncode
-    meta["machine"]["load_after"] = load_after = load()
+    where["load_after"] = load_after = load()
     print(f"record: 1-minute load average at end: {load_after:.2f}", flush=True)
     meta["exit_status"] = returncode
     if json_path.exists():

@@ -85,13 +85,14 @@ SUPPORTED: bool = not missing_names()
 """Whether ``MessageFirstExecutor`` can run on the installed grpcio (else grpcio's own admission is used)."""
 
 if TYPE_CHECKING:
-    from grpc import _server as _typed_server
-    from grpc._cython import cygrpc as _typed_cygrpc
+    from typing import TypeAlias
 
-    Call = _typed_cygrpc.Call
-    RpcEvent = _typed_cygrpc.BaseEvent
-    RpcState = _typed_server._RPCState
-    StatusCode = _typed_cygrpc.StatusCode
+    from grpc import _server as _typed_server
+
+    Call: TypeAlias = Any   # grpc._cython.cygrpc.Call: a compiled module, without types
+    RpcEvent: TypeAlias = Any   # grpc._cython.cygrpc.BaseEvent
+    StatusCode: TypeAlias = Any   # grpc._cython.cygrpc.StatusCode
+    RpcState: TypeAlias = _typed_server._RPCState
 else:
     Call = getattr(_cygrpc, "Call", object)
     RpcEvent = getattr(_cygrpc, "BaseEvent", object)
