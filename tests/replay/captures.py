@@ -47,7 +47,11 @@ def _varint(value: int) -> bytes:
 
 
 def _log_bytes(request: Captured, index: int) -> bytes:
-    from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_log_pb2
+    from tensorflow_serving.apis import (
+        classification_pb2,
+        predict_pb2,
+        prediction_log_pb2,
+    )
 
     log = prediction_log_pb2.PredictionLog()
     if request.method == "predict":

@@ -21,8 +21,8 @@ from exporter.warmup import read_warmup
 from serving import codec
 from tests.replay.captures import T0, Captured, write_capture
 from tests.support.exporter import run_cli
-from tests.support.serving import MONITORING_PATH
 from tests.support.servers import EmbeddedServer
+from tests.support.serving import MONITORING_PATH
 
 pytestmark = pytest.mark.slow
 FACTORY = "tests.support.user_models:sequential"
