@@ -149,3 +149,27 @@ def test_empty_window_unreadable_and_empty_directory_exit_2_naming_the_rule(tmp_
     code, err = export_in_process(tmp_path / "m", batching_config, capture, "--until", str(T0), "--since",
                                   str(T0 + 1))
     assert code == 2 and "--until" in err and "must be after --since" in err, err
+
+
+def test_the_embedded_servers_own_capture_is_the_next_exports_samples(tmp_path, batching_config):
+    """The loop closed: version 1 served with capture on, its captured Predicts become version 2's warmup."""
+    first = write_capture(tmp_path / "seed.tfrecord", requests())
+    assert export_cli(tmp_path / "models", batching_config, first).returncode == 0
+    captured = tmp_path / "captured"
+    flags = ["--model_name=mlp", f"--model_base_path={tmp_path / 'models' / 'mlp'}",
+             f"--request_capture_dir={captured}", "--request_capture_sample_rate=1"]
+    sent = [request_rows(50 + i, n) for i, n in enumerate((2, 3, 1))]
+    with EmbeddedServer(flags, wait_for=["mlp"], log_path=tmp_path / "server.log") as server:
+        from serving.client import GrpcClient
+
+        with GrpcClient(server.grpc_target) as client:
+            for rows in sent:
+                client.predict("mlp", {"x": rows})
+    result = export_cli(tmp_path / "models", batching_config, captured, "--version", "2")
+    assert result.returncode == 0, result.stderr
+    version = tmp_path / "models" / "mlp" / "2"
+    rows = np.concatenate(sent)
+    assert [b.shape[0] for b in warmup_batches(version)] == [1, 2, 4, 8]
+    np.testing.assert_array_equal(warmup_batches(version)[2], rows[:4])            # requests 1 and 2 joined
+    np.testing.assert_array_equal(warmup_batches(version)[3], np.concatenate([rows, rows[:2]]))  # 6 rows, cycled
+    assert "3 Predict requests of 'mlp'" in load_manifest(version).warmup["source"]
