@@ -144,7 +144,8 @@ def read_source(source: Union[str, Path], window: Window = Window(), *, model: O
     if path.is_dir() and not any(p.is_file() and p.name.endswith(CAPTURE_SUFFIX) for p in path.iterdir()):
         raise CaptureSourceError(f"{flag} {path}: the directory holds no capture files (*{CAPTURE_SUFFIX}; "
                                  "files still being written end in .part and are not read)")
-    records, skipped = [], {}
+    records: list[CaptureRecord] = []
+    skipped: dict[str, int] = {}
     try:
         for record in read_capture(path, since=window.since, until=window.until):
             if record.method != "predict":

@@ -103,6 +103,8 @@ def _cmd_replay(args: argparse.Namespace, server: object, protocol: str, address
     rate = args.replay_rate if args.replay_rate is not None else RECORDED
     schedule = replay_schedule([r.time for r in payload.mix], rate, args.replay_speed)
     print(f"payload: {payload.source}")
+    pace = (f"at the recorded times x{args.replay_speed:g}" if rate == RECORDED else f"at {rate:g} requests/s")
+    print(f"replaying {len(schedule)} requests over {schedule[-1]:.1f} s, {pace}, open loop", flush=True)
     load, lag = replay(transport_for(protocol, address, payload, connection=server.connection), schedule,
                        max_in_flight=args.users * 8)
     outcome = replay_outcome(load, lag, schedule, protocol, payload, rate, args.replay_speed, gates, args.out)
