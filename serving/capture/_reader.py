@@ -110,11 +110,14 @@ def is_capture(path: str | os.PathLike[str]) -> bool:
     """True for a capture file (TFRecord of PredictionLog) or a directory holding one.
 
     A file counts when its name is a capture file name or its first record
-    parses as a PredictionLog; a directory when it holds a file named as one.
+    parses as a PredictionLog; a directory when it holds a file named as one,
+    or a ``*.tfrecord`` file that counts (e.g. one ``filter`` wrote).
     """
     p = Path(path)
     if p.is_dir():
-        return any(parse_file_name(child) is not None for child in p.iterdir() if child.is_file())
+        children = sorted(child for child in p.iterdir() if child.is_file())
+        return (any(parse_file_name(child) is not None for child in children)
+                or any(is_capture(child) for child in children if child.name.endswith(SUFFIX)))
     if not p.is_file():
         return False
     if parse_file_name(p) is not None:
