@@ -7,6 +7,10 @@ TensorRT engines) ready. TF Serving refuses a file with more than 1000
 records (``kMaxNumRecords``). Batch sizes come from the project's batching
 config (``allowed_batch_sizes``), else :data:`DEFAULT_BATCH_SIZES`. The
 file's place in a version directory is ``serving.model_repo.warmup_path``.
+
+A batch of size N is the first N rows of the signature's warmup rows,
+cycled when there are fewer: the goldens, or, from a request capture, the
+rows of consecutive captured requests concatenated (``exporter.samples``).
 """
 from __future__ import annotations
 
@@ -70,7 +74,7 @@ def build_requests(model_name: str, inputs_by_signature: Mapping[str, Mapping[st
                    batch_sizes: Sequence[int], *, max_bytes: int = MAX_WARMUP_BYTES) -> list:
     """PredictionLog records: every signature at every batch size, smallest sizes first.
 
-    Rows are the signature's real inputs, cycled to the batch size. Sizes
+    Rows are the signature's real inputs (its first ``batch_size`` rows), cycled to the batch size. Sizes
     that would push the file past ``max_bytes`` or :data:`MAX_RECORDS` are
     left out (largest first) and logged.
     """

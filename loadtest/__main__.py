@@ -12,7 +12,10 @@ from loadtest.options import UsageError, add_server_arguments, add_target_argume
 from loadtest.payloads import PayloadError
 from loadtest.preflight import check_served
 from loadtest.refusals import GATEWAY_LIMITED, SERVER, limiter_line
-from loadtest.runner import SCENARIOS, RunSpec, parse_duration, run_scenario
+from loadtest.driver import transport_for
+from loadtest.payloads import build_payload
+from loadtest.replay import RECORDED, add_replay_arguments, replay, replay_schedule
+from loadtest.runner import REPLAY, SCENARIOS, RunSpec, parse_duration, replay_outcome, run_scenario
 from loadtest.slo import Gates, load_gates
 from serving.addresses import grpc_address, rest_address
 
@@ -22,7 +25,8 @@ __all__ = ["main", "build_parser"]
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a locust scenario headless and check SLO gates",
                        epilog="Arguments after -- go to locust, e.g. -- --stages 5:2,10:8 or -- --user-rps 20.")
-    p.add_argument("scenario", help=f"one of {', '.join(SCENARIOS)} or a locustfile path")
+    p.add_argument("scenario", help=f"replay (a capture at its recorded times, open loop: the capacity test), "
+                                    f"one of {', '.join(SCENARIOS)} (locust users), or a locustfile path")
     server = p.add_mutually_exclusive_group()
     server.add_argument("--grpc", metavar="HOST:PORT", type=grpc_address,
                         help="load the server's gRPC API at HOST:PORT (or grpc://HOST:PORT); default: the gRPC "
@@ -42,6 +46,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                        help="failures/requests at most this (default 0 unless the file sets it)")
     gates.add_argument("--min-rps", type=float, help="throughput at least this (requests/s)")
     add_target_arguments(p)
+    add_replay_arguments(p)
     add_server_arguments(p)
     p.set_defaults(func=_cmd_run)
 
@@ -57,6 +62,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if server.source:
         print(f"loading {address} over {protocol}: {server.source}")
     check_served(protocol, address, targets_from_args(args)[0], connection=server.connection)
+    if args.scenario == REPLAY or args.replay_rate is not None:
+        return _cmd_replay(args, server, protocol, address, gates)
     spec = RunSpec(scenario=args.scenario, host=address, protocol=protocol,
                    run_time=parse_duration(args.run_time), users=args.users,
                    spawn_rate=args.spawn_rate or float(args.users), target=targets_from_args(args)[0],
@@ -78,6 +85,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "add --processes", file=sys.stderr)
     if s["error"]:
         print(f"run failed: {s['error']}", file=sys.stderr)
+    for gate in outcome.gates:
+        print(gate, file=sys.stderr if not gate.passed else sys.stdout)
+    print(f"summary: {outcome.summary_path}")
+    return outcome.exit_code
+
+
+def _cmd_replay(args: argparse.Namespace, server: object, protocol: str, address: str, gates: Gates) -> int:
+    """``run replay``: the capture's requests at their recorded times (or ``--replay-rate``), open loop."""
+    if args.scenario != REPLAY:
+        raise UsageError(f"--replay-rate replays a capture open loop: use the scenario replay, not {args.scenario!r}")
+    target = targets_from_args(args)[0]
+    payload = build_payload(target)
+    if not payload.mix:
+        raise UsageError("run replay sends a capture's requests at their recorded times: give --input-data a "
+                         "capture file or directory")
+    rate = args.replay_rate if args.replay_rate is not None else RECORDED
+    schedule = replay_schedule([r.time for r in payload.mix], rate, args.replay_speed)
+    print(f"payload: {payload.source}")
+    pace = (f"at the recorded times x{args.replay_speed:g}" if rate == RECORDED else f"at {rate:g} requests/s")
+    print(f"replaying {len(schedule)} requests over {schedule[-1]:.1f} s, {pace}, open loop", flush=True)
+    load, lag = replay(transport_for(protocol, address, payload, connection=server.connection), schedule,
+                       max_in_flight=args.users * 8)
+    outcome = replay_outcome(load, lag, schedule, protocol, payload, rate, args.replay_speed, gates, args.out)
+    s = outcome.summary
+    print(f"replay over {protocol}: {s['requests']} requests, {s['failures']} failures, {s['rps']:.1f} req/s, "
+          f"p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms")
+    print(lag.line())
     for gate in outcome.gates:
         print(gate, file=sys.stderr if not gate.passed else sys.stdout)
     print(f"summary: {outcome.summary_path}")

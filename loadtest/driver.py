@@ -3,7 +3,8 @@
 - **Closed loop** (``Load(transport, concurrency=N)``): N workers, each with its own
   connection, each sending the next request when the last one returns.
 - **Open loop** (``Load(transport, concurrency=N, rate=R)``): one scheduler sends at R
-  requests/s whatever the answers; at most N are in flight (a worker thread each, started
+  requests/s whatever the answers (or at the times ``schedule(i)`` gives, e.g. a recorded
+  capture's inter-arrival times: ``loadtest.replay``); at most N are in flight (a worker thread each, started
   as needed, unless the connection can start a call without blocking: ``Connection.start``).
   Latency counts from each request's *scheduled* start, so a slow server cannot hide
   queueing behind the generator (no coordinated omission). A request dispatched more than
@@ -28,6 +29,7 @@ server's process tree and this process used in it (``loadtest.procfs``).
 """
 from __future__ import annotations
 
+import functools
 import http.client
 import itertools
 import ssl
@@ -114,13 +116,25 @@ def _failure(error: Exception) -> tuple[str, str]:
 
 # ---------------------------------------------------------------------------- transports
 
-def grpc_transport(target: str, method: str, request: bytes, *, timeout: float = 30.0,
+def _picker(request: "bytes | Sequence[bytes]") -> Callable[[Optional[int]], bytes]:
+    """``pick(i)``: request ``i`` of a recorded mix (None: the next one, shared by every worker), or the one request."""
+    if isinstance(request, bytes):
+        return lambda index=None: request
+    requests, shared = tuple(request), itertools.count()
+    if not requests:
+        raise ValueError("a request mix needs at least one request")
+    return lambda index=None: requests[(next(shared) if index is None else index) % len(requests)]
+
+
+def grpc_transport(target: str, method: str, request: "bytes | Sequence[bytes]", *, timeout: float = 30.0,
                    credentials: Optional[grpc.ChannelCredentials] = None,
                    metadata: Sequence[tuple[str, str]] = ()) -> Transport:
     """A new channel per worker (its own TCP connection, like a separate client); pre-serialized
-    ``request`` bytes on ``method``; ``credentials`` makes it TLS, ``metadata`` goes with every call."""
+    ``request`` bytes on ``method`` (a sequence: a recorded mix, sent in turn, or by the index a
+    schedule gives); ``credentials`` makes it TLS, ``metadata`` goes with every call."""
     options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
                ("grpc.use_local_subchannel_pool", 1)]
+    pick = _picker(request)
 
     def connect() -> Connection:
         channel = (grpc.secure_channel(target, credentials, options) if credentials is not None
@@ -129,14 +143,17 @@ def grpc_transport(target: str, method: str, request: bytes, *, timeout: float =
         sent_metadata = tuple(metadata) or None
 
         def start(done: Done) -> None:
-            call.future(request, timeout=timeout, metadata=sent_metadata).add_done_callback(future_done(done))
+            call.future(pick(None), timeout=timeout, metadata=sent_metadata).add_done_callback(future_done(done))
 
-        return Connection(lambda: call(request, timeout=timeout, metadata=sent_metadata), channel.close, start)
+        def send(index: Optional[int] = None) -> bytes:
+            return call(pick(index), timeout=timeout, metadata=sent_metadata)
+
+        return Connection(send, channel.close, start)
 
     return connect
 
 
-def http_transport(base_url: str, path: str, body: bytes, *, timeout: float = 30.0,
+def http_transport(base_url: str, path: str, body: "bytes | Sequence[bytes]", *, timeout: float = 30.0,
                    headers: Optional[dict[str, str]] = None,
                    ssl_context: Optional[ssl.SSLContext] = None) -> Transport:
     """One keep-alive HTTP/1.1 connection per worker (TLS for ``https://``); POSTs ``body`` to ``path``.
@@ -146,6 +163,7 @@ def http_transport(base_url: str, path: str, body: bytes, *, timeout: float = 30
     """
     parsed = urllib.parse.urlsplit(base_url if "//" in base_url else f"http://{base_url}")
     sent = {"Content-Type": "application/json", **(headers or {})}
+    pick = _picker(body)
 
     def connect() -> Connection:
         if parsed.scheme == "https":
@@ -153,9 +171,9 @@ def http_transport(base_url: str, path: str, body: bytes, *, timeout: float = 30
         else:
             conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=timeout)
 
-        def send() -> bytes:
+        def send(index: Optional[int] = None) -> bytes:
             try:
-                conn.request("POST", path, body=body, headers=sent)
+                conn.request("POST", path, body=pick(index), headers=sent)
                 response = conn.getresponse()
                 data = response.read()
             except (OSError, http.client.HTTPException):
@@ -189,14 +207,17 @@ def call_transport(call: Callable[[], object], start: Optional[Callable[[Done], 
 
 def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0,
                   connection: Optional[ClientConnection] = None) -> Transport:
-    """``payload``'s prebuilt request over ``grpc`` (``address`` = HOST:PORT) or ``rest`` (a base URL), with
+    """``payload``'s prebuilt request (or its recorded mix, in turn) over ``grpc`` (``address`` = HOST:PORT) or
+    ``rest`` (a base URL), with
     ``connection``'s TLS (gRPC: TLS when it names a CA or a client pair) and credential headers."""
     headers = _auth_headers(connection)
     if protocol == "grpc":
-        return grpc_transport(address, payload.grpc_method, payload.grpc_request, timeout=timeout,
+        requests = [r.grpc_request for r in payload.mix] if payload.mix else payload.grpc_request
+        return grpc_transport(address, payload.grpc_method, requests, timeout=timeout,
                               credentials=_grpc_credentials(connection), metadata=tuple(headers.items()))
     if protocol == "rest":
-        return http_transport(address, payload.rest_path, payload.rest_body, timeout=timeout, headers=headers,
+        bodies = [r.rest_body for r in payload.mix] if payload.mix else payload.rest_body
+        return http_transport(address, payload.rest_path, bodies, timeout=timeout, headers=headers,
                               ssl_context=_ssl_context(connection))
     raise ValueError(f"protocol must be grpc or rest, got {protocol!r}")
 
@@ -245,6 +266,8 @@ class Load:
     when_full: str = "wait"              # open loop at ``concurrency`` in flight: "wait" or "stop"
     late_after: float = LATE_S           # open loop: a dispatch this many s after its schedule is late
     catch_up: bool = True                # open loop: False moves the schedule on a late dispatch (no burst)
+    schedule: Optional[Callable[[int], Optional[float]]] = None  # open loop: request i's start, s after the first
+    # (None: the schedule ended); with it, ``send(i)`` is called with the request's index (``Scheduled``)
     on_record: Callable[[Record], None] = lambda record: None   # called (on the caller's thread) per call
     records: list[Record] = field(default_factory=list, init=False)
     late: int = field(default=0, init=False)
@@ -257,13 +280,15 @@ class Load:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.schedule is not None and self.rate is not None:
+            raise ValueError("give a rate or a schedule, not both")
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"rate must be above 0 requests/s, got {self.rate}")
         if self.when_full not in ("wait", "stop"):
             raise ValueError(f"when_full must be wait or stop, got {self.when_full!r}")
 
     def start(self) -> "Load":
-        if self.rate is None:
+        if self.rate is None and self.schedule is None:
             ready = threading.Barrier(self.concurrency + 1)
             self._threads = [threading.Thread(target=self._closed, args=(ready,), daemon=True)
                              for _ in range(self.concurrency)]
@@ -335,9 +360,10 @@ class Load:
                     opened.append(local.connection)
             return local.connection.send
 
-        def run(scheduled: float) -> None:
+        def run(scheduled: float, ticket: int) -> None:
             try:
-                self._call(worker_send(), scheduled)
+                send = worker_send()
+                self._call(send if self.schedule is None else functools.partial(send, ticket), scheduled)
             finally:
                 self._slots.release()
 
@@ -350,7 +376,10 @@ class Load:
         began = t0 = clock() + 0.05
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="open-loop") as pool:
             for ticket in itertools.count():
-                scheduled = t0 + ticket / self.rate
+                offset = ticket / self.rate if self.schedule is None else self.schedule(ticket)
+                if offset is None:
+                    break
+                scheduled = t0 + offset
                 # (a nanosecond of slack: began + 20 / 200 - began may come out a hair under 0.1)
                 if self.duration is not None and scheduled - began >= self.duration - 1e-9:
                     break
@@ -362,10 +391,10 @@ class Load:
                 if clock() - scheduled > self.late_after:
                     self.late += 1
                     if not self.catch_up:   # the next call is due 1/rate s from now, not at once
-                        t0 = clock() - ticket / self.rate
+                        t0 = clock() - offset
                 self.sent += 1
-                if first.start is None:
-                    pool.submit(run, scheduled)
+                if first.start is None or self.schedule is not None:
+                    pool.submit(run, scheduled, ticket)
                 else:   # no thread per call: the transport calls back when the call ends
                     sent = clock()
                     first.start(lambda failure, scheduled=scheduled, sent=sent: ended(scheduled, sent, failure))

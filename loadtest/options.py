@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from exporter.capture_source import add_window_arguments
 from loadtest import DEFAULT_MODEL_REPO
 from loadtest.payloads import Target
 from serving import addresses
@@ -91,9 +92,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
                             "a model without a manifest there is loaded from --input-data or the server's metadata")
     payload = parser.add_argument_group(
         "request payload (first source that applies: --input-data, the model's manifest, the server's metadata)")
-    payload.add_argument("--input-data", type=Path, default=None, metavar="FILE",
-                         help="the request inputs: an .npz (one array per input) or a TF Serving REST Predict "
-                              "body (.json, typed by the server's metadata)")
+    payload.add_argument("--input-data", type=Path, default=None, metavar="FILE|CAPTURE",
+                         help="the request inputs: an .npz (one array per input), a TF Serving REST Predict "
+                              "body (.json, typed by the server's metadata), or a request capture (a capture "
+                              "file or directory, with --since/--until): the recorded mix of requests, each as "
+                              "it was sent; replay it at its recorded times with --replay-rate recorded")
+    add_window_arguments(payload, "--input-data")
     payload.add_argument("--batch-size", type=int, default=None, metavar="N",
                          help="rows per request (default: 1, or the --input-data file's rows as they are)")
     payload.add_argument("--shape", type=_shape_argument, action="append", default=[], metavar="NAME:d1,d2",
@@ -162,7 +166,7 @@ def targets_from_args(args: argparse.Namespace) -> list[Target]:
     """One ``Target`` per variant of ``--variant`` (a comma list)."""
     return [Target(model=args.model, variant=variant, signature=args.signature, version=args.version,
                    version_label=args.label, batch_size=args.batch_size, model_repo=args.model_repo,
-                   input_data=args.input_data, shapes=tuple(args.shape))
+                   input_data=args.input_data, shapes=tuple(args.shape), since=args.since, until=args.until)
             for variant in args.variant.split(",")]
 
 

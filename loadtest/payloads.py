@@ -3,8 +3,10 @@
 The inputs of a load test's one request come from the first source that applies:
 
 1. ``--input-data FILE`` (``Target.input_data``): an ``.npz`` with one array per
-   input, or a TF Serving REST Predict body (``.json``) whose dtypes come from
-   the server's metadata (``serving.codec.load_inputs``);
+   input, a TF Serving REST Predict body (``.json``) whose dtypes come from
+   the server's metadata (``serving.codec.load_inputs``), or a request capture
+   (a capture file or directory, ``Target.since``/``until`` its window): every
+   captured Predict request of the model, as it was sent (``Payload.mix``);
 2. the exporter's ``manifest.json`` of the version under ``--model-repo``: its
    real sample inputs (digits images, strings for ``text``, ranker features);
 3. the server's ``GetModelMetadata`` (gRPC or REST): inputs synthesized per
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 import numpy as np
 
+from exporter.capture_source import CaptureSourceError, Window, is_capture_source, read_source
 from exporter.manifest import MANIFEST_FILE, load_manifest
 from loadtest import DEFAULT_MODEL_REPO
 from serving.client import NO_RETRY, Connection, GrpcClient, RestClient, ServingError
@@ -47,6 +50,7 @@ from serving.codec import (
 )
 from serving.model_repo import latest_version_dir, published_name
 from serving.wire import PREDICT
+from serving.wire import serving_apis_pb2 as apis
 
 if TYPE_CHECKING:
     from serving.codec import JSON
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Target",
     "Payload",
+    "RecordedRequest",
     "PayloadError",
     "build_payload",
     "server_signature",
@@ -92,6 +97,8 @@ class Target:
     model_repo: Path = DEFAULT_MODEL_REPO
     input_data: Optional[Path] = None
     shapes: Shapes = ()
+    since: Optional[float] = None   # with a capture as input_data: its time window (unix seconds)
+    until: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.version is not None and self.version_label:
@@ -128,8 +135,29 @@ class Target:
 
 
 @dataclass(frozen=True)
+class RecordedRequest:
+    """One captured request as it is replayed: when it came (unix seconds) and its ``PredictRequest`` bytes
+    (the capture's own, with the target's model name and version); the REST body holds the same inputs."""
+
+    time: float
+    grpc_request: bytes
+
+    @functools.cached_property
+    def rest_body(self) -> bytes:
+        request = apis.PredictRequest.FromString(self.grpc_request)
+        return inputs_to_rest_request(decode_predict_request(self.grpc_request),
+                                      signature_name=request.model_spec.signature_name or DEFAULT_SIGNATURE,
+                                      row_format=True)
+
+
+@dataclass(frozen=True)
 class Payload:
-    """One prebuilt request, in both wire forms, and where its inputs came from."""
+    """One prebuilt request, in both wire forms, and where its inputs came from.
+
+    From a capture, ``mix`` holds every captured request in time order (the
+    recorded payload mix: a load sends them in turn, or at their recorded times,
+    ``loadtest.replay``); the single request is then the first of them.
+    """
 
     model_name: str
     signature_name: str
@@ -138,6 +166,7 @@ class Payload:
     grpc_request: bytes
     rest_path: str
     source: str = ""
+    mix: tuple[RecordedRequest, ...] = ()
 
     @functools.cached_property
     def rest_body(self) -> bytes:
@@ -151,8 +180,13 @@ class Payload:
 
     def describe(self) -> dict[str, JSON]:
         """For reports: the source and each input's dtype and shape."""
-        return {"source": self.source, "signature": self.signature_name,
-                "inputs": {name: f"{_dtype_name(array)}{list(array.shape)}" for name, array in self.inputs.items()}}
+        described: dict[str, JSON] = {
+            "source": self.source, "signature": self.signature_name,
+            "inputs": {name: f"{_dtype_name(array)}{list(array.shape)}" for name, array in self.inputs.items()}}
+        if self.mix:
+            described["recorded_requests"] = len(self.mix)
+            described["recorded_seconds"] = round(self.mix[-1].time - self.mix[0].time, 6)
+        return described
 
 
 def _dtype_name(array: np.ndarray) -> str:
@@ -167,6 +201,11 @@ def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[
     metadata when a source needs it (gRPC when both are given), over
     ``connection`` (TLS and a credential). PayloadError when no source gives inputs.
     """
+    if target.input_data is not None and is_capture_source(target.input_data):
+        return _capture_payload(target)
+    if target.since is not None or target.until is not None:
+        raise PayloadError("--since/--until select requests of a capture: give --input-data a capture file or "
+                           "directory")
     inputs, source = _inputs(target, grpc, rest, connection)
     return Payload(
         model_name=target.name,
@@ -179,6 +218,42 @@ def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[
         rest_path=_rest_path(target),
         source=source,
     )
+
+
+def _capture_payload(target: Target) -> Payload:
+    """Every captured Predict request of ``target``'s model (its signature's, when one is named), in time order,
+    re-addressed to ``target`` (name, version or label); PayloadError naming the rule when none is left."""
+    if target.batch_size is not None:
+        raise PayloadError("--batch-size does not apply to a capture: each captured request keeps its own rows")
+    try:
+        captured = read_source(target.input_data, Window(target.since, target.until), model=target.name,
+                               flag="--input-data")
+    except CaptureSourceError as error:
+        raise PayloadError(str(error)) from None
+    records = [r for r in captured.records if target.signature is None or r.signature == target.signature]
+    if not records:
+        raise PayloadError(f"--input-data {target.input_data}: no captured request calls signature "
+                           f"{target.signature!r}; they call {', '.join(sorted({r.signature for r in captured.records}))}")
+    mix = tuple(RecordedRequest(r.time, _readdressed(r.request, target)) for r in records)
+    first = records[0]
+    return Payload(model_name=target.name, signature_name=first.signature, inputs=first.inputs(),
+                   grpc_method=PREDICT, grpc_request=mix[0].grpc_request, rest_path=_rest_path(target),
+                   source=captured.describe(), mix=mix)
+
+
+def _readdressed(request: object, target: Target) -> bytes:
+    """The captured ``PredictRequest`` with ``target``'s model name and version (or label, or neither: the
+    latest); its inputs, output filter and signature as they were."""
+    copy = apis.PredictRequest()
+    copy.CopyFrom(request)
+    copy.model_spec.name = target.name
+    copy.model_spec.ClearField("version")
+    copy.model_spec.ClearField("version_label")
+    if target.version is not None:
+        copy.model_spec.version.value = target.version
+    elif target.version_label:
+        copy.model_spec.version_label = target.version_label
+    return copy.SerializeToString()
 
 
 def _inputs(target: Target, grpc: Optional[str], rest: Optional[str],
@@ -262,7 +337,8 @@ def write_payload(payload: Payload, path: Union[str, Path]) -> Path:
     path.write_text(json.dumps({
         "model_name": payload.model_name, "signature_name": payload.signature_name,
         "grpc_method": payload.grpc_method, "rest_path": payload.rest_path, "source": payload.source,
-        "grpc_request": base64.b64encode(payload.grpc_request).decode("ascii")}))
+        "grpc_request": base64.b64encode(payload.grpc_request).decode("ascii"),
+        "mix": [[r.time, base64.b64encode(r.grpc_request).decode("ascii")] for r in payload.mix]}))
     return path
 
 
@@ -272,4 +348,5 @@ def read_payload(path: Union[str, Path]) -> Payload:
     request = base64.b64decode(doc["grpc_request"])
     return Payload(model_name=doc["model_name"], signature_name=doc["signature_name"],
                    inputs=decode_predict_request(request), grpc_method=doc["grpc_method"],
-                   grpc_request=request, rest_path=doc["rest_path"], source=doc["source"])
+                   grpc_request=request, rest_path=doc["rest_path"], source=doc["source"],
+                   mix=tuple(RecordedRequest(t, base64.b64decode(r)) for t, r in doc.get("mix", [])))

@@ -25,7 +25,9 @@ import numpy as np
 from loadtest import REPO_ROOT
 from loadtest.options import CONNECTION_ENV, connection_environment, server_address
 from loadtest.payloads import Payload, Target, build_payload, write_payload
+from loadtest.driver import Load
 from loadtest.refusals import GATEWAY_LIMITED, failures_by_class
+from loadtest.replay import Lag, ReplayRate
 from loadtest.slo import GateResult, Gates, evaluate
 from serving.client import Connection
 from serving.processes import stop_process
@@ -40,6 +42,8 @@ __all__ = [
     "locustfile_path",
     "locust_command",
     "build_run_payload",
+    "REPLAY",
+    "replay_outcome",
     "parse_duration",
     "run_scenario",
     "summarize_csv",
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 SCENARIOS = ("steady", "ramp", "spike", "soak")
+REPLAY = "replay"   # not a locustfile: a capture at its recorded times, open loop (``loadtest.replay``)
 EXIT_OK, EXIT_GATE_BROKEN, EXIT_RUN_FAILED = 0, 1, 2
 _USER_CLASS = {"grpc": "GrpcUser", "rest": "RestUser"}
 
@@ -189,6 +194,41 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
     else:
         code = EXIT_OK if all(g.passed for g in results) else EXIT_GATE_BROKEN
     return RunOutcome(summary, results, code, summary_path)
+
+
+def replay_outcome(load: Load, lag: Lag, schedule: Sequence[float], protocol: str, payload: Payload,
+                   rate: ReplayRate, speed: float, gates: Gates, out_dir: Path) -> RunOutcome:
+    """The summary of a ``run replay`` (the keys of a locust run's, and the lag), its gates, written as JSON."""
+    records = load.records
+    ok = np.array([r.latency for r in records if r.error is None]) * 1e3
+    failures = sum(r.error is not None for r in records)
+    by_error: dict[str, int] = {}
+    for record in records:
+        if record.error is not None:
+            key = f"{record.error}: {record.details}"[:200]
+            by_error[key] = by_error.get(key, 0) + 1
+    span = (max(r.end for r in records) - min(r.sent for r in records)) if records else 0.0
+    pct = np.percentile(ok, [50, 90, 95, 99]) if ok.size else [float("nan")] * 4
+    by_class = failures_by_class(by_error)
+    summary: dict[str, JSON] = {
+        "scenario": REPLAY, "protocol": protocol, "replay_rate": rate, "replay_speed": speed,
+        "requests": len(records), "failures": failures, "failure_ratio": failures / len(records) if records else 0.0,
+        "failures_by_class": by_class, "failures_by_error": by_error,
+        "rps": (len(records) - failures) / span if span else 0.0,
+        "p50_ms": float(pct[0]), "p90_ms": float(pct[1]), "p95_ms": float(pct[2]), "p99_ms": float(pct[3]),
+        "avg_ms": float(ok.mean()) if ok.size else float("nan"), "percentiles": "exact",
+        "schedule_s": [round(t, 6) for t in schedule[:10000]], "lag": lag.as_dict(),
+        "run_ok": bool(records) and len(records) == len(schedule),
+        "error": None if len(records) == len(schedule) else f"{len(records)} of {len(schedule)} requests ended",
+        "payload": payload.describe()}
+    results = evaluate(gates, summary) if records else []
+    summary["gates"] = [asdict(g) for g in results]
+    summary["passed"] = bool(summary["run_ok"]) and all(g.passed for g in results)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(out_dir) / f"{REPLAY}_{protocol}_summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=str))
+    code = EXIT_RUN_FAILED if not summary["run_ok"] else EXIT_OK if all(g.passed for g in results) else EXIT_GATE_BROKEN
+    return RunOutcome(summary, results, code, path)
 
 
 def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float,

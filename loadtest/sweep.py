@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import time
@@ -37,6 +38,7 @@ from loadtest import REPO_ROOT
 from loadtest.driver import Load, Record, Transport, transport_for
 from loadtest.metrics import Scrape, scrape, split_between
 from loadtest.options import (
+    UsageError,
     add_server_arguments,
     add_target_arguments,
     grpc_address,
@@ -47,6 +49,7 @@ from loadtest.options import (
     targets_from_args,
 )
 from loadtest.payloads import Target, build_payload
+from loadtest.replay import RECORDED, add_replay_arguments, repeating, replay_schedule
 from loadtest.procfs import process_cpu_seconds
 from loadtest.refusals import GATEWAY_LIMITED, failure_class, limiter_line
 from loadtest.plots import plot_throughput_latency
@@ -87,10 +90,11 @@ class SweepSettings:
     latency_threshold_ms: Optional[float] = None
     max_in_flight: int = 64
     timeout_s: float = 30.0
+    recorded: tuple[float, ...] = ()   # mode "replay": the capture's schedule at speed 1 (levels are speeds)
 
     def __post_init__(self) -> None:
-        if self.mode not in ("concurrency", "rate"):
-            raise ValueError(f"mode must be concurrency or rate, got {self.mode!r}")
+        if self.mode not in ("concurrency", "rate", "replay"):
+            raise ValueError(f"mode must be concurrency, rate or replay, got {self.mode!r}")
         if self.stable_windows < 2:
             raise ValueError("stable_windows must be at least 2")
 
@@ -121,6 +125,7 @@ class LevelResult:
     window_rps: list[float] = field(default_factory=list)       # each counted window's throughput
     window_p50_ms: list[float] = field(default_factory=list)    # and p50 (``loadtest.compare``'s spread)
     gateway_limited: int = 0    # requests the gateway's limiter refused (counted in ``errors`` too)
+    lag_p99_ms: Optional[float] = None   # open loop: p99 of each send's delay behind its schedule
 
 
 @dataclass
@@ -175,8 +180,11 @@ def measure_level(transport: Transport, level: float, settings: SweepSettings, *
     """Run one level until stable (or ``max_level_s``) and summarise its last windows."""
     concurrency = int(level) if settings.mode == "concurrency" else settings.max_in_flight
     rate = float(level) if settings.mode == "rate" else None
+    if settings.mode == "replay" and not settings.recorded:
+        raise ValueError("mode replay needs the recorded schedule (SweepSettings.recorded)")
+    schedule = repeating([t / level for t in settings.recorded]) if settings.mode == "replay" else None
     windows: list[_Window] = []
-    with Load(transport, concurrency=concurrency, rate=rate) as load:
+    with Load(transport, concurrency=concurrency, rate=rate, schedule=schedule) as load:
         time.sleep(settings.warmup_s)
         mark = len(load.records)
         start, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_seconds(server_pid)
@@ -235,7 +243,9 @@ def _summarise(level: float, settings: SweepSettings, windows: Sequence[_Window]
         late_starts=late, server=split_between(windows[0].before, windows[-1].after).as_dict(),
         window_rps=[round(w.throughput, 3) for w in windows],
         window_p50_ms=[round(float(np.percentile(w.ok_latencies, 50)) * 1000.0, 4) for w in windows if w.ok_latencies],
-        generator_limited=_generator_limited(windows, span, late, len(records)), gateway_limited=limited)
+        generator_limited=_generator_limited(windows, span, late, len(records)), gateway_limited=limited,
+        lag_p99_ms=(float(np.percentile([r.waited for r in records], 99)) * 1e3
+                    if settings.mode != "concurrency" and records else None))
 
 
 def _generator_limited(windows: Sequence[_Window], span: float, late: int, requests: int) -> bool:
@@ -315,6 +325,7 @@ def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, J
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``sweep`` subcommand's flags."""
     add_target_arguments(parser)
+    add_replay_arguments(parser, speeds=True)
     load = parser.add_argument_group("load")
     load.add_argument("--concurrency", default=None, help="closed-loop levels, e.g. 1,2,4,8,16 (default)")
     load.add_argument("--request-rate", default=None, help="open-loop levels in requests/s, e.g. 50,100,200")
@@ -351,8 +362,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _levels(args: argparse.Namespace) -> tuple[str, tuple[float, ...]]:
-    if args.concurrency and args.request_rate:
-        raise SystemExit("give --concurrency or --request-rate, not both")
+    replaying = getattr(args, "replay_rate", None) is not None
+    if sum(map(bool, (args.concurrency, args.request_rate, replaying))) > 1:
+        raise UsageError("give one of --concurrency, --request-rate or --replay-rate recorded")
+    if replaying:
+        if args.replay_rate != RECORDED:
+            raise UsageError("a sweep replays a capture at its recorded times (--replay-rate recorded, levels "
+                             "--replay-speed); for fixed rates of the recorded mix, use --request-rate")
+        try:
+            speeds = tuple(float(x) for x in (args.replay_speed or "1,2,4,8").split(","))
+        except ValueError:
+            speeds = (0.0,)
+        if not all(x > 0 for x in speeds):
+            raise UsageError(f"--replay-speed takes factors above 0, e.g. 1,2,4, got {args.replay_speed!r}")
+        return "replay", speeds
+    if args.replay_speed:
+        raise UsageError("--replay-speed sets the levels of --replay-rate recorded")
     if args.request_rate:
         return "rate", tuple(float(x) for x in args.request_rate.split(","))
     return "concurrency", tuple(int(x) for x in (args.concurrency or "1,2,4,8,16").split(","))
@@ -408,6 +433,12 @@ def run_sweep(args: argparse.Namespace) -> int:
                                  connection=connection)
                 payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url, connection=connection)
                 print(f"payload {payload.label}: {payload.source}", flush=True)
+                if mode == "replay":
+                    if not payload.mix:
+                        raise UsageError("--replay-rate recorded replays a capture: give --input-data a capture "
+                                         "file or directory")
+                    settings = dataclasses.replace(settings, recorded=tuple(
+                        replay_schedule([r.time for r in payload.mix])))
                 for protocol in protocols:
                     address = server.grpc_target if protocol == "grpc" else server.rest_url
                     series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching,

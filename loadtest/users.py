@@ -3,7 +3,8 @@
 Importing this module imports locust, which monkey-patches the process with
 gevent; only locustfiles import it (the rest of ``loadtest`` never does).
 
-Both users send one prebuilt request. ``python -m loadtest run`` builds it
+Both users send one prebuilt request (from a capture, its recorded mix of
+requests in turn). ``python -m loadtest run`` builds it
 once and hands it over as ``--payload-file`` (``loadtest.payloads.
 write_payload``). Run by hand, the payload is built here from the custom
 arguments that ``add_target_arguments`` registers (``--model``,
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import array
 import functools
+import itertools
 import json
 import logging
 import os
@@ -67,6 +69,10 @@ __all__ = [
     "prepare_locustfile",
     "target_from_options",
 ]
+
+
+# A capture's recorded mix: every user of this process takes the next recorded request (gevent: one thread).
+_NEXT_RECORDED = itertools.count()
 
 
 def _read(path: str) -> Optional[bytes]:
@@ -278,8 +284,10 @@ class GrpcPredictUser(_ThinkTime, User):
         start = time.perf_counter()
         response: Optional[bytes] = None
         exception: Optional[Exception] = None
+        request = (self.payload.mix[next(_NEXT_RECORDED) % len(self.payload.mix)].grpc_request if self.payload.mix
+                   else self.payload.grpc_request)
         try:
-            response = self._call(self.payload.grpc_request, timeout=self.timeout, metadata=self._metadata)
+            response = self._call(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as error:
             exception = _status_error(error)
         self.environment.events.request.fire(
@@ -300,6 +308,7 @@ class RestPredictUser(_ThinkTime, FastHttpUser):
     def on_start(self) -> None:
         self.payload = payload_for(self.environment)
         self.body = self.payload.rest_body
+        self.bodies = [r.rest_body for r in self.payload.mix]   # a capture's recorded mix, sent in turn
         self.timeout = float(self.environment.parsed_options.request_timeout)
         self._name = f"POST {self.payload.rest_path}"
         self._headers = {"Content-Type": "application/json", **dict(_auth_metadata(os.environ))}
@@ -307,7 +316,8 @@ class RestPredictUser(_ThinkTime, FastHttpUser):
     @task
     def predict(self) -> None:
         headers = self._headers
-        with self.client.post(self.payload.rest_path, data=self.body, headers=headers,
+        body = self.bodies[next(_NEXT_RECORDED) % len(self.bodies)] if self.bodies else self.body
+        with self.client.post(self.payload.rest_path, data=body, headers=headers,
                               name=self._name, catch_response=True) as response:
             if response.status_code != 200:
                 response.failure(_rest_error(response))
