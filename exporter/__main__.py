@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 from exporter.capture_source import CaptureSourceError, add_window_arguments, is_capture_source, window_from_args
 from exporter.export import DEFAULT_MODEL_REPO, ExportError, VariantFailed, ensure_model, export, export_model
 from exporter.inspection import format_report, inspect_saved_model
-from exporter.samples import CaptureSamples
+from exporter.samples import CaptureSamples, Samples
 from exporter.sources import load_from, parse_input
 from exporter.validate import ValidationError, ValidationReport, validate
 from exporter.variants import VARIANTS, VariantUnavailable
@@ -153,7 +153,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _samples(args: argparse.Namespace) -> object:
+def _samples(args: argparse.Namespace) -> Optional[Samples]:
     """``--samples`` as ``export`` takes it: a capture (with its window) or a file of arrays."""
     window = window_from_args(args)
     if args.samples is not None and is_capture_source(args.samples):

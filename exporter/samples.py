@@ -172,6 +172,7 @@ def _by_signature(signatures: Mapping[str, Signature], samples: Samples) -> dict
 def _read(samples: Samples, key: str, signature: Signature) -> Optional[dict[str, np.ndarray]]:
     if isinstance(samples, (str, Path)):
         return load_inputs(samples, signature)
+    assert not isinstance(samples, CaptureSamples)   # sample_rows reads a capture itself
     if key in samples and isinstance(samples[key], Mapping):
         return dict(samples[key])
     arrays = {k: v for k, v in samples.items() if not isinstance(v, Mapping)}

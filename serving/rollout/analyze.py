@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import numpy as np
 
@@ -98,7 +98,7 @@ def _prediction_log_inputs(data: bytes) -> list[dict[str, np.ndarray]]:
     return batches
 
 
-def _rest_body_inputs(body: codec.JSON, dtypes: Mapping[str, DTypeLike]) -> dict[str, np.ndarray]:
+def _rest_body_inputs(body: Any, dtypes: Mapping[str, DTypeLike]) -> dict[str, np.ndarray]:
     if "inputs" in body:
         inputs = body["inputs"]
         if not isinstance(inputs, Mapping):
