@@ -26,7 +26,7 @@ SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks"
 # every folder of the server, and the folders import the neutral root modules (metrics,
 # deadline, flags), which is one way, though one node for the root would make it a cycle.
 UNITS = (
-    "serving.codec", "serving.client", "serving.config", "serving.rollout",
+    "serving.codec", "serving.client", "serving.capture", "serving.config", "serving.rollout",
     "serving.server.core", "serving.server.tensorflow", "serving.server.batching", "serving.server.frontends",
     "serving.server",
     "serving.status", "serving.wire", "serving.model_repo",
@@ -54,7 +54,7 @@ DIAGRAM: tuple[tuple[Box, ...], ...] = (
     (("gateway",),),
     (("exporter",), ("serving.server.*",)),   # the exporter beside the server's column (SERVER_ROWS)
     (("serving.config",),),
-    (("serving.client",),),
+    (("serving.client",), ("serving.capture",)),
     (("serving.codec",),),
     (("serving.model_repo",),),
     (("serving.status",), ("serving.wire",), ("serving",)),
