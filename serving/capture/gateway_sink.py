@@ -44,6 +44,7 @@ from typing import Callable, Mapping, Optional, Protocol, Sequence
 from google.protobuf.message import DecodeError
 
 from serving import codec, status
+from serving.capture import prediction_log
 from serving.wire import apis
 
 __all__ = ["SystematicSampler", "MirroredRequest", "SinkStats", "CaptureSink", "LogWriter", "MetadataSource",
@@ -206,18 +207,35 @@ def parse_mirrored(uri: str, headers: Mapping[str, str], body: bytes) -> Optiona
     return MirroredRequest(match["method"], match["model"], version, label, request_id, when, rest_body=body)
 
 
-def _set_spec(spec: apis.ModelSpec, model: str, version: Optional[int], label: Optional[str], signature: str) -> None:
-    spec.name = model
-    if version is not None:
-        spec.version.value = version
-    elif label:
-        spec.version_label = label
-    spec.signature_name = signature
-
-
 def _rest_signature(document: object) -> str:
     name = document.get("signature_name", "") if isinstance(document, dict) else ""
     return name if isinstance(name, str) else ""
+
+
+def _rest_request(request: MirroredRequest, metadata: MetadataSource) -> tuple[object, str]:
+    """The gRPC request TF Serving builds from a REST body (Predict: typed by the signature's inputs)."""
+    body = request.rest_body or b""
+    if request.method == "predict":
+        document = codec.rest_request_loads(body)
+        signature = _rest_signature(document) or DEFAULT_SIGNATURE
+        dtypes = metadata.input_dtypes(request.model, request.version, request.label, signature)
+        inputs, _ = codec.rest_request_to_inputs(document, dtypes)
+        message = apis.PredictRequest()
+        for name, array in inputs.items():
+            codec.ndarray_to_tensor_proto(array, message.inputs[name])
+    else:
+        document = codec.json_loads(body)
+        signature = _rest_signature(document) or DEFAULT_SIGNATURE
+        message = apis.ClassificationRequest() if request.method == "classify" else apis.RegressionRequest()
+        codec.rest_request_to_input(document, message.input)
+    spec = message.model_spec
+    spec.name = request.model
+    if request.version is not None:
+        spec.version.value = request.version
+    elif request.label:
+        spec.version_label = request.label
+    spec.signature_name = _rest_signature(document)
+    return message, signature
 
 
 def to_prediction_log(request: MirroredRequest, rate: Fraction, metadata: MetadataSource) -> apis.PredictionLog:
@@ -225,39 +243,17 @@ def to_prediction_log(request: MirroredRequest, rate: Fraction, metadata: Metada
 
     Raises ``status.ServingError`` or ValueError for a REST body TF Serving would refuse too.
     """
-    record = apis.PredictionLog()
-    meta = record.log_metadata
     if request.grpc_message is not None:
         message = request.grpc_message
-        target = getattr(record, f"{request.method}_log").request
-        target.CopyFrom(message)
-        spec = message.tasks[0].model_spec if request.method == "multi_inference" and message.tasks else \
-            getattr(message, "model_spec", apis.ModelSpec())
-        meta.model_spec.CopyFrom(spec)
-        if not meta.model_spec.signature_name and request.method != "multi_inference":
-            meta.model_spec.signature_name = DEFAULT_SIGNATURE
-    else:
-        document = codec.rest_request_loads(request.rest_body or b"") if request.method == "predict" \
-            else codec.json_loads(request.rest_body or b"")
-        signature = _rest_signature(document) or DEFAULT_SIGNATURE
-        if request.method == "predict":
-            dtypes = metadata.input_dtypes(request.model, request.version, request.label, signature)
-            inputs, _ = codec.rest_request_to_inputs(document, dtypes)
-            target = record.predict_log.request
-            for name, array in inputs.items():
-                codec.ndarray_to_tensor_proto(array, target.inputs[name])
+        if request.method == "multi_inference":
+            signature = ",".join(task.model_spec.signature_name or DEFAULT_SIGNATURE for task in message.tasks)
         else:
-            target = getattr(record, f"{request.method}_log").request
-            codec.rest_request_to_input(document, target.input)
-        _set_spec(target.model_spec, request.model, request.version, request.label, signature)
-        meta.model_spec.CopyFrom(target.model_spec)
-    meta.sampling_config.sampling_rate = float(rate)
-    meta.saved_model_tags.append("serve")
-    meta.timestamp_secs = int(request.time)
-    meta.request_origin = ORIGIN
-    meta.request_id = request.request_id
-    meta.timestamp_micros = int(round(request.time * 1_000_000))
-    return record
+            signature = message.model_spec.signature_name or DEFAULT_SIGNATURE
+    else:
+        message, signature = _rest_request(request, metadata)
+    return prediction_log(request.method, message, model=request.model, origin=ORIGIN,
+                          request_id=request.request_id, sampling_rate=float(rate), version=request.version,
+                          label=request.label, signature=signature, when=request.time)
 
 
 class RestMetadata:
