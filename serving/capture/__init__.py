@@ -23,11 +23,16 @@ from __future__ import annotations
 from serving.capture._errors import CaptureError
 from serving.capture._reader import capture_files, is_capture, read_capture
 from serving.capture._records import METHODS, CaptureRecord, prediction_log
+from serving.capture._sampling import SystematicSampler
+from serving.capture._writer import CaptureStats, CaptureWriter
 
 __all__ = [
     "METHODS",
     "CaptureError",
     "CaptureRecord",
+    "CaptureStats",
+    "CaptureWriter",
+    "SystematicSampler",
     "capture_files",
     "is_capture",
     "prediction_log",

@@ -17,7 +17,7 @@ from serving.wire import apis
 
 __all__ = ["Moment", "Source", "capture_files", "is_capture", "read_capture"]
 
-Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+Source = Union[str, os.PathLike, Sequence[str | os.PathLike]]
 Moment = Union[float, int, dt.datetime]
 
 

@@ -6,7 +6,7 @@ import serving.capture
 
 def test_public_api_is_pinned():
     assert sorted(serving.capture.__all__) == sorted([
-        "CaptureError", "CaptureRecord", "METHODS", "capture_files", "is_capture", "prediction_log", "read_capture",
+        "CaptureError", "CaptureRecord", "CaptureStats", "CaptureWriter", "METHODS", "SystematicSampler", "capture_files", "is_capture", "prediction_log", "read_capture",
     ])
     for name in serving.capture.__all__:
         assert getattr(serving.capture, name) is not None
