@@ -31,11 +31,11 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
-__all__ = ["SinkProcess", "LoadResult", "drive", "predict_bodies", "main"]
+__all__ = ["LoadResult", "SinkProcess", "drive", "main", "predict_bodies"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL = "digits"
@@ -48,9 +48,9 @@ class SinkProcess:
                  extra: Sequence[str] = ()) -> None:
         self.port, self.capture_dir, self.rest_url, self.rate, self.log = port, Path(capture_dir), rest_url, rate, log
         self.extra = list(extra)
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30.0) -> "SinkProcess":
+    def start(self, timeout: float = 30.0) -> SinkProcess:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
@@ -136,7 +136,7 @@ def predict_bodies():
 
 
 def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: str, concurrency: int,
-          seconds: Optional[float] = None, requests: Optional[int] = None, rate: Optional[float] = None,
+          seconds: float | None = None, requests: int | None = None, rate: float | None = None,
           input_name: str = "images") -> LoadResult:
     """Predict requests through the gateway on ``concurrency`` keep-alive connections, for ``seconds`` or
     ``requests`` in all; ``rate`` (requests/s over all connections) paces them (open schedule per
@@ -194,7 +194,7 @@ def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: 
                     call()
                     ok += 1
                     latencies.append(time.perf_counter() - t0)
-                except Exception as exc:  # every failure counts; the first few are kept to show
+                except Exception as exc:  # noqa: BLE001 - every failure counts; the first few are kept to show
                     failed += 1
                     if len(errors) < 3:
                         errors.append(str(exc)[:300])
@@ -231,8 +231,8 @@ def _gateway(nginx: str, version, values: dict, root: Path) -> Iterator[dict]:
     if os.geteuid() == 0:
         import pwd
         command += ["-g", f"user {pwd.getpwuid(os.geteuid()).pw_name};"]
-    access = open(root / "access.log", "wb")
-    errors = open(root / "error.log", "wb")
+    access = open(root / "access.log", "wb")  # noqa: SIM115 - nginx writes it until the context ends
+    errors = open(root / "error.log", "wb")  # noqa: SIM115 - as the access log
     proc = subprocess.Popen(command, stdout=access, stderr=errors, stdin=subprocess.DEVNULL)
     ports = [int(values[k].rsplit(":", 1)[1]) for k in ("GATEWAY_GRPC_LISTEN", "GATEWAY_REST_LISTEN")]
     deadline = time.monotonic() + 20
@@ -257,7 +257,7 @@ def _compose_gateway_env() -> dict[str, str]:
     return {k: str(v) for k, v in model["services"]["gateway"]["environment"].items() if k.startswith("GATEWAY_")}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.capture", description=__doc__.split("\n")[0])
     parser.add_argument("--model-repo", type=Path, default=REPO_ROOT / "models")
     parser.add_argument("--seconds", type=float, default=4.0, help="per load, per round")

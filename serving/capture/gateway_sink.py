@@ -37,18 +37,30 @@ import threading
 import time
 import urllib.parse
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Mapping, Optional, Protocol, Sequence
+from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
 from serving import codec, status
-from serving.capture import prediction_log
+from serving.capture import CaptureWriter, SystematicSampler, prediction_log
 from serving.wire import apis
 
-__all__ = ["SystematicSampler", "MirroredRequest", "SinkStats", "CaptureSink", "LogWriter", "MetadataSource",
-           "RestMetadata", "parse_mirrored", "to_prediction_log", "parse_rate", "parse_models", "main"]
+__all__ = [
+    "CaptureSink",
+    "LogWriter",
+    "MetadataSource",
+    "MirroredRequest",
+    "RestMetadata",
+    "SinkStats",
+    "main",
+    "parse_mirrored",
+    "parse_models",
+    "parse_rate",
+    "to_prediction_log",
+]
 
 log = logging.getLogger("serving.capture.gateway_sink")
 
@@ -72,13 +84,15 @@ class LogWriter(Protocol):
 
     def write(self, log: apis.PredictionLog) -> bool: ...
 
+    def rotate_if_due(self) -> None: ...
+
     def close(self) -> None: ...
 
 
 class MetadataSource(Protocol):
     """A REST Predict request's input dtypes: TF Serving's metadata of the model it names."""
 
-    def input_dtypes(self, model: str, version: Optional[int], label: Optional[str],
+    def input_dtypes(self, model: str, version: int | None, label: str | None,
                      signature: str) -> dict[str, object]: ...
 
 
@@ -101,32 +115,6 @@ def parse_models(text: str) -> frozenset[str]:
     return frozenset() if names in (frozenset(), frozenset({"*"})) else names
 
 
-class SystematicSampler:
-    """Keeps exactly ``floor(n * rate)`` of the first ``n`` requests offered (thread-safe).
-
-    Request ``i`` (1-based) is kept when ``floor(i * rate) > floor((i - 1) * rate)``: at 10 %,
-    requests 10, 20, 30, ... Integer arithmetic on the rate's fraction, so 0.1 is exactly 1/10.
-    """
-
-    def __init__(self, rate: Fraction) -> None:
-        if not 0 < rate <= 1:
-            raise ValueError(f"a sampling rate must be in (0, 1], not {rate}")
-        self.rate = Fraction(rate)
-        self._num, self._den = self.rate.numerator, self.rate.denominator
-        self._offered = 0
-        self._lock = threading.Lock()
-
-    def offer(self) -> bool:
-        with self._lock:
-            self._offered += 1
-            i = self._offered
-        return (i * self._num) // self._den > ((i - 1) * self._num) // self._den
-
-    @property
-    def offered(self) -> int:
-        return self._offered
-
-
 @dataclass(frozen=True)
 class MirroredRequest:
     """One request as the gateway's mirror delivered it: where it went and its decoded message (gRPC) or
@@ -134,12 +122,12 @@ class MirroredRequest:
 
     method: str                       # "predict" | "classify" | "regress" | "multi_inference"
     model: str
-    version: Optional[int]
-    label: Optional[str]
+    version: int | None
+    label: str | None
     request_id: str
     time: float                       # unix seconds, the gateway's clock ($msec)
-    grpc_message: Optional[object] = None   # the decoded request (gRPC)
-    rest_body: Optional[bytes] = None       # the JSON body (REST)
+    grpc_message: object | None = None   # the decoded request (gRPC)
+    rest_body: bytes | None = None       # the JSON body (REST)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -172,7 +160,7 @@ def _grpc_message(body: bytes, encoding: str) -> bytes:
     raise ValueError(f"gRPC message compressed with {encoding or 'no named encoding'!r} (gzip and deflate are read)")
 
 
-def parse_mirrored(uri: str, headers: Mapping[str, str], body: bytes) -> Optional[MirroredRequest]:
+def parse_mirrored(uri: str, headers: Mapping[str, str], body: bytes) -> MirroredRequest | None:
     """The mirrored request, or None when it is no inference call (status, metadata, health, reload).
 
     ``headers`` are the mirror's own, lower-case. Raises ValueError for a body that cannot be read.
@@ -271,7 +259,7 @@ class RestMetadata:
         self._lock = threading.Lock()
         self.fetches = 0
 
-    def input_dtypes(self, model: str, version: Optional[int], label: Optional[str],
+    def input_dtypes(self, model: str, version: int | None, label: str | None,
                      signature: str) -> dict[str, object]:
         key = (model, version, label)
         now = self._clock()
@@ -320,7 +308,8 @@ class CaptureSink:
     def __init__(self, writer: LogWriter, metadata: MetadataSource, *, rate: Fraction,
                  models: frozenset[str] = frozenset(), queue_bytes: int = 64 << 20) -> None:
         self.writer, self.metadata = writer, metadata
-        self.sampler = SystematicSampler(rate)
+        self.rate = rate
+        self.sampler = SystematicSampler(float(rate))
         self.models = models
         self.stats = SinkStats()
         self._lock = threading.Lock()
@@ -349,7 +338,7 @@ class CaptureSink:
             self._count("ignored")
             return
         self._count("offered")
-        if not self.sampler.offer():
+        if not self.sampler.sample():
             return
         self._count("kept")
         size = len(body)
@@ -363,7 +352,11 @@ class CaptureSink:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                self.writer.rotate_if_due()   # a file reaches its age with no traffic too
+                continue
             if item is None:
                 return
             request, size = item
@@ -378,8 +371,8 @@ class CaptureSink:
 
     def _write(self, request: MirroredRequest) -> None:
         try:
-            record = to_prediction_log(request, self.sampler.rate, self.metadata)
-        except Exception as exc:  # a body TF Serving refuses, or its metadata unreachable: counted, logged
+            record = to_prediction_log(request, self.rate, self.metadata)
+        except Exception as exc:  # noqa: BLE001 - a body TF Serving refuses, its metadata unreachable: counted, logged, never raised
             self._count("unreadable")
             log.warning("capture: request %s of model %s not recorded: %s", request.request_id, request.model,
                         str(exc)[:300])
@@ -420,7 +413,7 @@ def make_app(sink: CaptureSink):
         return web.json_response(doc)
 
     async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "capturing", "rate": str(sink.sampler.rate)})
+        return web.json_response({"status": "capturing", "rate": str(sink.rate)})
 
     app = web.Application(client_max_size=1 << 30)
     app.router.add_get("/healthz", healthz)
@@ -441,7 +434,7 @@ def _size(text: str) -> int:
     return int(match[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[match[2].lower()]
 
 
-def _arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="python -m serving.capture.gateway_sink", description=__doc__.split("\n")[0])
     parser.add_argument("--listen", default=env("CAPTURE_LISTEN", "0.0.0.0:8080"), help="HOST:PORT to serve the mirror on")
@@ -459,16 +452,16 @@ def _arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = _arguments(argv)
     from aiohttp import web
 
-    from serving.capture import CaptureWriter
-
     writer = CaptureWriter(args.capture_dir, origin=ORIGIN, max_file_bytes=args.max_file_bytes,
                            max_file_seconds=args.max_file_seconds, max_total_bytes=args.max_total_bytes,
-                           max_day_bytes=args.max_day_bytes)
+                           max_day_bytes=args.max_day_bytes,
+                           setting_names={"max_total_bytes": "CAPTURE_MAX_TOTAL_BYTES",
+                                          "max_day_bytes": "CAPTURE_MAX_DAY_BYTES"})
     metadata = RestMetadata(args.rest)
     sink = CaptureSink(writer, metadata, rate=args.rate, models=args.models, queue_bytes=args.queue_bytes)
     host, port = _address(args.listen)
