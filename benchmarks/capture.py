@@ -119,36 +119,40 @@ class LoadResult:
         return statistics.median(self.latencies) * 1000 if self.latencies else float("nan")
 
 
-def predict_bodies():
-    """One digits Predict request, as a REST body and a gRPC PredictRequest."""
+def predict_bodies(images=None) -> tuple[list[bytes], list]:
+    """digits Predict requests, one per row of ``images`` (default: one synthetic image), as REST bodies
+    and gRPC PredictRequests."""
     import numpy as np
 
     from serving import codec
     from serving.wire import apis
 
-    image = (np.arange(28 * 28, dtype=np.float32).reshape(1, 28, 28, 1) % 255) / 255.0
-    rest = codec.json_dumps({"instances": image.tolist()})
-    request = apis.PredictRequest()
-    request.model_spec.name = MODEL
-    for name, value in {"images": image}.items():
-        codec.ndarray_to_tensor_proto(value, request.inputs[name])
-    return rest, request
+    if images is None:
+        images = (np.arange(28 * 28, dtype=np.float32).reshape(1, 28, 28, 1) % 255) / 255.0
+    rest, grpc_requests = [], []
+    for row in np.asarray(images, dtype=np.float32):
+        batch = row[np.newaxis]
+        rest.append(codec.json_dumps({"instances": batch.tolist()}))
+        request = apis.PredictRequest()
+        request.model_spec.name = MODEL
+        codec.ndarray_to_tensor_proto(batch, request.inputs["images"])
+        grpc_requests.append(request)
+    return rest, grpc_requests
 
 
 def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: str, concurrency: int,
           seconds: float | None = None, requests: int | None = None, rate: float | None = None,
-          input_name: str = "images") -> LoadResult:
+          images=None) -> LoadResult:
     """Predict requests through the gateway on ``concurrency`` keep-alive connections, for ``seconds`` or
     ``requests`` in all; ``rate`` (requests/s over all connections) paces them (open schedule per
-    connection, late requests sent at once). Counts answers and failures (any non-200 / non-OK)."""
+    connection, late requests sent at once); the rows of ``images`` are sent in turn, one per request.
+    Counts answers and failures (any non-200 / non-OK)."""
     import grpc
     import httpx
 
     from serving.wire import apis
 
-    rest_body, grpc_request = predict_bodies()
-    if input_name != "images":
-        grpc_request.inputs[input_name].CopyFrom(grpc_request.inputs.pop("images"))
+    rest_bodies, grpc_requests = predict_bodies(images)
     result, lock = LoadResult(), threading.Lock()
     counter = iter(range(requests)) if requests is not None else None
     started = time.monotonic()
@@ -165,13 +169,15 @@ def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: 
 
     def worker(index: int) -> None:
         latencies, ok, failed, errors = [], 0, 0, []
+        sent = index
         due = started + (index * interval / concurrency if interval else 0.0)
         if protocol == "rest":
             client = httpx.Client(verify=str(ca), timeout=30.0, headers={"x-api-key": api_key})
             url = f"{rest_url}/v1/models/{MODEL}:predict"
 
             def call() -> None:
-                answer = client.post(url, content=rest_body, headers={"content-type": "application/json"})
+                answer = client.post(url, content=rest_bodies[sent % len(rest_bodies)],
+                                     headers={"content-type": "application/json"})
                 if answer.status_code != 200:
                     raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:200]}")
         else:
@@ -181,7 +187,7 @@ def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: 
                                           response_deserializer=apis.PredictResponse.FromString)
 
             def call() -> None:
-                predict(grpc_request, metadata=[("x-api-key", api_key)], timeout=30)
+                predict(grpc_requests[sent % len(grpc_requests)], metadata=[("x-api-key", api_key)], timeout=30)
         try:
             while take():
                 if interval:
@@ -190,6 +196,7 @@ def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: 
                         threading.Event().wait(wait)
                     due += interval
                 t0 = time.perf_counter()
+                sent += concurrency
                 try:
                     call()
                     ok += 1

@@ -13,9 +13,9 @@ import gzip
 import math
 import struct
 import threading
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -31,7 +31,13 @@ from serving.capture.gateway_sink import (
 )
 from serving.server.launcher import free_port
 from serving.wire import apis
-from tests.support.gateway import MODEL, Gateway, compose_values, running_gateway, upstream_values
+from tests.support.gateway import (
+    MODEL,
+    Gateway,
+    compose_values,
+    running_gateway,
+    upstream_values,
+)
 
 UNLIMITED = {"GATEWAY_RATE": "1000000r/s", "GATEWAY_BURST": "1000000"}
 
@@ -126,12 +132,11 @@ class RecordingStub:
         self._ready.set()
         self._loop.run_forever()
 
-    def __enter__(self) -> "RecordingStub":
+    def start(self) -> None:
         self._thread.start()
         self._ready.wait(10)
-        return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         def close() -> None:   # closed, so nginx drops its idle connections here before the next test's service
             self._server.close()
             for writer in self._writers:
@@ -142,10 +147,12 @@ class RecordingStub:
 
 
 def test_the_capture_service_never_sees_api_keys_bearer_tokens_or_client_certificates(cgateway, sink_port):
-    rest_body, grpc_request = predict_bodies()
+    rest_body = predict_bodies()[0][0]
     key, admin_key = cgateway.key("client"), cgateway.key("admin")
     before = len(cgateway.access_entries())
-    with RecordingStub(sink_port) as stub:
+    stub = RecordingStub(sink_port)
+    stub.start()
+    try:
         with cgateway.http() as client:
             for headers in ({"x-api-key": key}, {"authorization": f"Bearer {admin_key}"}):
                 answer = client.post(f"{cgateway.rest_url}/v1/models/{MODEL}:predict", content=rest_body,
@@ -162,6 +169,8 @@ def test_the_capture_service_never_sees_api_keys_bearer_tokens_or_client_certifi
             if stub.received.count(b"x-request-id:") >= 5:
                 break
             deadline.wait(0.05)
+    finally:
+        stub.stop()
     seen = bytes(stub.received)
     assert seen.count(b"x-request-id:") == 5, seen[:2000]
     for entry in entries:   # each copy carries the gateway's request id of the logged request
@@ -204,8 +213,7 @@ def test_rest_and_grpc_predict_are_recorded_as_prediction_logs_tf_serving_parses
                for m in official)
     records = list(read_capture(tmp_path / "capture"))
     assert sorted(r.request_id for r in records) == sorted(e["request_id"] for e in entries)
-    _, grpc_request = predict_bodies()
-    expected = grpc_request.inputs["images"]
+    expected = predict_bodies()[1][0].inputs["images"]
     for record in records:
         assert record.signature == "serving_default" and record.method == "predict"
         assert (record.version, record.label) == (None, None)
