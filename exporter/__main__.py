@@ -4,7 +4,8 @@
   SavedModel directory, a ``.keras`` file, or ``module:factory`` whose call
   returns a Keras model or a ``tf.Module``); ``--input NAME:DTYPE:SHAPE``
   fixes an input (SHAPE: the dimensions after the batch), ``--samples FILE``
-  (``.npz`` or REST JSON) gives the goldens and warmup rows, ``--variant``
+  (``.npz``, REST JSON, or a request capture file or directory, with
+  ``--since``/``--until``) gives the goldens and warmup rows, ``--variant``
   (repeatable) the variants, ``--atol/--rtol/--min-top1`` their tolerance.
 - ``export --model NAME``: a zoo model.
 - ``ensure NAME...``: version 1 of each zoo model that has none.
@@ -12,7 +13,8 @@
 - ``inspect PATH [--json]``: signatures, warmup and manifest.
 
 Exit codes: 0 success; 1 refused, export or validation failure (the message
-says why; nothing published for the failing variant); 2 usage error; 3 the
+says why; nothing published for the failing variant); 2 usage error (a
+capture that is empty, unreadable or does not fit the model included); 3 the
 variant cannot be built on this machine (e.g. trt-fp16 without a GPU and
 TensorRT) — checked before any work, nothing is written.
 
@@ -28,8 +30,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from exporter.capture_source import CaptureSourceError, add_window_arguments, is_capture_source, window_from_args
 from exporter.export import DEFAULT_MODEL_REPO, ExportError, VariantFailed, ensure_model, export, export_model
 from exporter.inspection import format_report, inspect_saved_model
+from exporter.samples import CaptureSamples
 from exporter.sources import load_from, parse_input
 from exporter.validate import ValidationError, ValidationReport, validate
 from exporter.variants import VARIANTS, VariantUnavailable
@@ -40,6 +44,7 @@ from serving.model_repo import VersionExists
 __all__ = ["main", "build_parser", "DEFAULT_MODEL_REPO", "EXIT_FAILED", "EXIT_UNAVAILABLE"]
 
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 
 
@@ -79,9 +84,11 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
                           metavar="NAME:DTYPE:SHAPE",
                           help="an input's dtype and dimensions after the batch, e.g. ids:int64:16 "
                                "(the batch dimension is always -1); repeatable")
-    export_p.add_argument("--samples", type=Path, metavar="FILE",
-                          help="sample inputs (.npz by input name, or a TF Serving REST Predict body .json): "
-                               "the goldens and warmup rows (default: synthesized from the signature)")
+    export_p.add_argument("--samples", type=Path, metavar="FILE|CAPTURE",
+                          help="sample inputs (.npz by input name, a TF Serving REST Predict body .json, or a "
+                               "request capture: a capture file or directory, with --since/--until): the goldens "
+                               "and warmup rows (default: synthesized from the signature)")
+    add_window_arguments(export_p, "--samples")
     export_p.add_argument("--signature", dest="signatures", action="append", default=None, metavar="KEY",
                           help="serve only this signature of the model; repeatable (default: all)")
     export_p.add_argument("--variant", dest="variants", action="append", choices=list(VARIANTS), default=None,
@@ -129,10 +136,11 @@ def _export(args: argparse.Namespace) -> int:
     if not args.name:
         raise ValueError("--from needs --name NAME: the name the model is served under")
     model = load_from(args.source)
+    sample_inputs = _samples(args)
     tolerance = {k: v for k, v in (("atol", args.atol), ("rtol", args.rtol), ("min_top1", args.min_top1))
                  if v is not None}
     try:
-        paths = export(model, name=args.name, out=args.model_repo, sample_inputs=args.samples,
+        paths = export(model, name=args.name, out=args.model_repo, sample_inputs=sample_inputs,
                        signatures=args.signatures, inputs=args.inputs, variants=variants, version=args.version,
                        tolerance=tolerance or None, batching_config=args.batching_config,
                        progress=not args.quiet)
@@ -143,6 +151,17 @@ def _export(args: argparse.Namespace) -> int:
     for path in paths.values():
         print(path)
     return 0
+
+
+def _samples(args: argparse.Namespace) -> object:
+    """``--samples`` as ``export`` takes it: a capture (with its window) or a file of arrays."""
+    window = window_from_args(args)
+    if args.samples is not None and is_capture_source(args.samples):
+        return CaptureSamples(args.samples, window)
+    if args.since is not None or args.until is not None:
+        raise CaptureSourceError("--since/--until select requests of a capture: give --samples a capture file "
+                                 "or directory")
+    return args.samples
 
 
 def _ensure(args: argparse.Namespace) -> int:
@@ -192,6 +211,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = {"export": _export, "ensure": _ensure, "validate": _validate, "inspect": _inspect}
     try:
         return commands[args.command](args)
+    except CaptureSourceError as exc:   # a capture that cannot be replayed here: a usage error
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except VariantUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

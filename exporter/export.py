@@ -107,8 +107,10 @@ def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
     the model's own to keep. ``inputs``: ``"NAME:DTYPE:d1,d2"`` strings (or
     ``serving.codec.TensorSpec(name, dtype, (None, d1, d2))``) setting an
     input's dtype and dimensions after the batch, e.g. an unknown one. ``sample_inputs``: an ``.npz`` or REST JSON file,
-    ``{input: array}`` or ``{signature: {input: array}}``; they become the
-    goldens and the warmup rows, else rows are synthesized and the manifest
+    ``{input: array}`` or ``{signature: {input: array}}``, or a request
+    capture (a capture file or directory, or ``samples.CaptureSamples`` with a
+    time window: the warmup's batches are its requests' rows concatenated);
+    they become the goldens and the warmup rows, else rows are synthesized and the manifest
     says ``golden_source: "synthetic"``. ``variants`` are exported in order,
     fp32 first; published names are ``name``, ``name_xla``, ``name_trt_fp16``.
     ``tolerance``: ``{"atol", "rtol", "min_top1"}`` for every variant, or
@@ -133,10 +135,12 @@ def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
     try:
         with steps("load"):
             user = sources.prepare(model, signatures=signatures, inputs=inputs)
-            golden, golden_source, notes = samples.golden_inputs(user.signatures, sample_inputs)
+            rows = samples.sample_rows(user.signatures, sample_inputs, warmup_rows=max(batch_sizes), name=name)
             if user.saved_model_dir is not None:
-                _check_source(user.saved_model_dir, golden)
-        return _publish_variants(user.exportable(name, golden, golden_source, notes), specs, out=out,
+                _check_source(user.saved_model_dir, rows.golden)
+        exportable = user.exportable(name, rows.golden, rows.golden_source, rows.notes, warmup_inputs=rows.warmup,
+                                     warmup_source=rows.warmup_source)
+        return _publish_variants(exportable, specs, out=out,
                                  version=version, batch_sizes=batch_sizes, tolerances=tolerances, steps=steps)
     finally:
         steps.close()
@@ -331,7 +335,8 @@ def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapp
     with steps(f"{spec.name}: session"):
         golden, agreement = _golden(spec, published, dest, golden_inputs, reference, model, tolerance)
     with steps(f"{spec.name}: warmup"):
-        records = warmup.build_requests(published, golden_inputs, batch_sizes)
+        records = warmup.build_requests(published, {s: model.warmup_inputs.get(s, rows)
+                                                    for s, rows in golden_inputs.items()}, batch_sizes)
         warmup.write_warmup(dest, records)
         covered = sorted({_batch(r) for r in records})
     with steps(f"{spec.name}: manifest"):
@@ -342,7 +347,8 @@ def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapp
             signatures=signatures, golden=golden, accuracy=model.accuracy,
             metrics=dict(model.metrics), tolerance=dict(tolerance),
             warmup={"file": f"{WARMUP_DIR}/{WARMUP_REQUESTS_FILE}", "records": len(records),
-                    "batch_sizes": covered, "allowed_batch_sizes": list(batch_sizes)},
+                    "batch_sizes": covered, "allowed_batch_sizes": list(batch_sizes),
+                    **({"source": model.warmup_source} if model.warmup_source else {})},
             agreement=agreement,
             top1_outputs={s: k for s, k in model.top1_outputs.items() if s in golden},
             notes=_notes(spec, model, batch_sizes, covered),

@@ -48,7 +48,8 @@ class Exportable:
     ``model_digest`` is a sha256 of the model itself (None for the zoo, whose
     model is the exporter's code). ``root`` is the object whose lookup tables
     and other resources the signatures may capture (None: they capture only
-    variables).
+    variables). ``warmup_inputs`` holds, per signature, rows the warmup takes
+    instead of the goldens (a capture's: ``warmup_source`` says which).
     """
 
     name: str
@@ -63,6 +64,8 @@ class Exportable:
     accuracy: Optional[float] = None
     metrics: Mapping[str, JSON] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    warmup_inputs: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
+    warmup_source: str = ""
 
     @classmethod
     def from_built(cls, built: BuiltModel) -> "Exportable":

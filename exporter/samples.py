@@ -4,26 +4,123 @@ The same rows are replayed through every export (fp32 against the model
 itself, other variants against fp32) and tiled into the warmup for every
 allowed batch size. Samples may be a path (``.npz`` arrays by input name, or
 a TF Serving REST Predict body ``.json``, read by ``serving.codec.load_inputs``),
-``{input name: array}``, or ``{signature key: {input name: array}}``. A
-signature the samples do not fit (other input names) is synthesized with
+``{input name: array}``, or ``{signature key: {input name: array}}``, or a request capture
+(:class:`CaptureSamples`, or the path of a capture file or directory:
+``exporter.capture_source``). A signature the samples do not fit (other input names) is synthesized with
 ``serving.codec.synthesize_inputs``; then the goldens check that the export
 computes what the model computes, and the manifest says they are synthetic.
+
+From a capture, the rows are the captured Predict requests' own, in time
+order: the goldens are the first :data:`GOLDEN_ROWS` rows, the warmup rows
+the first ``warmup_rows`` (the largest batch size the warmup covers), both
+made by concatenating the rows of consecutive requests of each signature. A
+captured request whose inputs do not fit its signature (names, dtype, shape)
+refuses the whole capture with a ``CaptureSourceError`` naming the input and
+the rule.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 import numpy as np
 
+from exporter.capture_source import (
+    Captured,
+    CaptureSourceError,
+    Window,
+    concatenate_requests,
+    is_capture_source,
+    read_source,
+    signature_problems,
+)
 from exporter.exportable import ExportError
 from serving.codec import Signature, TensorSpec, load_inputs, synthesize_inputs
 
-__all__ = ["Samples", "GOLDEN_ROWS", "SYNTHETIC_ROWS", "golden_inputs"]
+__all__ = ["Samples", "CaptureSamples", "SampleRows", "GOLDEN_ROWS", "SYNTHETIC_ROWS", "golden_inputs",
+           "sample_rows"]
 
-Samples = Union[str, Path, Mapping[str, np.ndarray], Mapping[str, Mapping[str, np.ndarray]]]
+
+@dataclass(frozen=True)
+class CaptureSamples:
+    """A request capture as samples: a capture file or directory, the time window, the model's name in it
+    (None: the exported model's name when the capture holds it, else the capture's one model)."""
+
+    source: Union[str, Path]
+    window: Window = Window()
+    model: Optional[str] = None
+
+
+Samples = Union[str, Path, CaptureSamples, Mapping[str, np.ndarray], Mapping[str, Mapping[str, np.ndarray]]]
 GOLDEN_ROWS = 32      # at most this many of the user's rows are kept as goldens (and tiled into the warmup)
 SYNTHETIC_ROWS = 8
+
+
+@dataclass(frozen=True)
+class SampleRows:
+    """Golden rows and warmup rows per signature, where they came from, and the notes for the manifest.
+
+    ``warmup`` holds only the signatures whose warmup rows differ from their
+    goldens (a capture's); ``warmup_source`` describes them ("" otherwise).
+    """
+
+    golden: dict[str, dict[str, np.ndarray]]
+    golden_source: str
+    notes: tuple[str, ...]
+    warmup: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    warmup_source: str = ""
+
+
+def sample_rows(signatures: Mapping[str, Signature], samples: Optional[Samples] = None, *,
+                warmup_rows: int = GOLDEN_ROWS, name: Optional[str] = None) -> SampleRows:
+    """:func:`golden_inputs`, and for a capture the warmup rows too (``warmup_rows`` per signature).
+
+    ``name`` is the exported model's name (which model of a capture to take).
+    CaptureSourceError for a capture that cannot be read or does not fit.
+    """
+    if isinstance(samples, (str, Path)) and is_capture_source(samples):
+        samples = CaptureSamples(samples)
+    if not isinstance(samples, CaptureSamples):
+        return SampleRows(*golden_inputs(signatures, samples))
+    captured = read_source(samples.source, samples.window, model=samples.model or name)
+    requests = _captured_requests(signatures, captured)
+    golden, warmup, notes = {}, {}, [f"golden and warmup rows come from {captured.describe()}."]
+    for key, signature in signatures.items():
+        if key not in requests:
+            golden[key] = synthesize_inputs(signature, SYNTHETIC_ROWS, seed=0)
+            notes.append(f"no captured request calls signature {key!r}: its golden inputs are synthetic.")
+            continue
+        golden[key], _ = concatenate_requests(requests[key], GOLDEN_ROWS)
+        warmup[key], used = concatenate_requests(requests[key], warmup_rows)
+        rows = len(next(iter(warmup[key].values())))
+        if rows < warmup_rows:
+            notes.append(f"signature {key!r}: the capture holds {rows} rows; warmup batches above that repeat them.")
+    synthetic = len(golden) > len(warmup)
+    return SampleRows(golden, "synthetic" if synthetic else "user", tuple(notes), warmup, captured.describe())
+
+
+def _captured_requests(signatures: Mapping[str, Signature], captured: Captured
+                       ) -> dict[str, list[dict[str, np.ndarray]]]:
+    """The captured requests' inputs by signature key, each checked against its signature."""
+    by_key: dict[str, list[dict[str, np.ndarray]]] = {}
+    problems: list[str] = []
+    called = sorted({r.signature for r in captured.records})
+    if not set(called) & set(signatures):
+        raise CaptureSourceError(f"--samples {captured.source}: the captured requests call signature(s) "
+                                 f"{', '.join(called)}; the model has {', '.join(signatures)} (a request is replayed "
+                                 "on the signature it named)")
+    for index, record in enumerate(captured.records):
+        if record.signature not in signatures:
+            continue
+        inputs = record.inputs()
+        where = f"captured request {index + 1} ({record.request_id or 'no id'}, signature {record.signature!r})"
+        problems += signature_problems(inputs, signatures[record.signature], where)
+        by_key.setdefault(record.signature, []).append(inputs)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CaptureSourceError(f"--samples {captured.source} does not fit the model: {problems[0]}{more}")
+    return by_key
 
 
 def golden_inputs(signatures: Mapping[str, Signature], samples: Optional[Samples] = None

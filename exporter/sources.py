@@ -139,11 +139,14 @@ class UserModel:
     saved_model_dir: Optional[Path] = None
 
     def exportable(self, name: str, golden_inputs: Mapping[str, Mapping[str, np.ndarray]],
-                   golden_source: str, notes: Sequence[str] = ()) -> Exportable:
+                   golden_source: str, notes: Sequence[str] = (),
+                   warmup_inputs: Mapping[str, Mapping[str, np.ndarray]] = {}, warmup_source: str = ""
+                   ) -> Exportable:
         """The :class:`~exporter.exportable.Exportable` the pipeline publishes."""
         return Exportable(name=name, make_signatures=self.make_signatures, golden_inputs=golden_inputs,
                           golden_source=golden_source, source=self.source, model_digest=self.digest,
-                          root=self.root, notes=tuple(notes))
+                          root=self.root, notes=tuple(notes), warmup_inputs=dict(warmup_inputs),
+                          warmup_source=warmup_source)
 
 
 def load_from(text: str) -> Any:

@@ -25,30 +25,22 @@ INCONCLUSIVE (the verdict is the worst of them: FAIL, then INCONCLUSIVE):
   Once the budget is spent, a refused call is left unanswered and the check is
   INCONCLUSIVE, saying so: the limiter, not the canary, decided that run.
 
-Inputs (:func:`load_inputs`): the version's manifest golden rows, its warmup
-records (``assets.extra/tf_serving_warmup_requests``), or a file of the user's
-(``.npz`` of arrays by input name, a REST ``{"inputs": ...}`` / ``{"instances":
-...}`` body as ``.json``, or TFRecord ``PredictionLog`` records).
+Inputs (``serving.rollout.inputs.load_inputs``): the version's manifest golden
+rows, its warmup records, a request capture (file, directory, time window),
+or a file of the user's (``.npz``, a REST body ``.json``).
 """
 from __future__ import annotations
 
 import json
-import struct
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from exporter.manifest import Manifest, load_manifest  # numpy only: the manifest reader imports no TensorFlow
 from serving import codec, status
-from serving.model_repo import warmup_path
+from serving.rollout.inputs import load_inputs, stable_manifest  # input loading has its own module
 from serving.stack.endpoint import is_gateway_refusal
-from serving.wire import serving_apis_pb2 as apis
-
-if TYPE_CHECKING:
-    from numpy.typing import DTypeLike
 
 __all__ = ["PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES", "Thresholds", "Pacing", "Side", "Check", "Report",
            "Replay", "stable_manifest", "load_inputs", "replay", "analyze", "gateway_error_rates", "worst"]
@@ -161,121 +153,6 @@ def _fmt(value: codec.JSON) -> str:
 
 def worst(verdicts: Iterable[str]) -> str:
     return max(verdicts, key=_ORDER.__getitem__, default=PASS)
-
-
-# --- inputs ---------------------------------------------------------------------------------------
-
-def _batches(arrays: Mapping[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
-    rows = int(next(iter(arrays.values())).shape[0])
-    return [{k: v[i:i + batch_size] for k, v in arrays.items()} for i in range(0, rows, batch_size)]
-
-
-def _tfrecords(data: bytes) -> Iterable[bytes]:
-    """The records of a TFRecord file (length, its CRC, data, its CRC; the CRCs are not checked here)."""
-    offset = 0
-    while offset < len(data):
-        if offset + 12 > len(data):
-            raise status.InvalidArgument("truncated TFRecord header")
-        (length,) = struct.unpack_from("<Q", data, offset)
-        start = offset + 12
-        if start + length + 4 > len(data):
-            raise status.InvalidArgument("truncated TFRecord record")
-        yield data[start:start + length]
-        offset = start + length + 4
-
-
-def _fields(message: bytes) -> Iterable[tuple[int, bytes]]:
-    """The length-delimited fields (number, bytes) of a protobuf message; other wire types are skipped."""
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = result = 0
-        while True:
-            byte = message[i]
-            i += 1
-            result |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return result
-            shift += 7
-
-    while i < len(message):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 2:
-            length = varint()
-            yield number, message[i:i + length]
-            i += length
-        elif wire == 0:
-            varint()
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            raise status.InvalidArgument(f"unsupported protobuf wire type {wire}")
-
-
-PREDICT_LOG, PREDICT_LOG_REQUEST = 6, 1  # PredictionLog.predict_log, PredictLog.request (prediction_log.proto)
-
-
-def _prediction_log_inputs(data: bytes) -> list[dict[str, np.ndarray]]:
-    batches = []
-    for record in _tfrecords(data):
-        for number, predict_log in _fields(record):
-            if number != PREDICT_LOG:
-                continue
-            for inner, request in _fields(predict_log):
-                if inner == PREDICT_LOG_REQUEST:
-                    parsed = apis.PredictRequest.FromString(request)
-                    batches.append({k: codec.tensor_proto_to_ndarray(v) for k, v in parsed.inputs.items()})
-    if not batches:
-        raise status.InvalidArgument("no PredictionLog record with a predict_log request (only Predict is replayed)")
-    return batches
-
-
-def _rest_body_inputs(body: codec.JSON, dtypes: Mapping[str, DTypeLike]) -> dict[str, np.ndarray]:
-    if "inputs" in body:
-        inputs = body["inputs"]
-        if not isinstance(inputs, Mapping):
-            (name,) = dtypes or ("inputs",)
-            inputs = {name: inputs}
-        return {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in inputs.items()}
-    if "instances" in body:
-        rows = body["instances"]
-        if rows and isinstance(rows[0], Mapping):
-            return {k: np.asarray([r[k] for r in rows], dtype=dtypes.get(k)) for k in rows[0]}
-        (name,) = dtypes or ("inputs",)
-        return {name: np.asarray(rows, dtype=dtypes.get(name))}
-    raise status.InvalidArgument('a REST body has "inputs" or "instances"')
-
-
-def stable_manifest(version_dir: Optional[Path]) -> Optional[Manifest]:
-    """The exporter's manifest of ``version_dir``, if it has one (a SavedModel from elsewhere may not)."""
-    if version_dir is None or not (version_dir / "manifest.json").is_file():
-        return None
-    return load_manifest(version_dir)
-
-
-def load_inputs(source: str, version_dir: Optional[Path], *, batch_size: int = 1,
-                signature: str = codec.DEFAULT_SIGNATURE) -> list[dict[str, np.ndarray]]:
-    """Batches of inputs to replay: ``manifest``, ``warmup``, or the path of a user's file."""
-    if source in ("manifest", "warmup"):
-        if version_dir is None or not version_dir.is_dir():
-            raise status.NotFound(f"no version directory to read {source} inputs from ({version_dir})")
-        if source == "warmup":
-            return _prediction_log_inputs(Path(warmup_path(version_dir)).read_bytes())
-        return _batches(load_manifest(version_dir).golden_inputs(signature), batch_size)
-    path = Path(source)
-    if path.suffix == ".npz":
-        with np.load(path) as npz:
-            return _batches({k: npz[k] for k in npz.files}, batch_size)
-    if path.suffix == ".json":
-        dtypes = {}
-        manifest = stable_manifest(version_dir)
-        if manifest is not None:
-            spec = manifest.signatures[signature]
-            dtypes = {name: tensor.dtype for name, tensor in spec.inputs.items()}
-        return _batches(_rest_body_inputs(json.loads(path.read_text()), dtypes), batch_size)
-    return _prediction_log_inputs(path.read_bytes())
 
 
 # --- replay and verdict ---------------------------------------------------------------------------

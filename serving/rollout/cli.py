@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
+from exporter.capture_source import CaptureSourceError, add_window_arguments, window_from_args
 from serving import status
 from serving.addresses import grpc_address, rest_address
 from serving.client import Connection, GrpcClient, RestClient, add_connection_arguments, connection_from_args
@@ -271,7 +272,8 @@ def _analysis(args: argparse.Namespace, served: ServedConfig) -> Callable[[Optio
         raise RolloutError(f"{args.model} has no `stable` label: nothing to compare the canary with")
     version_dir = served.host_path(entry.base_path) / str(entry.version_labels["stable"])
     manifest = analyze.stable_manifest(version_dir)
-    batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature)
+    batches = analyze.load_inputs(args.inputs, version_dir, batch_size=args.batch_size, signature=args.signature,
+                                  window=window_from_args(args), model=args.model)
     stable_client = _client(args, served, args.grpc, args.rest)
     separate = args.canary_grpc or args.canary_rest
     canary_client = _client(args, served, args.canary_grpc, args.canary_rest) if separate else stable_client
@@ -354,8 +356,10 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
                            f"the verdict is INCONCLUSIVE (default {analyze.Pacing().retry_budget})")
     what = p.add_argument_group("what is replayed")
     what.add_argument("--inputs", default="manifest",
-                      help="manifest (the stable version's golden rows, default), warmup (its warmup records), "
-                           "or a file: .npz, a REST body .json, or TFRecord PredictionLog records")
+                      help="manifest (the stable version's golden rows, default), warmup (its warmup records), a "
+                           "request capture (a capture file or directory, with --since/--until: each captured "
+                           "request replayed as it was sent), or a file: .npz, a REST body .json")
+    add_window_arguments(what, "--inputs")
     what.add_argument("--signature", default="serving_default", help="signature to call (default serving_default)")
     what.add_argument("--batch-size", type=int, default=1,
                       help="rows per request (default 1: a latency per row, and enough calls to compare)")
@@ -587,6 +591,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "auto":
             return _auto(args)
         return _move(args)
+    except CaptureSourceError as exc:   # inputs that cannot be replayed: a usage error
+        print(f"rollout refused: {exc}", file=sys.stderr)
+        return 2
     except (StaleConfig, LockTimeout) as exc:
         print(f"rollout refused: {exc}", file=sys.stderr)
         return 3 if args.command in ("analyze", "auto") else EXIT_STALE
