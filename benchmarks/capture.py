@@ -223,7 +223,54 @@ def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: 
 
 
 # -- the benchmark -------------------------------------------------------------------------------------
-CONFIGS = ("off", "10%", "100%", "stopped", "stalled")
+CONFIGS = ("off", "10%", "100%", "slow", "stopped", "stalled")
+SLOW_ANSWER_MS = 50
+
+
+class SlowService:
+    """A capture port that answers each copy 204 after ``delay`` seconds (a slow but live service, below
+    GATEWAY_CAPTURE_TIMEOUT): shows what nginx's wait for a request's copies costs a keep-alive client."""
+
+    def __init__(self, port: int, delay: float) -> None:
+        import asyncio
+
+        self.port, self.delay = port, delay
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _client(self, reader, writer) -> None:
+        import asyncio
+
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                await asyncio.sleep(self.delay)
+                writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", self.port))
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> SlowService:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
 
 
 @contextlib.contextmanager
@@ -257,10 +304,12 @@ def _gateway(nginx: str, version, values: dict, root: Path) -> Iterator[dict]:
 
 
 def _compose_gateway_env() -> dict[str, str]:
-    from serving.config.compose import load_compose_model
-    from tests.support.compose import CPU, PASSWORD, compose_env
+    """The compose gateway service's GATEWAY_* values (compose's own model of the CPU files and .env)."""
+    from serving.config.compose import load_compose_model, with_grafana_placeholder
 
-    model = load_compose_model(CPU, services=["gateway"], env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))
+    files = [REPO_ROOT / "docker-compose.yml", REPO_ROOT / "docker-compose.cpu.yml"]
+    env = with_grafana_placeholder({k: v for k, v in os.environ.items() if k != "COMPOSE_PROFILES"})
+    model = load_compose_model(files, services=["gateway"], env=env)
     return {k: str(v) for k, v in model["services"]["gateway"]["environment"].items() if k.startswith("GATEWAY_")}
 
 
@@ -309,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 root = work / f"r{round_no}-{config.strip('%')}"
                 values["GATEWAY_RUN_DIR"] = str(root / "run")
                 sink = None
+                slow = SlowService(sink_port, SLOW_ANSWER_MS / 1000).start() if config == "slow" else None
                 if config in ("10%", "100%", "stalled"):
                     rate = {"10%": "0.1", "100%": "1"}.get(config, "1")
                     sink = SinkProcess(sink_port, root / "capture", rest_up, rate, work / f"sink-{round_no}-{config.strip('%')}.log")
@@ -330,11 +380,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                             stats = sink.settled_stats()
                             sink_counts.setdefault(config, []).append((stats["offered"], stats["written"],
                                                                        stats["kept"]))
+                    logged = sum(1 for line in (root / "access.log").read_text().splitlines()
+                                 if ":predict" in line or "/Predict" in line)
+                    if sink is not None and config != "stalled":
+                        sink_counts[config][-1] = (*sink_counts[config][-1], logged)
                 finally:
                     if sink is not None:
                         sink.stop()
+                    if slow is not None:
+                        slow.stop()
     load1 = os.getloadavg()
     print()
+    print(f"slow: a capture port answering each copy after {SLOW_ANSWER_MS} ms (below the 200 ms timeout); "
+          "stopped: nothing listens; stalled: the capture service SIGSTOPped")
     header = f"{'load':<12}" + "".join(f"{c:>26}" for c in CONFIGS)
     print(header)
     print(f"{'':<12}" + "".join(f"{'req/s  p50ms  fail  x off':>26}" for _ in CONFIGS))
@@ -352,9 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for config, counts in sink_counts.items():
         rate = {"10%": 0.1, "100%": 1.0}[config]
-        for offered, written, kept in counts:
-            print(f"capture {config}: {offered} requests reached the capture service, {written} records written, "
-                  f"floor(n x {rate}) = {int(offered * rate)}")
+        for offered, written, kept, logged in counts:
+            print(f"capture {config}: the gateway logged {logged} Predict requests, {offered} copies reached the "
+                  f"capture service, {written} records written, floor(n x {rate}) = {int(offered * rate)}")
     total_failed = sum(r.failed for runs in results.values() for r in runs)
     print(f"failed client requests in all configurations: {total_failed}")
     print(f"load average (1, 5, 15 min) before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; "
