@@ -353,3 +353,24 @@ def test_a_full_writer_queue_drops_and_counts_never_blocks():
     assert capture.stats.written + capture.stats.dropped_queue == 40
     capture.close()
 
+
+
+# -- the compose service --------------------------------------------------------------------------------------
+def test_the_compose_capture_service_is_internal_hardened_and_takes_its_settings_from_env():
+    from serving.config.compose import load_compose_model
+    from tests.support.compose import CPU, PASSWORD, compose_env, dotenv
+
+    model = load_compose_model(CPU, env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD))
+    service, gateway = model["services"]["capture"], model["services"]["gateway"]
+    assert "ports" not in service            # reached only by the gateway, inside the compose network
+    assert [v["source"] for v in service["volumes"] if v["type"] == "volume"] == ["capture-data"]
+    assert service["healthcheck"]["test"][0] == "CMD" and service.get("user")
+    assert "capture" not in (gateway.get("depends_on") or {})   # a dead capture service never holds the gateway
+    env = dotenv()
+    assert env["CAPTURE"] == "off" and gateway["environment"]["GATEWAY_CAPTURE"] == "off"
+    for name in ("CAPTURE_RATE", "CAPTURE_MODELS", "CAPTURE_MAX_FILE_BYTES", "CAPTURE_MAX_FILE_SECONDS",
+                 "CAPTURE_MAX_DAY_BYTES", "CAPTURE_MAX_TOTAL_BYTES"):
+        assert str(service["environment"][name]) == env[name], name
+    on = load_compose_model(CPU, env=compose_env(GRAFANA_ADMIN_PASSWORD=PASSWORD, CAPTURE="on", CAPTURE_RATE="5%"))
+    assert on["services"]["gateway"]["environment"]["GATEWAY_CAPTURE"] == "on"
+    assert parse_rate(on["services"]["capture"]["environment"]["CAPTURE_RATE"]) == Fraction(1, 20)
