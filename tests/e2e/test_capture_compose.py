@@ -46,7 +46,8 @@ from tests.support.compose_stack import (
     skip_reason,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# Minutes on a busy 2-core machine: the image builds, the exports and warmup of make up, then 60 s of load.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 MODEL = EXPORTED_IN_CONTAINER
 SECONDS = 60.0
