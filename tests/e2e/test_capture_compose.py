@@ -94,7 +94,7 @@ def gateway_predictions(stack: Stack) -> list[dict]:
         line = line.strip()
         if line.startswith("{"):
             entry = json.loads(line)
-            if entry["uri"].endswith((f"/{MODEL}:predict", "/PredictionService/Predict")):
+            if entry["uri"].endswith((f"/{MODEL}:predict", ".PredictionService/Predict")):
                 entries.append(entry)
     return entries
 
