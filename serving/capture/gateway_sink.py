@@ -55,6 +55,7 @@ __all__ = [
     "MirroredRequest",
     "RestMetadata",
     "SinkStats",
+    "is_inference",
     "main",
     "parse_mirrored",
     "parse_models",
@@ -158,6 +159,15 @@ def _grpc_message(body: bytes, encoding: str) -> bytes:
     if encoding == "deflate":
         return zlib.decompress(message)
     raise ValueError(f"gRPC message compressed with {encoding or 'no named encoding'!r} (gzip and deflate are read)")
+
+
+def is_inference(uri: str, headers: Mapping[str, str]) -> bool:
+    """Whether the copy is an inference call the sink records (its path only: nothing is decoded)."""
+    path = urllib.parse.urlsplit(uri).path
+    if _header(headers, "content-type").startswith("application/grpc"):
+        match = _GRPC_PATH.match(path)
+        return bool(match) and match["method"] in GRPC_METHODS
+    return bool(_REST_PATH.match(urllib.parse.unquote(path)))
 
 
 def parse_mirrored(uri: str, headers: Mapping[str, str], body: bytes) -> MirroredRequest | None:
@@ -327,6 +337,13 @@ class CaptureSink:
     def offer(self, uri: str, headers: Mapping[str, str], body: bytes) -> None:
         """One mirrored copy: counted, sampled, and queued when kept. Never raises, never blocks."""
         self._count("received")
+        if not self.models:   # no model filter: sample first, decode only the kept copies (1 in 10 at 10 %)
+            if not is_inference(uri, headers):
+                self._count("ignored")
+                return
+            self._count("offered")
+            if not self.sampler.sample():
+                return
         try:
             request = parse_mirrored(uri, headers, body)
         except (ValueError, OSError, EOFError, zlib.error) as exc:
@@ -334,11 +351,15 @@ class CaptureSink:
             log.warning("capture: unreadable mirrored request %s (%s): %s", uri[:200],
                         _header(headers, "x-request-id"), exc)
             return
-        if request is None or (self.models and request.model not in self.models):
-            self._count("ignored")
-            return
-        self._count("offered")
-        if not self.sampler.sample():
+        if self.models:
+            if request is None or request.model not in self.models:
+                self._count("ignored")
+                return
+            self._count("offered")
+            if not self.sampler.sample():
+                return
+        elif request is None:   # an inference path, but not one the sink reads: counted as offered already
+            self._count("unreadable")
             return
         self._count("kept")
         size = len(body)
