@@ -15,7 +15,7 @@ capture wrote against ``floor(n x rate)``, and the load average.
 Stopped: nothing listens on the capture port (nginx gets a refused connection, then marks the service
 down for GATEWAY_CAPTURE_FAIL_TIMEOUT). Stalled: the service is SIGSTOPped (as ``docker pause``
 freezes it): the kernel still accepts connections, nothing answers, each copy waits out
-GATEWAY_CAPTURE_TIMEOUT once, then the service is marked down.
+GATEWAY_CAPTURE_TIMEOUT, and after three such failures it is marked down.
 """
 from __future__ import annotations
 
@@ -391,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         slow.stop()
     load1 = os.getloadavg()
     print()
-    print(f"slow: a capture port answering each copy after {SLOW_ANSWER_MS} ms (below the 200 ms timeout); "
+    print(f"slow: a capture port answering each copy after {SLOW_ANSWER_MS} ms (below CAPTURE_MIRROR_TIMEOUT, 1 s); "
           "stopped: nothing listens; stalled: the capture service SIGSTOPped")
     header = f"{'load':<12}" + "".join(f"{c:>26}" for c in CONFIGS)
     print(header)
