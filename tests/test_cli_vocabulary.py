@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 import pytest
 
 import benchmarks.batching
+import benchmarks.capture
 import benchmarks.codec
 import benchmarks.gpu
 import benchmarks.loadgen
@@ -27,6 +28,7 @@ import deploy.k8s.__main__
 import exporter.__main__
 import loadtest.__main__
 import monitoring.local
+import serving.capture._cli
 import serving.client.cli
 import serving.config.cli
 import serving.rollout.cli
@@ -51,6 +53,8 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "python -m loadtest": loadtest.__main__.build_parser,
     "python -m monitoring.local": monitoring.local.build_parser,
     "python -m benchmarks.batching": benchmarks.batching.build_parser,
+    "python -m benchmarks.capture": benchmarks.capture.build_parser,
+    "python -m serving.capture": serving.capture._cli.build_parser,
     "python -m benchmarks.codec": benchmarks.codec.build_parser,
     "python -m benchmarks.gpu": benchmarks.gpu.build_parser,
     "python -m benchmarks.server": benchmarks.server.build_parser,

@@ -43,7 +43,7 @@ SERVER_ROWS: tuple[tuple[Box, ...], ...] = (
     (("serving.server.core",),),
     (("serving.server.flags", "serving.server.metrics", "serving.server.deadline", "serving.server.launcher",
       "serving.server.admission", "serving.server.collector", "serving.server.descriptors",
-      "serving.server.logs", "serving.server.memory"),),
+      "serving.server.logs", "serving.server.memory", "serving.server.request_capture"),),
 )
 """The server's column of the diagram, top to bottom: composition root, frontends/, batching/, tensorflow/,
 core/, the root modules."""

@@ -5,7 +5,6 @@ import datetime as dt
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Union
 
 from google.protobuf.message import DecodeError
 
@@ -15,10 +14,10 @@ from serving.capture._records import METHODS, CaptureRecord
 from serving.capture._tfrecord import iter_records
 from serving.wire import apis
 
-__all__ = ["Moment", "Source", "capture_files", "is_capture", "read_capture"]
+__all__ = ["Moment", "Source", "capture_files", "is_capture", "read_capture", "read_file_records"]
 
-Source = Union[str, os.PathLike, Sequence[str | os.PathLike]]
-Moment = Union[float, int, dt.datetime]
+Source = str | os.PathLike | Sequence[str | os.PathLike]
+Moment = float | int | dt.datetime
 
 
 def capture_files(source: Source, *, include_partial: bool = False) -> list[Path]:
@@ -75,15 +74,22 @@ def read_capture(source: Source, *, since: Moment | None = None, until: Moment |
 
 
 def _read_file(path: Path) -> Iterator[CaptureRecord]:
+    for _offset, _size, record in read_file_records(path):
+        yield record
+
+
+def read_file_records(path: Path) -> Iterator[tuple[int, int, CaptureRecord]]:
+    """``(offset, serialized size, record)`` of each record of one file (a ``.part`` file's cut tail skipped)."""
     partial = path.name.endswith(PART_SUFFIX)
     with open(path, "rb") as stream:
         for offset, data in iter_records(stream, path, allow_truncated_tail=partial):
             log = apis.PredictionLog()
             try:
                 log.ParseFromString(data)
-                yield CaptureRecord.from_log(log)
+                record = CaptureRecord.from_log(log)
             except (DecodeError, ValueError) as exc:
                 raise CaptureError(f"not a PredictionLog capture record: {exc}", path=path, offset=offset) from exc
+            yield offset, len(data), record
 
 
 def _seconds(moment: Moment | None) -> float | None:
@@ -104,11 +110,14 @@ def is_capture(path: str | os.PathLike[str]) -> bool:
     """True for a capture file (TFRecord of PredictionLog) or a directory holding one.
 
     A file counts when its name is a capture file name or its first record
-    parses as a PredictionLog; a directory when it holds a file named as one.
+    parses as a PredictionLog; a directory when it holds a file named as one,
+    or a ``*.tfrecord`` file that counts (e.g. one ``filter`` wrote).
     """
     p = Path(path)
     if p.is_dir():
-        return any(parse_file_name(child) is not None for child in p.iterdir() if child.is_file())
+        children = sorted(child for child in p.iterdir() if child.is_file())
+        return (any(parse_file_name(child) is not None for child in children)
+                or any(is_capture(child) for child in children if child.name.endswith(SUFFIX)))
     if not p.is_file():
         return False
     if parse_file_name(p) is not None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from serving.capture._names import (
     ORIGIN_PATTERN,
@@ -84,7 +84,8 @@ class CaptureWriter:
         self._origin = origin
         self._max_file_bytes = max_file_bytes
         self._max_file_seconds = max_file_seconds
-        self._budgets = {BUDGET_TOTAL: max_total_bytes, BUDGET_DAY: max_day_bytes}
+        self._max_total_bytes = max_total_bytes
+        self._max_day_bytes = max_day_bytes
         self._settings = dict(setting_names or {})
         self._recheck_seconds = recheck_seconds
         self._clock = clock
@@ -112,7 +113,7 @@ class CaptureWriter:
         try:
             data = log if isinstance(log, (bytes, bytearray)) else log.SerializeToString()
             record = frame(bytes(data))
-        except Exception:  # a message that does not serialize is the caller's bug; still never raise
+        except Exception:  # noqa: BLE001 - a message that does not serialize is the caller's bug; never raise
             _log.exception("request capture: a record did not serialize; dropped")
             with self._lock:
                 self._dropped_error += 1
@@ -137,7 +138,7 @@ class CaptureWriter:
             return CaptureStats(self._written, self._bytes, self._dropped_budget, self._dropped_error, self._files,
                                 self._used_total + self._size, self._stopped_by)
 
-    def __enter__(self) -> CaptureWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -198,9 +199,9 @@ class CaptureWriter:
 
     def _budget_passed(self, size: int, now: float) -> str | None:
         total = self._used_total + self._size + size
-        if total > self._budgets[BUDGET_TOTAL]:
+        if total > self._max_total_bytes:
             return BUDGET_TOTAL
-        day_budget = self._budgets[BUDGET_DAY]
+        day_budget = self._max_day_bytes
         current_today = self._size if self._fd is not None and _day(self._opened) == _day(now) else 0
         if day_budget is not None and self._used_day + current_today + size > day_budget:
             return BUDGET_DAY
@@ -275,7 +276,8 @@ class CaptureWriter:
         scope = "" if reason == BUDGET_TOTAL else " today (UTC)"
         _log.warning("request capture stopped: %s holds %d bytes of capture files%s; the budget %s=%d is reached "
                      "(raise %s or delete old capture files); records are dropped and counted",
-                     self._dir, used, scope, reason, self._budgets[reason], setting)
+                     self._dir, used, scope, reason,
+                     self._max_total_bytes if reason == BUDGET_TOTAL else self._max_day_bytes, setting)
 
     def _resumed(self, now: float) -> bool:
         if now - self._stopped_at < self._recheck_seconds:

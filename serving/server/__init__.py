@@ -10,8 +10,9 @@ before it:
 - ``batching/``: ``BatchingParameters`` queues and scheduler, and the adapter
   that wraps a servable's run with them.
 - ``frontends/``: the data plane and the thin gRPC and REST front-ends.
-- at the root: ``flags``, ``metrics``, ``deadline``, the composition root
-  ``server`` and ``main``.
+- at the root: ``flags``, ``metrics``, ``deadline``, ``request_capture``
+  (sampled requests to capture files), the composition root ``server`` and
+  ``main``.
 
 Importing this package loads nothing heavy.
 """

@@ -44,6 +44,12 @@ the admitted requests together past it; ``--rest_api_max_body_bytes_in_flight``
 (0: an eighth of the memory) bounds the REST bodies being read and held
 together (429). ``--log_format`` (default ``text``, TF Serving's line shape;
 ``json``: one JSON object per line, ``serving.server.logs``) sets the log output.
+``--request_capture_dir`` (empty: off), ``--request_capture_sample_rate``,
+``--request_capture_max_bytes``, ``--request_capture_max_bytes_per_day``,
+``--request_capture_exclude_models`` and ``--request_capture_queue_size``
+capture sampled requests and responses as PredictionLog TFRecords
+(``serving.server.request_capture``; TF Serving's open-source binary has no
+request logger).
 """
 from __future__ import annotations
 
@@ -78,6 +84,8 @@ __all__ = [
     "DEFAULT_GRPC_MAX_CONNECTIONS",
     "DEFAULT_GRPC_MAX_CONCURRENT_STREAMS",
     "MAX_TENSOR_ELEMENTS_CAP",
+    "DEFAULT_REQUEST_CAPTURE_MAX_BYTES",
+    "DEFAULT_REQUEST_CAPTURE_QUEUE_SIZE",
     "default_max_tensor_elements",
     "effective_max_tensor_elements",
     "effective_grpc_max_concurrent_rpcs",
@@ -103,6 +111,8 @@ DEFAULT_GRPC_READ_TIMEOUT_SECONDS = DEFAULT_REST_API_READ_TIMEOUT_SECONDS
 DEFAULT_GRPC_MAX_CONNECTIONS = DEFAULT_REST_API_MAX_CONNECTIONS
 DEFAULT_BIND_ADDRESS = "127.0.0.1"
 MAX_TENSOR_ELEMENTS_CAP = 2**28
+DEFAULT_REQUEST_CAPTURE_MAX_BYTES = 1 << 30
+DEFAULT_REQUEST_CAPTURE_QUEUE_SIZE = 1024
 _MAX_PORT = 65535
 _CONCURRENT_RPCS_PER_THREAD = 4
 _CONCURRENT_RPCS_FLOOR = DEFAULT_REST_API_MAX_CONCURRENT_REQUESTS
@@ -264,6 +274,27 @@ class ServerFlags:
     log_format: str = _flag(
         "text", "EMBEDDED-ONLY extension: log output, text (TF Serving's line shape) or json (one JSON object "
                 "per line: time, level, logger, message, and request_id and exception where present).")
+    request_capture_dir: str = _flag(
+        "", "EMBEDDED-ONLY extension (TF Serving's open-source server cannot log requests): directory the sampled "
+            "Predict/Classify/Regress/MultiInference requests and their responses are written to, as "
+            "tensorflow.serving.PredictionLog records in TFRecord files (docs/capture.md); created with mode 0700, "
+            "files 0600. Never headers, API keys or client certificates. Empty: no capture.")
+    request_capture_sample_rate: float = _flag(
+        0.01, "EMBEDDED-ONLY extension: share of successful requests captured with --request_capture_dir, 0 to 1; "
+              "exactly that share of every model's requests, evenly spaced.")
+    request_capture_max_bytes: int = _flag(
+        DEFAULT_REQUEST_CAPTURE_MAX_BYTES,
+        "EMBEDDED-ONLY extension: the byte budget of --request_capture_dir's capture files (all origins); "
+        "when the next record would pass it, capture stops (records dropped and counted, one warning) until "
+        "files are removed. The server keeps serving.")
+    request_capture_max_bytes_per_day: int = _flag(
+        0, "EMBEDDED-ONLY extension: the byte budget of the capture files opened on one UTC day; 0: none.")
+    request_capture_exclude_models: str = _flag(
+        "", "EMBEDDED-ONLY extension: comma-separated model names whose requests are never captured.")
+    request_capture_queue_size: int = _flag(
+        DEFAULT_REQUEST_CAPTURE_QUEUE_SIZE,
+        "EMBEDDED-ONLY extension: captured requests waiting for the capture file's writer thread at most; a "
+        "request that finds the queue full is not captured (counted as dropped_queue_full), never delayed.")
 
 
 @dataclass(frozen=True)
@@ -406,9 +437,27 @@ def validate_flags(flags: ServerFlags) -> None:
     for name in ("max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight"):
         if getattr(flags, name) < 0:
             raise status.InvalidArgument(f"--{name} must be positive, or 0 for the default.")
+    _validate_request_capture(flags)
     if flags.log_format not in LOG_FORMATS:
         raise status.InvalidArgument(f"--log_format must be one of {', '.join(LOG_FORMATS)}, "
                                      f"not {flags.log_format!r}.")
+
+
+def _validate_request_capture(flags: ServerFlags) -> None:
+    """The request capture flags' rules (checked whether or not --request_capture_dir is set)."""
+    rate = flags.request_capture_sample_rate
+    if not 0.0 <= rate <= 1.0:
+        raise status.InvalidArgument(f"--request_capture_sample_rate must be between 0 and 1 (a share of the "
+                                     f"requests), not {rate}.")
+    for name in ("request_capture_max_bytes", "request_capture_queue_size"):
+        if getattr(flags, name) <= 0:
+            raise status.InvalidArgument(f"--{name} must be positive.")
+    if flags.request_capture_max_bytes_per_day < 0:
+        raise status.InvalidArgument("--request_capture_max_bytes_per_day must be positive, or 0 for no daily budget.")
+    names = flags.request_capture_exclude_models.split(",") if flags.request_capture_exclude_models else []
+    if any(not name.strip() for name in names):
+        raise status.InvalidArgument(f"--request_capture_exclude_models must be comma-separated model names, "
+                                     f"not {flags.request_capture_exclude_models!r}.")
 
 
 def _is_bind_address(text: str) -> bool:

@@ -37,7 +37,8 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -51,6 +52,10 @@ __all__ = [
     "exponential_buckets",
     "prometheus_name",
     "render_registry",
+    "CAPTURE_OUTCOMES",
+    "CAPTURE_STOP_REASONS",
+    "CaptureCounts",
+    "CaptureMetrics",
 ]
 
 #: The text exposition format (TF Serving itself sends plain ``text/plain``).
@@ -265,6 +270,63 @@ class ServerMetrics:
     def render(self) -> bytes:
         """The whole registry in TF Serving's exposition format (see module docstring)."""
         return render_registry(self.registry)
+
+
+#: Every outcome of a request offered to request capture (``request_capture_records{outcome=...}``).
+CAPTURE_OUTCOMES = ("written", "excluded", "dropped_queue_full", "dropped_budget", "dropped_write_error")
+#: Why capture may be stopped (``request_capture_stopped{reason=...}``): a budget's setting, or the disk.
+CAPTURE_STOP_REASONS = ("max_total_bytes", "max_day_bytes", "write_error")
+
+
+@dataclass(frozen=True)
+class CaptureCounts:
+    """Request capture's state when scraped: records per outcome, the directory's bytes, budgets, stop reason."""
+
+    records: Mapping[str, int]
+    used_bytes: int
+    budgets: Mapping[str, int]
+    stopped_by: Optional[str]
+
+
+class CaptureMetrics:
+    """Request capture's metrics (embedded-only; TF Serving has no request capture), TF-style names.
+
+    - ``:tensorflow:serving:request_capture_records{outcome}`` (counter): requests of a captured model
+      and what became of them: ``written``, ``excluded`` (``--request_capture_exclude_models``),
+      ``dropped_queue_full`` (the writer thread was behind), ``dropped_budget`` (a byte budget is
+      reached), ``dropped_write_error`` (the disk refused the write);
+    - ``:tensorflow:serving:request_capture_bytes`` (gauge): bytes of capture files in the directory;
+    - ``:tensorflow:serving:request_capture_budget_bytes{budget}`` (gauge): ``max_total_bytes`` and,
+      when set, ``max_day_bytes``;
+    - ``:tensorflow:serving:request_capture_stopped{reason}`` (gauge): 1 for the reason capture is
+      stopped (``max_total_bytes``, ``max_day_bytes``, ``write_error``), 0 for the others.
+
+    ``source`` is read at each scrape; registered in ``registry`` on construction.
+    """
+
+    def __init__(self, source: Callable[[], CaptureCounts], registry: CollectorRegistry) -> None:
+        self._source = source
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._source()
+        families = []
+        for tf_name, kind, label, values in (
+                ("/tensorflow/serving/request_capture_records", "counter", "outcome",
+                 {outcome: counts.records.get(outcome, 0) for outcome in CAPTURE_OUTCOMES}),
+                ("/tensorflow/serving/request_capture_bytes", "gauge", None, {"": counts.used_bytes}),
+                ("/tensorflow/serving/request_capture_budget_bytes", "gauge", "budget", dict(counts.budgets)),
+                ("/tensorflow/serving/request_capture_stopped", "gauge", "reason",
+                 {reason: int(counts.stopped_by == reason) for reason in CAPTURE_STOP_REASONS})):
+            name = prometheus_name(tf_name)
+            metric = Metric(name, "", kind)
+            for key, value in values.items():
+                metric.add_sample(name, {label: key} if label else {}, value)
+            families.append(metric)
+        return iter(families)
+
+    def describe(self) -> List[Metric]:
+        return []
 
 
 def render_registry(registry: CollectorRegistry) -> bytes:

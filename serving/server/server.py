@@ -53,7 +53,8 @@ from serving.server.flags import (
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
 from serving.server.frontends.rest_limits import RestLimits
-from serving.server.metrics import ServerMetrics
+from serving.server.metrics import CaptureMetrics, ServerMetrics
+from serving.server.request_capture import ServerRequestCapture, capture_settings
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 from serving.server.tensorflow.servable import Servable
 
@@ -96,7 +97,8 @@ class ModelServer:
     """The running server; ``start()`` then ``stop()``. Not restartable.
 
     Attributes after ``start()``: ``metrics`` (``ServerMetrics``), ``dataplane``,
-    ``grpc`` / ``rest`` front-ends (None when disabled).
+    ``grpc`` / ``rest`` front-ends (None when disabled), ``capture`` (request
+    capture, None without ``--request_capture_dir``).
     """
 
     def __init__(self, flags: ServerFlags) -> None:
@@ -111,6 +113,7 @@ class ModelServer:
         self._poll_stop = threading.Event()
         self._poller: Optional[threading.Thread] = None
         self.quarantine: Optional[VersionQuarantine] = None
+        self.capture: Optional[ServerRequestCapture] = None
 
     def start(self) -> None:
         """Load the initial models, then open the front-ends. Raises ``ServingError`` on bad config."""
@@ -120,11 +123,12 @@ class ModelServer:
         grpc_credentials, grpc_security = self._grpc_credentials()
         self.metrics = ServerMetrics(CollectorRegistry())
         self.quarantine = self._open_quarantine()
+        self.capture = self._start_capture()
         self._heap.start()
         self._manager = self._build_manager()
         self._manager.start()
         self._manager.reload_config(model_config)
-        self.dataplane = DataPlane(self._manager, self.metrics, self._memory_admission())
+        self.dataplane = DataPlane(self._manager, self.metrics, self._memory_admission(), self.capture)
         self._start_config_poller()
         self._start_grpc(grpc_credentials)
         if grpc_credentials is not None:
@@ -153,6 +157,8 @@ class ModelServer:
             self._manager.stop(drain_timeout=grace)
         if self._scheduler is not None:
             self._scheduler.stop()
+        if self.capture is not None:
+            self.capture.stop()
         self._heap.stop()
 
     # -- construction --------------------------------------------------
@@ -208,6 +214,20 @@ class ModelServer:
                     len(quarantine.quarantined()))
         self.metrics.registry.register(_QuarantineCollector(quarantine))
         return quarantine
+
+    def _start_capture(self) -> Optional[ServerRequestCapture]:
+        """Request capture (``--request_capture_dir``); a directory that cannot be made or written fails the start."""
+        settings = capture_settings(self.flags)
+        if settings is None:
+            return None
+        capture = ServerRequestCapture(settings)
+        try:
+            capture.start()
+        except OSError as exc:
+            raise status.InvalidArgument(f"--request_capture_dir={settings.directory} cannot be used: "
+                                         f"{exc.strerror or exc}") from exc
+        CaptureMetrics(capture.counts, self.metrics.registry)
+        return capture
 
     def _memory_admission(self) -> MemoryAdmission:
         per_request, in_flight, _ = effective_memory_budgets(self.flags)

@@ -176,6 +176,13 @@ def test_missing_source_is_a_capture_error(tmp_path: Path):
     assert not is_capture(tmp_path / "nope")
 
 
+def test_a_directory_of_cut_files_is_a_capture(tmp_path: Path):
+    _write(tmp_path / "noon.tfrecord", [_predict_log()])
+    assert is_capture(tmp_path)
+    (tmp_path / "noon.tfrecord").write_bytes(frame(b"\x08\x01"))
+    assert not is_capture(tmp_path)
+
+
 def test_a_tfrecord_of_other_data_is_not_a_capture(tmp_path: Path):
     path = tmp_path / "other.tfrecord"
     path.write_bytes(frame(b"\x08\x01"))  # parses, but holds no log

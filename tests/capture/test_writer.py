@@ -27,8 +27,8 @@ class Clock:
 
 
 def _writer(directory: Path, clock: Clock | None = None, **overrides) -> CaptureWriter:
-    settings = dict(origin="embedded-server", max_file_bytes=1 << 20, max_file_seconds=3600,
-                    max_total_bytes=1 << 30, setting_names={"max_total_bytes": "--request_capture_max_bytes"})
+    settings = {"origin": "embedded-server", "max_file_bytes": 1 << 20, "max_file_seconds": 3600,
+                    "max_total_bytes": 1 << 30, "setting_names": {"max_total_bytes": "--request_capture_max_bytes"}}
     settings.update(overrides)
     return CaptureWriter(directory, clock=clock or Clock(), **settings)
 
@@ -122,11 +122,10 @@ def test_day_budget_counts_todays_files_only(tmp_path: Path):
     (tmp_path / "capture-gateway-20251231T100000Z-000001.tfrecord").write_bytes(b"x" * 10 * RECORD)
     (tmp_path / "capture-gateway-20260101T000000Z-000001.tfrecord").write_bytes(b"x" * RECORD)
     clock = Clock(1_767_225_600.0 + 3600)
-    with _writer(tmp_path, clock, max_day_bytes=3 * RECORD) as writer:
+    with _writer(tmp_path, clock, max_day_bytes=3 * RECORD, recheck_seconds=60) as writer:
         assert [writer.write(predict_log(f"r{i}")) for i in range(3)] == [True, True, False]
         assert writer.stats().stopped_by == "max_day_bytes"
-        clock.now += 86400
-        writer._recheck_seconds = 0  # the next write looks again: a new day
+        clock.now += 86400  # a new UTC day: the next write looks again and resumes
         assert writer.write(predict_log("tomorrow"))
 
 
@@ -145,7 +144,7 @@ print(s.written, s.dropped_error, s.stopped_by)
 w.close()
 """
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60)
+                         env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[True, True, True, False, False]", "3 2 write_error"]
     assert "request capture stopped: writing to" in out.stderr and out.stderr.count("stopped") == 1

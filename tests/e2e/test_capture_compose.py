@@ -23,12 +23,12 @@ import math
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from benchmarks.capture import LoadResult, drive
+from benchmarks.capture_gateway import LoadResult, drive
 from exporter.manifest import load_manifest
 from gateway.certs import init_secrets
 from serving.capture import read_capture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.capture import SinkProcess, drive, predict_bodies
+from benchmarks.capture_gateway import SinkProcess, drive, predict_bodies
 from serving.capture import read_capture
 from serving.capture._tfrecord import iter_records
 from serving.capture.gateway_sink import (

@@ -43,6 +43,14 @@ Predict, Classify, Regress and MultiInference is costed once its servable is
 held, from its rows and input bytes and the servable's warmup profile, and
 refused before it runs when over the per-request or in-flight budget.
 
+Request capture: with a ``RequestCapture`` (``serving.server.request_capture``),
+every Predict, Classify, Regress and MultiInference that succeeded is offered
+to it, from both front-ends alike: a Predict as the inputs the front-end
+decoded, so a REST and a gRPC request of the same rows give the same record.
+The capture decides (sampling, excluded models) and queues without waiting;
+a failure in it is logged, never the request's. Nothing of the transport
+(headers, metadata, credentials) reaches the data plane, so none is captured.
+
 Thread-safety: every method may be called from many threads at once.
 """
 from __future__ import annotations
@@ -81,6 +89,7 @@ from serving.codec import (
 from serving.server.admission import MemoryAdmission, RequestCost, examples_cost, predict_cost
 from serving.server.deadline import request_deadline
 from serving.server.metrics import UNSERVED_MODEL_LABEL, prometheus_name
+from serving.server.request_capture import CapturedCall
 from serving.server.tensorflow import inference
 from serving.server.tensorflow.inference import ClassificationResult, RegressionResult
 from serving.server.tensorflow.servable import Servable
@@ -94,6 +103,7 @@ __all__ = [
     "SIGNATURE_DEF_METADATA_FIELD",
     "ModelManager",
     "RequestMetrics",
+    "RequestCapture",
     "ModelSpec",
     "Prediction",
     "InferenceResult",
@@ -139,6 +149,18 @@ class RequestMetrics(Protocol):
     def record_runtime(self, model_name: str, api: str, latency_us: float, runtime: str = "TF1") -> None: ...
 
     def record_examples(self, model_name: str, count: int) -> None: ...
+
+
+class RequestCapture(Protocol):
+    """Where successful calls are offered for capture (``ServerRequestCapture`` provides it).
+
+    ``offer(model)`` says whether to capture this call; ``submit(call)`` queues
+    it. Both are cheap, never wait and never raise; thread-safe.
+    """
+
+    def offer(self, model_name: str) -> bool: ...
+
+    def submit(self, call: CapturedCall) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -193,10 +215,11 @@ class DataPlane:
     """Model calls and model management over a ``ModelManager``; ``metrics`` may be None."""
 
     def __init__(self, manager: ModelManager, metrics: Optional[RequestMetrics] = None,
-                 admission: Optional[MemoryAdmission] = None) -> None:
+                 admission: Optional[MemoryAdmission] = None, capture: Optional[RequestCapture] = None) -> None:
         self._manager = manager
         self._metrics = metrics
         self._admission = admission
+        self._capture = capture
 
     # -- metrics ---------------------------------------------------------
     @contextlib.contextmanager
@@ -256,17 +279,24 @@ class DataPlane:
                 self._admit(servable, lambda: predict_cost(servable.memory_profile, signature_name, inputs)):
             with self._runtime(servable.name, "Predict"):
                 outputs = inference.predict(servable, signature_name, inputs, list(output_filter))
-            return Prediction(servable.name, servable.version, signature_name, outputs)
+            prediction = Prediction(servable.name, servable.version, signature_name, outputs)
+        self._offer_capture(servable.name, lambda: CapturedCall(
+            "predict", spec, prediction, inputs=inputs, output_filter=tuple(output_filter)))
+        return prediction
 
     def classify(self, spec: ModelSpec, examples: Input, *,
                  deadline: Optional[float] = None) -> InferenceResult[ClassificationResult]:
         """Classify ``examples`` (a ``tensorflow.serving.Input``) with ``spec``'s signature."""
-        return self._run_examples(spec, examples, deadline, "Classify", inference.classify)
+        answer = self._run_examples(spec, examples, deadline, "Classify", inference.classify)
+        self._offer_capture(answer.name, lambda: CapturedCall("classify", spec, answer, examples=examples))
+        return answer
 
     def regress(self, spec: ModelSpec, examples: Input, *,
                 deadline: Optional[float] = None) -> InferenceResult[RegressionResult]:
         """Regress ``examples`` (a ``tensorflow.serving.Input``) with ``spec``'s signature."""
-        return self._run_examples(spec, examples, deadline, "Regress", inference.regress)
+        answer = self._run_examples(spec, examples, deadline, "Regress", inference.regress)
+        self._offer_capture(answer.name, lambda: CapturedCall("regress", spec, answer, examples=examples))
+        return answer
 
     def _run_examples(self, spec: ModelSpec, examples: Input, deadline: Optional[float], api: str,
                       run: Callable[[Servable, str, Input], ResultT]) -> InferenceResult[ResultT]:
@@ -298,6 +328,8 @@ class DataPlane:
                                                run(servable, signature_name, examples)))
             if results:
                 self._record_examples(servable.name, _example_count(results[0].result))
+        self._offer_capture(servable.name, lambda: CapturedCall(
+            "multi_inference", spec, list(results), examples=examples, tasks=tuple(tasks)))
         return results
 
     # -- model management ------------------------------------------------
@@ -347,6 +379,16 @@ class DataPlane:
         return values
 
     # -- helpers ---------------------------------------------------------
+    def _offer_capture(self, model_name: str, call: Callable[[], CapturedCall]) -> None:
+        """Offer a successful call to request capture; its failure is logged, never the request's."""
+        if self._capture is None:
+            return
+        try:
+            if self._capture.offer(model_name):
+                self._capture.submit(call())
+        except Exception:  # noqa: BLE001 - capture must never fail a request that succeeded
+            logger.exception("Request capture failed for model %s; the request is answered", model_name)
+
     def _admit(self, servable: Servable, cost: Callable[[], RequestCost]) -> ContextManager[None]:
         """Hold the request's projected memory while it runs (no admission: nothing to hold)."""
         if self._admission is None:

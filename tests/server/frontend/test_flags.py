@@ -29,7 +29,10 @@ EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds
                        "max_tensor_elements", "log_format",
                        "max_request_memory_bytes", "max_in_flight_memory_bytes", "rest_api_max_body_bytes_in_flight",
                        "grpc_read_timeout_seconds", "grpc_max_connections", "grpc_max_concurrent_streams",
-                       "quarantine_dir", "grpc_max_receive_message_bytes"}
+                       "quarantine_dir", "grpc_max_receive_message_bytes",
+                       "request_capture_dir", "request_capture_sample_rate", "request_capture_max_bytes",
+                       "request_capture_max_bytes_per_day", "request_capture_exclude_models",
+                       "request_capture_queue_size"}
 
 
 def test_every_tf_serving_flag_exists_with_its_default():

@@ -100,7 +100,8 @@ def metrics() -> ServerMetrics:
 
 def test_public_api_is_pinned():
     assert metrics_module.__all__ == [
-        "CONTENT_TYPE", "UNSERVED_MODEL_LABEL", "ServerMetrics", "exponential_buckets", "prometheus_name", "render_registry"]
+        "CONTENT_TYPE", "UNSERVED_MODEL_LABEL", "ServerMetrics", "exponential_buckets", "prometheus_name", "render_registry",
+        "CAPTURE_OUTCOMES", "CAPTURE_STOP_REASONS", "CaptureCounts", "CaptureMetrics"]
 
 
 def test_every_family_has_tf_serving_name_and_type(metrics):
