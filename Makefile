@@ -37,7 +37,7 @@ help:
 	@echo "make export ARGS='export --model resnet50 --variant xla'  the exporter in its image on the compose stack"
 	@echo "make test   install what the tests need, run make lint, then the tests"
 	@echo "make lint   ruff and mypy over the product code (pyproject.toml's [tool.ruff] and [tool.mypy])"
-	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers, the gateway's cost"
+	@echo "make bench  speed ratios: codec, REST decode, embedded server, load generator, gRPC vs REST, batching, the embedded server beside its peers, the gateway's cost, request capture's cost (embedded server, gateway)"
 	@echo "make images local stand-in images (TF Serving, exporter base, nginx, Prometheus) for make up IMAGES=local"
 	@echo "make certs  local CA, gateway certificates and API keys for the compose gateway ($(GATEWAY_SECRETS))"
 	@echo "make gpu-report  on an NVIDIA GPU host with Docker: preflight, trt-fp16 export, tuner and fp32/xla/trt-fp16 sweep (out/gpu-report/)"
@@ -140,7 +140,8 @@ bench: $(TEST_STAMP)
 	for cmd in "benchmarks.codec --imports" "benchmarks.rest_decode" "benchmarks.server --model-repo models" \
 	           "benchmarks.loadgen --model-repo models" "benchmarks.protocols --model-repo models" \
 	           "benchmarks.batching --model-repo models" \
-	           "benchmarks.peers --model-repo models" "benchmarks.gateway --start"; do \
+	           "benchmarks.peers --model-repo models" "benchmarks.gateway --start" \
+	           "benchmarks.capture --model-repo models" "benchmarks.capture_gateway --model-repo models"; do \
 	  echo "== python -m $$cmd"; $(PY) -m $$cmd || { echo "!! python -m $$cmd missed a target"; status=1; }; \
 	done; exit $$status
 

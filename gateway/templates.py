@@ -31,8 +31,9 @@ __all__ = ["TEMPLATE_DIR", "TEMPLATES", "SECRET_FILES", "HTTP2_DIRECTIVE_SINCE",
            "installed_nginx_version", "parse_nginx_version"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent
-# Rendered next to each other: nginx.conf includes routes.conf by a relative path.
-TEMPLATES = ("nginx.conf.template", "routes.conf.template")
+# Rendered next to each other: nginx.conf includes routes.conf by a relative path, and routes.conf
+# capture-${GATEWAY_CAPTURE}.conf (on: copy inference requests to the capture service; off: nothing).
+TEMPLATES = ("nginx.conf.template", "routes.conf.template", "capture-on.conf.template", "capture-off.conf.template")
 # What nginx reads from ${GATEWAY_SECRETS_DIR} (make certs writes them; gateway/README.md). `access` is a
 # folder (api-keys.map, revoked-serials.map), mounted whole: `gateway.certs rotate` replaces its files by
 # rename, which a single-file bind mount would never show the container.

@@ -33,8 +33,8 @@ def failures(every_service: dict, rule) -> dict[str, str]:
 
 def test_both_variants_are_checked_with_every_service(every_service):
     names = {service_name(k) for k in every_service}
-    assert names == {"exporter", "tfserving", "gateway", "prometheus", "grafana", "dcgm-exporter"}
-    assert len(every_service) == 12
+    assert names == {"exporter", "tfserving", "gateway", "capture", "prometheus", "grafana", "dcgm-exporter"}
+    assert len(every_service) == 14
 
 
 def test_every_service_runs_as_an_explicit_non_root_user(every_service):

@@ -42,7 +42,7 @@ def test_the_override_does_change_the_images_it_names(cpu_model_all_profiles, lo
     changed = {name for name, service in local_model["services"].items()
                if service.get("image") != cpu_model_all_profiles["services"][name].get("image")
                or service.get("build") != cpu_model_all_profiles["services"][name].get("build")}
-    assert changed == {"exporter", "tfserving", "gateway", "prometheus"}
+    assert changed == {"exporter", "capture", "tfserving", "gateway", "prometheus"}
 
 
 def test_no_stand_in_carries_an_upstream_name(cpu_model_all_profiles, local_model):
@@ -50,8 +50,9 @@ def test_no_stand_in_carries_an_upstream_name(cpu_model_all_profiles, local_mode
         image = local_model["services"][name]["image"]
         assert image.startswith("tfs-stack-local/"), image
         assert not image.startswith(UPSTREAM_NAMES), image
-    base = local_model["services"]["exporter"]["build"]["args"]["BASE_IMAGE"]
-    assert base.startswith("tfs-stack-local/"), base
+    for built in ("exporter", "capture"):
+        base = local_model["services"][built]["build"]["args"]["BASE_IMAGE"]
+        assert base.startswith("tfs-stack-local/"), base
 
 
 def test_the_stand_ins_are_the_images_make_images_builds(local_model):
@@ -59,5 +60,5 @@ def test_the_stand_ins_are_the_images_make_images_builds(local_model):
 
     built = {image.name for image in IMAGES}
     named = {local_model["services"][n]["image"] for n in ("tfserving", "gateway", "prometheus")}
-    named.add(local_model["services"]["exporter"]["build"]["args"]["BASE_IMAGE"])
+    named |= {local_model["services"][n]["build"]["args"]["BASE_IMAGE"] for n in ("exporter", "capture")}
     assert named <= built, named - built

@@ -35,7 +35,10 @@ __all__ = ["LOCAL_VALUES", "BURST_CLIENTS", "MODEL", "SLOW_REFILL", "Gateway", "
 # The only values a test changes: where nginx listens, what it forwards to, and where its files are.
 LOCAL_VALUES = ("GATEWAY_GRPC_LISTEN", "GATEWAY_REST_LISTEN", "GATEWAY_MTLS_LISTEN",
                 "GATEWAY_GRPC_UPSTREAM", "GATEWAY_REST_UPSTREAM", "GATEWAY_RESOLVER", "GATEWAY_SECRETS_DIR",
-                "GATEWAY_RUN_DIR")
+                "GATEWAY_RUN_DIR", "GATEWAY_CAPTURE_UPSTREAM")
+# Compose's capture service (capture:8080, looked up while nginx runs) has no address on the host: the
+# discard port stands in, never reached while GATEWAY_CAPTURE is off (tests/gateway/test_capture.py sets its sink's).
+NO_CAPTURE_SERVICE = "127.0.0.1:9"
 # Clients with a rate bucket of their own, so exhausting it disturbs no other test.
 BURST_CLIENTS = ("burst-rest", "burst-grpc", "burst-sdk")
 MODEL = "digits"
@@ -146,7 +149,8 @@ def running_gateway(nginx: Union[str, Sequence[str]], nginx_version: NginxVersio
 def compose_values(compose_gateway_env: dict[str, str], **local: str) -> dict[str, str]:
     """The compose service's GATEWAY_* values with ``local`` (only :data:`LOCAL_VALUES`) changed."""
     assert set(local) <= set(LOCAL_VALUES), set(local) - set(LOCAL_VALUES)
-    return {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")}, **local}
+    return {**{k: v for k, v in compose_gateway_env.items() if k.startswith("GATEWAY_")},
+            "GATEWAY_CAPTURE_UPSTREAM": NO_CAPTURE_SERVICE, **local}
 
 
 def upstream_values(tf_serving: ServerProcess) -> dict[str, str]:
