@@ -1,6 +1,6 @@
 """Batching on against off, side by side: server-side batching must never cost.
 
-Two embedded servers (``serving.server.launcher.ServerProcess``) serve the same
+Two embedded servers (``serving.launcher.ServerProcess``) serve the same
 model, one without batching and one with ``--enable_batching`` (max batch 32,
 ``batch_timeout_micros`` 1000, threads = cores: the configuration the speed
 targets were set for); they are started per model and stopped before the next.
@@ -38,7 +38,8 @@ from benchmarks import runner
 from benchmarks.runner import Cell, Compare, Load, Scenario
 from benchmarks.servers import embedded
 from benchmarks.targets import BATCHING_ADDED_P50_MS, BATCHING_GAIN_LARGE, BATCHING_GAIN_SMALL
-from serving.server.launcher import MONITORING_PATH, REPO_ROOT, ServerProcess
+from serving.checkout import REPO_ROOT
+from serving.launcher import MONITORING_PATH, ServerProcess
 
 __all__ = ["BATCHING", "LOADS", "batch_totals", "batching_parameters", "build_parser", "main", "mean_batch",
            "scenario", "targets"]

@@ -35,9 +35,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serving.checkout import REPO_ROOT
+
 __all__ = ["LoadResult", "SinkProcess", "drive", "main", "predict_bodies"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL = "digits"
 
 
@@ -276,7 +277,7 @@ class SlowService:
 @contextlib.contextmanager
 def _gateway(nginx: str, version, values: dict, root: Path) -> Iterator[dict]:
     from gateway import render_templates
-    from serving.server.launcher import port_open
+    from serving.launcher import port_open
 
     conf = render_templates(values, root / "conf", nginx_version=version)
     run = root / "run"
@@ -326,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from gateway import installed_nginx_version
     from gateway.certs import init_secrets
-    from serving.server.launcher import ServerProcess, free_port
+    from serving.launcher import ServerProcess, free_port
 
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     version = installed_nginx_version(nginx)

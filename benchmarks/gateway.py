@@ -49,9 +49,9 @@ from benchmarks.scenario import Payloads, predict_transport
 from benchmarks.servers import has_outputs, payloads_of, running
 from benchmarks.targets import GATEWAY_ADDED_P50_MS, GATEWAY_THROUGHPUT
 from loadtest.driver import Transport
+from serving.checkout import REPO_ROOT
 from serving.config.compose import COMPOSE_FILES, LOCAL_OVERRIDE, compose_command, with_grafana_placeholder
-from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, StackState, read_state
-from serving.server.launcher import REPO_ROOT
+from serving.config.served_config import DEFAULT_WORK_DIR, STATE_FILE, StackState, read_state
 
 __all__ = ["LOADS", "Endpoints", "build_parser", "endpoints", "main", "scenario", "targets"]
 

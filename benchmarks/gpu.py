@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from loadtest.tune_report import render_markdown
+from serving.checkout import REPO_ROOT
 from serving.model_repo import latest_version_dir, published_name
 from serving.stack.docker import Engine, image_absent_reason, image_present, probe_engine, tfserving_image
 
@@ -75,7 +76,6 @@ __all__ = [
     "main",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MIN_DRIVER = (525, 60, 13)         # CUDA 12.x minor-version compatibility (Linux)
 PTX_DRIVER = (535, 54, 3)          # CUDA 12.2's own driver: PTX JIT (compute_90) works
 MIN_COMPUTE_CAPABILITY = (5, 0)    # TF Serving 2.17 GPU image: sm_50,sm_60,sm_70,sm_80,compute_90

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 from benchmarks import runner
 from benchmarks.runner import Compare, Load, Scenario, Served, Server
 from benchmarks.servers import payloads_of, predict_served
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 
 __all__ = ["CheckoutServer", "checkout", "main"]
 

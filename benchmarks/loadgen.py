@@ -45,8 +45,9 @@ from exporter.export import ensure_model
 from loadtest.driver import Connection, measure, transport_for
 from loadtest.payloads import Payload, Target, build_payload
 from loadtest.sweep import SweepSettings, measure_level
+from serving.checkout import REPO_ROOT
 from serving.codec import ndarray_to_tensor_proto
-from serving.server.launcher import REPO_ROOT, ServerProcess, free_port, wait_for_port
+from serving.launcher import ServerProcess, free_port, wait_for_port
 from serving.wire import apis
 
 __all__ = ["main", "build_parser", "serve_canned", "serve_canned_rest", "independent_predict_rate", "CannedServer",

@@ -1,6 +1,6 @@
 """gRPC against REST on one embedded server, side by side: server CPU per request and the SDK's rates.
 
-One server (``serving.server.launcher.ServerProcess``, no batching) serves one
+One server (``serving.launcher.ServerProcess``, no batching) serves one
 model; closed-loop clients at one concurrency (threads) take turns on it, in
 interleaved rounds, so the shared machine's changing load hits every side alike
 (``benchmarks.runner``). It is declared as two servers of the same process:
@@ -44,8 +44,9 @@ from benchmarks.scenario import Payloads
 from benchmarks.servers import payloads_of, predict_served, running
 from benchmarks.targets import GRPC_CLIENT_OVER_REST_CLIENT, GRPC_SERVER_CPU_OVER_REST
 from loadtest.driver import Transport, call_transport
+from serving.checkout import REPO_ROOT
 from serving.client import GrpcClient, RestClient
-from serving.server.launcher import REPO_ROOT, ServerProcess
+from serving.launcher import ServerProcess
 
 __all__ = ["CLIENTS", "build_parser", "main", "scenario", "targets"]
 

@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Optional, Sequence
 
 from benchmarks.peers import Measurements, render
-from serving.server.launcher import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 __all__ = ["MEASUREMENTS_DIR", "MIN_ROUNDS", "LOAD_PER_CORE", "build_parser", "machine", "main", "record",
            "render_page", "relative_paths", "load_threshold", "recorded_rounds"]

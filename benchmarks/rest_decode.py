@@ -13,7 +13,7 @@ a shared machine), the mean over ``--repeats`` interleaved rounds, in a process
 holding ``--heap`` long-lived objects (dicts holding a list: two tracked
 objects each), as a loaded TensorFlow model leaves about 340,000: once with
 the heap left to the collector (CPython's thresholds) and once frozen as the
-server freezes it (``serving.server.collector.HeapFreezer``).
+server freezes it (``serving.server.heap_freezer.HeapFreezer``).
 
 Prints one JSON object; exit status 1 if a target is missed:
 
@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from serving import codec
-from serving.server.collector import HeapFreezer
+from serving.server.heap_freezer import HeapFreezer
 
 __all__ = ["main", "build_parser", "decoders", "decode_times", "image_body"]
 

@@ -32,7 +32,8 @@ from benchmarks import runner
 from benchmarks.runner import Compare, Load, Scenario
 from benchmarks.servers import payloads_of, predict_served, running
 from benchmarks.targets import REVISION_THROUGHPUT
-from serving.server.launcher import REPO_ROOT, ServerProcess, write_config_files
+from serving.checkout import REPO_ROOT
+from serving.launcher import ServerProcess, write_config_files
 
 __all__ = ["RevisionServer", "build_parser", "checkout", "main", "scenario"]
 

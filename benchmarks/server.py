@@ -42,7 +42,7 @@ or one keep-alive ``http.client`` connection, per client thread.
 
 ``--model-repo`` defaults to ``<checkout>/models``; a model without a version
 there is exported first (version 1, the exporter's ``ensure``). The servers
-are started with ``serving.server.launcher``.
+are started with ``serving.launcher``.
 """
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ from benchmarks.runner import Cell, Cells, Compare, Load, Scenario, Served
 from benchmarks.servers import canned, embedded, in_process, running
 from benchmarks.targets import BATCHING_GAIN_SMALL, SERVED_OVER_IN_PROCESS, SERVER_ADDED_P50_MS
 from exporter.export import ensure_model
+from serving.checkout import REPO_ROOT
 from serving.config.files import BatchingSpec
 from serving.config.protos import batching_parameters_class
-from serving.server.launcher import REPO_ROOT
 
 __all__ = ["FLOOR", "IN_PROCESS", "InProcessPoint", "batching_bound", "build_parser", "default_batching", "main",
            "measure_in_process", "notes", "paired", "targets"]

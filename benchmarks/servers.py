@@ -17,7 +17,7 @@ from exporter.manifest import load_manifest
 from loadtest.driver import call_transport
 from serving import codec
 from serving.config.files import BatchingSpec
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
 
 __all__ = ["canned", "embedded", "has_outputs", "in_process", "payloads_of", "predict_served", "running"]

@@ -42,6 +42,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import exporter
+from serving.checkout import REPO_ROOT
 from serving.model_repo import VARIANT_SUFFIXES
 
 __all__ = [
@@ -49,8 +50,7 @@ __all__ = [
     "build_model", "EpochCheckpoint", "restore_latest", "INPUT_NAME", "OUTPUT_NAME",
 ]
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL_REPO = CHECKOUT / "models"
+DEFAULT_MODEL_REPO = REPO_ROOT / "models"
 DEFAULT_NAME = "digits_mlp"
 INPUT_NAME = "images"          # the served signature's input: float32 [batch, 8, 8], raw pixels 0..16
 OUTPUT_NAME = "probabilities"  # the output layer: float32 [batch, 10] under any dtype policy
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = build_model()
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch)
-    work_dir = args.work_dir or CHECKOUT / ".cache" / "examples" / args.name
+    work_dir = args.work_dir or REPO_ROOT / ".cache" / "examples" / args.name
     manager = tf.train.CheckpointManager(checkpoint, work_dir / "checkpoints", max_to_keep=CHECKPOINTS_KEPT)
     start = restore_latest(checkpoint, manager, epoch)
     if start:

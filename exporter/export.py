@@ -39,6 +39,7 @@ from exporter.progress import Steps
 from exporter.signatures import describe_signatures
 from exporter.validate import run_in_session, session_problem
 from exporter.variants import Variant, VariantUnavailable, get_variant, trt, xla
+from serving.checkout import REPO_ROOT
 from serving.codec import DEFAULT_SIGNATURE, JSON, TensorSpec
 from serving.model_repo import WARMUP_DIR, WARMUP_REQUESTS_FILE, Staging, model_versions
 
@@ -60,8 +61,7 @@ log = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
 Tolerance = Union[Mapping[str, float], Mapping[str, Mapping[str, float]]]
-_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL_REPO = _ROOT / "models"
+DEFAULT_MODEL_REPO = REPO_ROOT / "models"
 _VARIANT_STEPS = ("save", "session", "warmup", "manifest", "publish")
 _TOLERANCE_KEYS = ("atol", "rtol", "min_top1")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -85,8 +85,9 @@ def source_hash(model_digest: Optional[str] = None) -> str:
     its graphs and weights), the hash covers both the code and that model.
     """
     digest = hashlib.sha256()
-    for path in sorted((_ROOT / "exporter").rglob("*.py")) + sorted((_ROOT / "serving" / "codec").rglob("*.py")):
-        digest.update(path.relative_to(_ROOT).as_posix().encode())
+    sources = sorted((REPO_ROOT / "exporter").rglob("*.py")) + sorted((REPO_ROOT / "serving" / "codec").rglob("*.py"))
+    for path in sources:
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     if model_digest is None:
         return digest.hexdigest()

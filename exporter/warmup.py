@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from serving.checkout import REPO_ROOT
 from serving.codec import ndarray_to_tensor_proto
 from serving.config import load_batching_parameters
 from serving.model_repo import warmup_path
@@ -42,7 +43,7 @@ MAX_RECORDS = 1000
 # Cap on the tensor bytes of the whole file; resnet50 at 1..32 needs ~38 MB.
 MAX_WARMUP_BYTES = 64 * 1024 * 1024
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-DEFAULT_BATCHING_CONFIG = Path(__file__).resolve().parents[1] / "serving" / "batching.config"
+DEFAULT_BATCHING_CONFIG = REPO_ROOT / "serving" / "batching.config"
 
 
 def allowed_batch_sizes(batching_config: Optional[Union[str, Path]] = None) -> tuple[int, ...]:

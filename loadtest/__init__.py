@@ -7,9 +7,9 @@ import) never imports locust or gevent.
 Default paths (the model repository, output directories) are anchored on the
 checkout, ``REPO_ROOT``, not on the current directory.
 """
-from pathlib import Path
 
-__all__ = ["REPO_ROOT", "DEFAULT_MODEL_REPO"]
+from serving.checkout import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["DEFAULT_MODEL_REPO"]
+
 DEFAULT_MODEL_REPO = REPO_ROOT / "models"

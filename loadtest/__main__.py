@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from loadtest import REPO_ROOT, compare, plan, sweep, tune
+from loadtest import compare, plan, sweep, tune
 from loadtest.options import UsageError, add_server_arguments, add_target_arguments, server_from_args, targets_from_args
 from loadtest.payloads import PayloadError
 from loadtest.preflight import check_served
@@ -18,6 +18,7 @@ from loadtest.replay import RECORDED, add_replay_arguments, replay, replay_sched
 from loadtest.runner import REPLAY, SCENARIOS, RunSpec, parse_duration, replay_outcome, run_scenario
 from loadtest.slo import Gates, load_gates
 from serving.addresses import grpc_address, rest_address
+from serving.checkout import REPO_ROOT
 
 __all__ = ["main", "build_parser"]
 

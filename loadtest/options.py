@@ -31,7 +31,7 @@ from loadtest.payloads import Target
 from serving import addresses
 from serving.client import Connection, add_connection_arguments, connection_from_args
 from serving.codec import parse_shape
-from serving.config.stack import DEFAULT_WORK_DIR
+from serving.config.served_config import DEFAULT_WORK_DIR
 from serving.stack.endpoint import stack_endpoint
 
 __all__ = [

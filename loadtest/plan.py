@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
-from loadtest import REPO_ROOT
 from loadtest.fleet import PROFILES, LatencyModel, SimulationResult, profile, simulate
 from loadtest.hpa import HPASpec, ScalingRules, spec_from_manifest
 from loadtest.options import UsageError
 from loadtest.plots import plot_simulation
+from serving.checkout import REPO_ROOT
 
 if TYPE_CHECKING:
     from serving.codec import JSON

@@ -28,8 +28,8 @@ from loadtest.options import UsageError
 from loadtest.payloads import Target
 from serving.client import NO_RETRY, Connection, GrpcClient, RestClient, ServingError
 from serving.client.errors import TlsError
-from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, read_state
-from serving.server.launcher import MONITORING_PATH
+from serving.config.served_config import DEFAULT_WORK_DIR, STATE_FILE, read_state
+from serving.launcher import MONITORING_PATH
 from serving.status import Code
 
 __all__ = ["PREFLIGHT_TIMEOUT_S", "check_served", "check_level_time", "speaks_tls", "stack_metrics_url"]

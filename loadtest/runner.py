@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-from loadtest import REPO_ROOT
 from loadtest.options import CONNECTION_ENV, connection_environment, server_address
 from loadtest.payloads import Payload, Target, build_payload, write_payload
 from loadtest.driver import Load
 from loadtest.refusals import GATEWAY_LIMITED, failures_by_class
 from loadtest.replay import Lag, ReplayRate
 from loadtest.slo import GateResult, Gates, evaluate
+from serving.checkout import REPO_ROOT
 from serving.client import Connection
 from serving.processes import stop_process
 

@@ -1,6 +1,6 @@
 """Servers a sweep or the tuner starts itself: the embedded server, or TF Serving in Docker.
 
-The embedded server is ``serving.server.launcher.ServerProcess`` (the one
+The embedded server is ``serving.launcher.ServerProcess`` (the one
 launcher). ``DockerServer`` runs real TF Serving with the same config files
 (``write_config_files``) through the docker SDK. ``start_server`` picks one;
 both satisfy ``RunningServer``: ``grpc_target``, ``rest_url``,
@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Protocol, Sequence
 
 from loadtest.options import UsageError
 from serving.config.files import BatchingSpec, write_config_files
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from serving.stack.docker import Mount, TFServingContainer, run_tf_serving, tfserving_image, tfserving_unavailable
 
 __all__ = ["RunningServer", "DockerServer", "docker_image", "start_server"]

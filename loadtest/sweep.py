@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
-from loadtest import REPO_ROOT
 from loadtest.driver import Load, Record, Transport, transport_for
 from loadtest.metrics import Scrape, scrape, split_between
 from loadtest.options import (
@@ -56,9 +55,10 @@ from loadtest.plots import plot_throughput_latency
 from loadtest.preflight import check_level_time, check_served, stack_metrics_url
 from loadtest.servers import RunningServer, start_server
 from serving import addresses
+from serving.checkout import REPO_ROOT
 from serving.client import Connection
 from serving.config import load_batching_parameters
-from serving.server.launcher import BatchingSpec
+from serving.launcher import BatchingSpec
 
 if TYPE_CHECKING:
     from serving.codec import JSON

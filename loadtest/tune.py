@@ -49,7 +49,7 @@ from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from exporter.manifest import load_manifest
-from loadtest import REPO_ROOT, space
+from loadtest import space
 from loadtest.driver import transport_for
 from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Payload, Target, build_payload
@@ -57,6 +57,7 @@ from loadtest.preflight import check_served
 from loadtest.servers import RunningServer, docker_image, start_server
 from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from loadtest.tune_report import write_report
+from serving.checkout import REPO_ROOT
 from serving.config import load_batching_parameters
 
 if TYPE_CHECKING:

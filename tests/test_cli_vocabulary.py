@@ -29,11 +29,11 @@ import exporter.__main__
 import loadtest.__main__
 import monitoring.local
 import serving.capture._cli
+from serving.checkout import REPO_ROOT
 import serving.client.cli
 import serving.config.cli
 import serving.rollout.cli
 import serving.stack.cli
-from tests.support.servers import REPO_ROOT
 
 
 def _example_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 INSTALL = re.compile(r'pip install -q -c constraints\.txt -e "\.\[([\w,-]+)\]"')
 

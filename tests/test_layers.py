@@ -17,7 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from serving.checkout import REPO_ROOT
+
 SOURCE_PACKAGES = ("serving", "exporter", "loadtest", "monitoring", "benchmarks", "deploy", "gateway")
 
 # The granularity of the graph: a module belongs to the longest of these that prefixes it;
@@ -41,8 +42,8 @@ SERVER_ROWS: tuple[tuple[Box, ...], ...] = (
     (("serving.server.batching",),),
     (("serving.server.tensorflow",),),
     (("serving.server.core",),),
-    (("serving.server.flags", "serving.server.metrics", "serving.server.deadline", "serving.server.launcher",
-      "serving.server.admission", "serving.server.collector", "serving.server.descriptors",
+    (("serving.server.flags", "serving.server.metrics", "serving.server.deadline",
+      "serving.server.admission", "serving.server.heap_freezer", "serving.server.open_file_limit",
       "serving.server.logs", "serving.server.memory", "serving.server.request_capture"),),
 )
 """The server's column of the diagram, top to bottom: composition root, frontends/, batching/, tensorflow/,
@@ -52,7 +53,7 @@ DIAGRAM: tuple[tuple[Box, ...], ...] = (
     (("loadtest",), ("monitoring",), ("deploy",), ("serving.rollout",)),
     (("serving.stack",),),
     (("gateway",),),
-    (("exporter",), ("serving.server.*",)),   # the exporter beside the server's column (SERVER_ROWS)
+    (("exporter",), ("serving.server.*",), ("serving.launcher",)),   # beside the server's column (SERVER_ROWS)
     (("serving.config",),),
     (("serving.client",), ("serving.capture",)),
     (("serving.codec",),),

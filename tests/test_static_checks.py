@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 import serving.client
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 VENV_BIN = Path(sys.executable).parent
 
 

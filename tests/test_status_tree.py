@@ -7,8 +7,8 @@ import inspect
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.client import errors
-from tests.support.servers import REPO_ROOT
 
 SUBCLASSES = [name for name in status.__all__ if name not in ("Code", "ServingError") and name[0].isupper()]
 

@@ -2,7 +2,7 @@
 
 Each server serves the same SavedModel, one model at a time, restarted every round:
 
-- the embedded server (``python -m serving.server``, through ``serving.server.launcher``),
+- the embedded server (``python -m serving.server``, through ``serving.launcher``),
   without and with batching (``--batching-config``, default ``serving/batching.cpu.config``);
 - the peers, each running its idiomatic app (``benchmarks/peer_apps/``) in its own virtual
   environment under ``.cache/peers/<name>/`` that this benchmark builds at pinned versions (with the

@@ -17,7 +17,7 @@ from benchmarks.peers.measurements import Machine, Measurements, Settings
 from benchmarks.peers.report import comparable_series, exit_code, render
 from benchmarks.peers.scenarios import LARGE_MODELS, Bench, batching_proto, run_round
 from exporter.export import ensure_model
-from serving.server.launcher import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 __all__ = ["build_parser", "main"]
 

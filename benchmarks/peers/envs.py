@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from serving.server.launcher import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 __all__ = ["APPS", "BASE_REQUIREMENTS", "PEERS", "PeerSpec", "PeerUnavailable", "VENV_ROOT", "clean_env",
            "ensure_venv"]

@@ -14,7 +14,7 @@ import numpy as np
 from benchmarks.peers.envs import APPS, PEERS, PeerUnavailable, clean_env, ensure_venv
 from serving import codec
 from serving.processes import stop_process
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from serving.stack.docker import Mount, TFServingContainer, TFServingUnavailable, run_tf_serving, tfserving_image
 
 __all__ = ["PeerProcess", "answers_agree", "launch_peer", "wait_for_answer"]

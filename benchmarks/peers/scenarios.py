@@ -29,7 +29,7 @@ from loadtest.driver import Transport, call_transport, measure
 from loadtest.procfs import tree_rss_anon_mb, tree_rss_mb
 from serving.client import GrpcClient, RestClient
 from serving.config.protos import batching_parameters_class
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 
 __all__ = ["HIGH_CONCURRENCY", "LARGE_MODELS", "SDK_MODELS", "TODAY_RESNET50_REST_C1", "Bench", "batching_proto",
            "measure_point", "run_round"]

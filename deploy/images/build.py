@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import (
     COMPOSE_FILES,
     LOCAL_OVERRIDE,
@@ -31,10 +32,9 @@ from serving.config.compose import (
 )
 from serving.stack.docker import image_label
 
-__all__ = ["REPO_ROOT", "CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "NGINX_IMAGE", "content_hash", "build_images",
+__all__ = ["CACHE_DIR", "Image", "IMAGES", "EXPORTER_IMAGE", "NGINX_IMAGE", "content_hash", "build_images",
            "debian_mirror"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "images"
 HERE = Path(__file__).resolve().parent
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from deploy.images.build import REPO_ROOT
+from serving.checkout import REPO_ROOT
 from serving.processes import stop_process
 from serving.stack.docker import probe_engine
 

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deploy.k8s.generate import Checkout, stale_files, write_all
+from serving.checkout import REPO_ROOT
 
 __all__ = ["build_parser", "main"]
-
-CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    checkout = Checkout((args.checkout or CHECKOUT).resolve())
+    checkout = Checkout((args.checkout or REPO_ROOT).resolve())
     if args.command == "generate":
         changed = write_all(checkout)
         print("\n".join(f"wrote {p}" for p in changed) or "up to date")

@@ -3,7 +3,7 @@
 Why: a 224x224x3 image in a REST body is ~150,000 numbers in ~50,000 nested
 lists. Parsing it to lists (``json_loads``) and stacking them (``np.array``)
 cost more than the model's own run, and the lists kept Python's garbage
-collector busy (see ``serving.server.collector``).
+collector busy (see ``serving.server.heap_freezer``).
 
 ``json_loads_dense(body, keep)`` returns what ``json_loads(body)`` returns,
 except that each array of numbers of at least ``DENSE_MIN_BYTES`` of text

@@ -7,7 +7,7 @@
   ``--config-file`` checks one models config against this host's directories).
 - ``add NAME --base-path DIR [--policy latest:N|all|versions:1,2] [--label
   stable=1 ...]`` and ``remove NAME`` change the config the stack serves
-  (``serving.config.stack``: the file ``make up`` recorded, else the compose
+  (``serving.config.served_config``: the file ``make up`` recorded, else the compose
   file ``serving/models.config``), for any model. Names (``serving.config.names``),
   paths and labels are checked first. Then, holding the config's lock
   (``serving.config.config_lock``), the file is written atomically if it is
@@ -55,7 +55,7 @@ from serving.config.config_lock import LockTimeout, StaleConfig
 from serving.config.names import model_name_problem
 from serving.config.reload import ReloadError
 from serving.config.rollbacks import ROLLED_BACK_FILE, reinstate, rolled_back_versions, stable_version
-from serving.config.stack import (
+from serving.config.served_config import (
     COMPOSE_PAIR,
     DEFAULT_MODEL_REPO,
     DEFAULT_WORK_DIR,

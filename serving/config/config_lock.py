@@ -11,7 +11,7 @@ The compare-and-swap: a command records the file's :class:`Snapshot` (its
 text and a SHA-256 of it) when it reads it, and under the lock writes only
 if the file is still that snapshot (:meth:`ConfigLock.write_if`); otherwise
 :class:`StaleConfig`, and the caller plans again from the fresh file or
-refuses (``serving.config.stack.change_served_config``). A writer that does
+refuses (``serving.config.served_config.change_served_config``). A writer that does
 not take the lock (an editor) is caught by the same check.
 """
 from __future__ import annotations

@@ -69,7 +69,7 @@ class Reloader:
     never holds an older state than the one in flight, and a command killed
     after a push leaves the file saying what the server serves. A file that
     other commands change too needs their lock and a compare-and-swap:
-    ``serving.config.stack.change_served_config`` applies steps that way.
+    ``serving.config.served_config.change_served_config`` applies steps that way.
     """
 
     def __init__(self, client: GrpcClient, *, write: Optional[Callable[[ModelServerConfig], object]] = None,

@@ -12,7 +12,7 @@ by itself stop a ``latest`` policy: every writer of a served config pins a
 
 - ``serving.config add`` (without ``--version``), ``render`` from a model
   repository, and ``make up``'s reconcile of a model new to the served config
-  (``serving.stack.served``) call it; ``add`` refuses a ``latest`` or ``all``
+  (``serving.stack.prepared_configs``) call it; ``add`` refuses a ``latest`` or ``all``
   policy that would serve a rolled-back version;
 - an operator asks for a rolled-back version by number (``serving.config add
   --version N``, ``--label stable=N``, ``rollout promote`` of a canary on it,

@@ -3,7 +3,7 @@
 Every command that moves labels reads the current state from the models
 config the server runs, checks that every base path and version it names is
 on disk (TF Serving would wait for a missing one, and hold every later reload),
-then, holding the config's lock (``serving.config.stack.change_served_config``),
+then, holding the config's lock (``serving.config.served_config.change_served_config``),
 writes each planned step to the file (if it is still what was read) and
 pushes it with ``HandleReloadConfigRequest``, waiting for the versions to be
 AVAILABLE (``GetModelStatus``). A step that fails puts the model's entry back
@@ -14,7 +14,7 @@ another command changed since it was read is refused with exit code 4.
 unless asked for by number.
 
 The config and the server default to what the running stack serves
-(``serving.config.stack``: the file and gRPC target ``make up`` recorded in
+(``serving.config.served_config``: the file and gRPC target ``make up`` recorded in
 ``<work dir>/stack.json``, compose or embedded); without a state file, the
 compose file ``serving/models.config`` on ``127.0.0.1:8500``. ``publish``
 writes into the stack's model repository by default.
@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 from exporter.capture_source import CaptureSourceError, add_window_arguments, window_from_args
 from serving import status
 from serving.addresses import grpc_address, rest_address
+from serving.checkout import REPO_ROOT
 from serving.client import Connection, GrpcClient, RestClient, add_connection_arguments, connection_from_args
 from serving.config.config_lock import LockTimeout, StaleConfig
 from serving.config.reload import ReloadError, version_states
 from serving.config.rollbacks import ROLLED_BACK_FILE, record_rollback, reinstate
-from serving.config.stack import (
+from serving.config.served_config import (
     DEFAULT_WORK_DIR,
-    REPO_ROOT,
     STATE_FILE,
     ServedConfig,
     change_served_config,

@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from serving.checkout import REPO_ROOT
 from serving.model_repo import Staging
 from serving.rollout.plan import RolloutError
 
 __all__ = ["publish_saved_model", "export_version", "export_command"]
-
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def publish_saved_model(source: Path, models_dir: Path, name: str,
@@ -54,7 +53,7 @@ def export_version(model: str, models_dir: Path, *, variant: str = "fp32",
     exporter's last line of error output, when the export fails.
     """
     proc = subprocess.run(export_command(model, models_dir, variant=variant, version=version),
-                          cwd=_REPO_ROOT, capture_output=True, text=True)
+                          cwd=REPO_ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         raise RolloutError(f"exporting {model} ({variant}) failed (exit {proc.returncode}): "

@@ -23,7 +23,7 @@ class Rollout(Reloader):
     ``config_file`` (optional) is rewritten before every step is pushed, so a
     server polling that file (``--model_config_file_poll_wait_seconds``) reads
     the state the rollout pushes instead of reverting it. (The CLI holds the
-    config's lock around its steps: ``serving.config.stack.change_served_config``.) A failed step raises
+    config's lock around its steps: ``serving.config.served_config.change_served_config``.) A failed step raises
     ``serving.config.reload.ReloadError`` (``RolloutError`` is its subclass).
     """
 

@@ -11,7 +11,7 @@ wait noticed SIGTERM up to a second late (the listeners stayed open that long).
 Before the server is built, ``serving.server.memory`` sets TensorFlow's
 environment defaults (no Keras import, oneDNN tensors on malloc), which
 TensorFlow reads once, when it loads, limits glibc's malloc arenas and raises
-the soft RLIMIT_NOFILE to the hard limit (``serving.server.descriptors``).
+the soft RLIMIT_NOFILE to the hard limit (``serving.server.open_file_limit``).
 Exit codes follow ``main.cc``: 0 after ``--version``, ``--help`` or a drain,
 255 (``-1``) for a bad flag value or a server that fails to start.
 """
@@ -26,7 +26,7 @@ from importlib import metadata
 from typing import Optional, Sequence
 
 from serving import status
-from serving.server.descriptors import raise_open_file_limit
+from serving.server.open_file_limit import raise_open_file_limit
 from serving.server.flags import CommandLine, FlagError, ServerFlags, log_no_effect, parse_flags, usage, validate_flags
 from serving.server.logs import NativeStderrAsJson, configure_logging
 from serving.server.memory import configure_tensorflow_environment, limit_malloc_arenas

@@ -10,7 +10,7 @@ Before the first load, the crash markers of ``--quarantine_dir`` are read
 (``core.quarantine``): a version that killed the last process is never loaded.
 ``--model_config_file`` is read with ``serving.server.config_file``'s bounds.
 From ``start()`` to ``stop()`` Python's heap is frozen after each model load
-(``HeapFreezer``, ``serving.server.collector``), which keeps the garbage
+(``HeapFreezer``, ``serving.server.heap_freezer``), which keeps the garbage
 collector's walks over TensorFlow's objects out of the request path.
 
 Both front-ends listen on ``--bind_address`` (default 127.0.0.1; TF Serving
@@ -37,7 +37,7 @@ from serving import config as config_files
 from serving import status
 from serving.config.protos import batching_parameters_class
 from serving.server.batching import BatchingOptions, BatchingRunWrapper, BatchScheduler
-from serving.server.collector import HeapFreezer
+from serving.server.heap_freezer import HeapFreezer
 from serving.server.config_file import read_config_text
 from serving.server.core.manager import ServableManager
 from serving.server.core.quarantine import QuarantiningLoaderFactory, VersionQuarantine

@@ -9,8 +9,9 @@
 - ``compose``: the compose backends (plan, preflight, start, record, stop);
 - ``embedded``: the embedded server with the CPU variant's command, and its
   export queue;
-- ``served``: the embedded stack's persistent served config, reconciled with
-  the model repository at each start;
+- ``prepared_configs``: the config files each backend serves, made at each
+  start (the embedded stack's persistent ``models.config``, reconciled with
+  the model repository; compose's configs directory);
 - ``banner``: the progress lines and the banner (addresses, batching, log,
   how to stop);
 - ``down``: ``make down``, from ``stack.json``;
@@ -22,7 +23,7 @@
 - ``cli``: the command line.
 
 Every backend records what it started in ``<work dir>/stack.json``
-(``serving.config.stack``), which ``serving.config add|remove``,
+(``serving.config.served_config``), which ``serving.config add|remove``,
 ``serving.rollout`` and ``make down`` default to.
 """
 __all__: list[str] = []

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import COMPOSE_FILES
-from serving.server.launcher import REPO_ROOT
 from serving.stack.docker import probe_engine
 
 __all__ = ["BACKENDS", "Choice", "docker_runtimes", "choose_backend", "compose_files", "compose_profiles"]

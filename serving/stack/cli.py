@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from serving.addresses import grpc_address, rest_address
+from serving.checkout import REPO_ROOT
 from serving.config.compose import ComposeError
-from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, StackState, StateFileError, load_state
-from serving.server.launcher import REPO_ROOT
+from serving.config.served_config import DEFAULT_WORK_DIR, STATE_FILE, StackState, StateFileError, load_state
 from serving.stack.choice import BACKENDS, Choice, choose_backend, docker_runtimes
 from serving.stack.compose import IMAGES, compose_containers, run_compose
 from serving.stack.down import stop_stack

@@ -34,12 +34,12 @@ from serving.config.compose import (
     with_grafana_placeholder,
 )
 from serving.config.models import CONTAINER_MODELS_DIR
-from serving.config.stack import DEFAULT_WORK_DIR, StackState, read_state, write_state
+from serving.config.served_config import DEFAULT_WORK_DIR, StackState, read_state, write_state
 from serving.stack.banner import batching_summary, print_gateway_usage
 from serving.stack.choice import Choice, compose_files, compose_profiles
 from serving.stack.docker import image_present
 from serving.stack.scrape import scrape_config_for, write_scrape_config
-from serving.stack.served import prepare_compose_configs
+from serving.stack.prepared_configs import prepare_compose_configs
 
 __all__ = ["NON_ROOT_ID", "IMAGES", "CONFIG_DIR_VARIABLE", "COMPOSE_CONFIG_DIR", "recorded_env", "ContainerUser", "container_user", "is_local_service", "with_dependencies",
            "ComposePlan", "plan_compose", "cpu_limits", "missing_local_images", "HostPath", "host_paths",

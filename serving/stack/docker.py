@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import COMPOSE_FILES, load_compose_model, with_grafana_placeholder
-from serving.server.launcher import REPO_ROOT, LoopbackAddresses, wait_until_available
+from serving.launcher import LoopbackAddresses, wait_until_available
 
 __all__ = [
     "Engine",

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from serving.config.stack import STATE_FILE, StackState, StateFileError, load_state
+from serving.config.served_config import STATE_FILE, StackState, StateFileError, load_state
 from serving.stack.compose import compose_down
 from serving.stack.running import corrupt_state_advice, embedded_processes, held_ports
 

@@ -2,7 +2,7 @@
 
 The command is read from the compose files, paths remapped to this checkout
 (``serving.config.compose.plan_embedded_server``); the server serves the
-persistent served config (``serving.stack.served``).
+persistent served config (``serving.stack.prepared_configs``).
 
 - Zoo models are exported only when the repository is empty, and then only
   the small ones (:data:`DEFAULT_EXPORTS`); ``--models`` names the zoo models
@@ -35,13 +35,21 @@ from serving.config.compose import load_compose_model, plan_embedded_server, wit
 from serving.config.edit import add_steps
 from serving.config.models import new_model_server_config, repository_models, served_entry
 from serving.config.reload import ReloadError
-from serving.config.stack import DEFAULT_WORK_DIR, STATE_FILE, ServedConfig, StackState, apply_steps, read_state, write_state
+from serving.config.served_config import (
+    DEFAULT_WORK_DIR,
+    STATE_FILE,
+    ServedConfig,
+    StackState,
+    apply_steps,
+    read_state,
+    write_state,
+)
 from serving.model_repo import SMALL_ZOO, ZOO, model_versions
-from serving.server.launcher import ServerProcess, model_available, port_open
+from serving.launcher import ServerProcess, model_available, port_open
 from serving.stack.banner import batching_summary, print_usage, say
 from serving.stack.choice import compose_files
 from serving.stack.identity import ProcessIdentity, die_with_parent
-from serving.stack.served import MODELS_CONFIG, prepare_served_config
+from serving.stack.prepared_configs import MODELS_CONFIG, prepare_served_config
 
 __all__ = ["DEFAULT_EXPORTS", "SERVER_LOG", "EmbeddedOptions", "ensure_commands", "zoo_selection", "export_order",
            "Exports", "run_embedded"]

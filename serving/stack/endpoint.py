@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from serving.checkout import REPO_ROOT
 from serving.client import Connection, connection_from_args
-from serving.config.stack import REPO_ROOT, STATE_FILE, read_state
+from serving.config.served_config import STATE_FILE, read_state
 
 __all__ = ["GATEWAY_LIMIT_MESSAGE", "StackEndpoint", "is_gateway_refusal", "stack_endpoint"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from serving.config.compose import ComposeError
-from serving.config.stack import STATE_FILE, StackState, StateFileError, load_state
+from serving.config.served_config import STATE_FILE, StackState, StateFileError, load_state
 from serving.stack.compose import _compose_base, recorded_env
 from serving.stack.embedded import SERVER_LOG
 from serving.stack.running import corrupt_state_advice

@@ -11,8 +11,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Optional
 
-from serving.config.stack import StackState
-from serving.server.launcher import port_open
+from serving.config.served_config import StackState
+from serving.launcher import port_open
 from serving.stack.identity import ProcessIdentity
 
 __all__ = ["embedded_processes", "held_ports", "address_port", "corrupt_state_advice", "describe_running"]

@@ -17,9 +17,11 @@ from typing import Collection, Mapping
 
 import yaml
 
+from serving.checkout import REPO_ROOT
+
 __all__ = ["SHIPPED_CONFIG", "scrape_config_for", "write_scrape_config"]
 
-SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus" / "prometheus.yml"
+SHIPPED_CONFIG = REPO_ROOT / "monitoring" / "prometheus" / "prometheus.yml"
 
 
 def _host(target: str) -> str:

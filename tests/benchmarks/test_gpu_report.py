@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu
+from serving.checkout import REPO_ROOT
 from serving.stack.docker import Engine
-from tests.support.servers import REPO_ROOT
 
 RECORDED_INPUT = Path(__file__).parent / "data" / "gpu_measurements.json"
 

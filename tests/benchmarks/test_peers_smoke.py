@@ -11,7 +11,7 @@ clean clone. So this test:
 - checks FastAPI and KServe only where their venvs already exist with the current pins (built
   by ``python -m benchmarks.peers``), and skips each otherwise, saying how to build it.
 
-The embedded server (the real one, through ``serving.server.launcher``) answers the same body
+The embedded server (the real one, through ``serving.launcher``) answers the same body
 first; each peer's outputs must equal its outputs within the model's manifest tolerance. One
 short ``--quick`` run of the whole benchmark (digits, the Flask peer) checks its wiring, and
 checks the Flask peer's answer that way: the benchmark times a peer only after its answer agreed
@@ -39,7 +39,8 @@ from benchmarks.peers import (
 )
 from exporter.manifest import load_manifest
 from serving import codec
-from serving.server.launcher import REPO_ROOT, ServerProcess
+from serving.checkout import REPO_ROOT
+from serving.launcher import ServerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import sys
 
 from benchmarks import revisions
 from benchmarks.targets import REVISION_THROUGHPUT
-from serving.server.launcher import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 
 def test_checkout_writes_the_revision_files(tmp_path):

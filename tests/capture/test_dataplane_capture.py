@@ -30,7 +30,7 @@ from serving.capture import read_capture
 from serving.server.frontends.dataplane import DataPlane, ModelSpec
 from serving.server.frontends.grpc import GrpcFrontend
 from serving.server.frontends.rest import RestFrontend
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from serving.server.metrics import CaptureMetrics, ServerMetrics, render_registry
 from serving.server.request_capture import CaptureSettings, ServerRequestCapture
 from tests.support.serving import MONITORING_PATH, examples_input

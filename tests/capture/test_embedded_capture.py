@@ -19,8 +19,9 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from serving import codec, status
 from serving.capture import read_capture
+from serving.checkout import REPO_ROOT
 from serving.server.flags import ServerFlags, validate_flags
-from tests.support.servers import REPO_ROOT, EmbeddedServer
+from tests.support.servers import EmbeddedServer
 from tests.support.serving import tiny_flags
 from tests.support.wait import wait_until
 

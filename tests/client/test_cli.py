@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.client.cli import build_parser, main
-from tests.support.servers import REPO_ROOT
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

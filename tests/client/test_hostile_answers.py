@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.client import AsyncRestClient, GrpcClient, NO_RETRY, RestClient, RetryPolicy, errors
 from tests.support import hostile_servers as hs
-from tests.support.servers import REPO_ROOT
 
 GET_META = "/tensorflow.serving.PredictionService/GetModelMetadata"
 GET_STATUS = "/tensorflow.serving.ModelService/GetModelStatus"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from serving.client import AsyncGrpcClient, AsyncRestClient, GrpcClient, RestClient, errors
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 
 pytestmark = pytest.mark.slow  # starts the embedded server (TensorFlow loads three models)
 

@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
+from serving.checkout import REPO_ROOT
 import serving.client
 import serving.client.errors
 import serving.codec
 import serving.status
-from tests.support.servers import REPO_ROOT
 
 
 def test_public_names_are_pinned():

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.client import AsyncGrpcClient, AsyncRestClient, GrpcClient, RestClient, RetryPolicy, errors
 from serving.client._rest import answer_of
 from tests.support.fake_serving import Backend, FakeGrpcServer, HttpsRestServer
 from tests.support.pki import Pki, make_pki
-from tests.support.servers import REPO_ROOT
 
 INPUT = {"images": np.ones((1, 8, 8, 1), np.float32)}
 BACKOFF = 5.0

@@ -5,7 +5,8 @@ import json
 import subprocess
 import sys
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 
 def test_benchmark_prints_all_ratios_for_the_same_message_as_tensorflow():

@@ -5,7 +5,8 @@ import json
 import subprocess
 import sys
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 
 def test_benchmark_reports_both_decoders_frozen_and_not_on_the_same_tensor():

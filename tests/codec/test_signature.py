@@ -12,6 +12,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from serving import codec
+from serving.checkout import REPO_ROOT
 from serving.codec import (
     CLASSIFY_METHOD_NAME,
     DEFAULT_SIGNATURE,
@@ -21,7 +22,6 @@ from serving.codec import (
     TensorSpec,
 )
 from serving.wire import apis
-from tests.support.servers import REPO_ROOT
 
 # (alias, TF dtype, shape as tf.TensorShape takes it: None = unknown rank, None dims = -1)
 TENSORS = [

@@ -6,7 +6,8 @@ import re
 import subprocess
 import sys
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 DOCKERFILE = REPO_ROOT / "exporter" / "Dockerfile"
 

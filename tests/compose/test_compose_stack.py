@@ -13,11 +13,11 @@ import subprocess
 import pytest
 
 from deploy.k8s.generate import duration_seconds
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.config.compose import compose_command, load_compose_model, volume_map
 from serving.model_repo import published_name
 from tests.support.compose import CPU, GPU, PASSWORD, compose_env, dotenv, flags
-from tests.support.servers import REPO_ROOT
 
 GPU_DEVICE = {"driver": "nvidia", "count": -1, "capabilities": ["gpu"]}
 

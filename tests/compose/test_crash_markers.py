@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 WRAPPER = REPO_ROOT / "deploy" / "images" / "tfserving" / "tensorflow_model_server"
 DOCKERFILE = REPO_ROOT / "deploy" / "images" / "tfserving" / "Dockerfile"

@@ -9,11 +9,11 @@ import pytest
 
 from gateway import SECRET_FILES, TEMPLATES, template_variables
 from gateway.certs import init_secrets
+from serving.checkout import REPO_ROOT
 from serving.config.compose import load_compose_model, volume_map
 from serving.stack.cli import main as make_up
 from serving.stack.compose import missing_gateway_files
 from tests.support.compose import CPU, PASSWORD, compose_env, dotenv, flags
-from tests.support.servers import REPO_ROOT
 
 
 @pytest.fixture(params=["gpu", "cpu"])

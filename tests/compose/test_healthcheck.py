@@ -16,7 +16,7 @@ import pytest
 
 from serving.config.compose import load_compose_model
 from serving.config.files import model_config_text
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.compose import CPU, GPU, PASSWORD, compose_env
 
 

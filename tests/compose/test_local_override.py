@@ -12,9 +12,9 @@ import copy
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import load_compose_model
 from tests.support.compose import CPU, PASSWORD, compose_env
-from tests.support.servers import REPO_ROOT
 
 LOCAL = [*CPU, REPO_ROOT / "docker-compose.local.yml"]
 UPSTREAM_NAMES = ("tensorflow/serving", "tensorflow/tensorflow", "nginx", "prom/prometheus", "grafana/grafana",

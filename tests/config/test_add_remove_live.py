@@ -18,7 +18,7 @@ import pytest
 
 from serving.config import load_model_server_config
 from serving.config.models import render_repository_config, write_model_server_config
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from tests.support.config import run_cli
 from tests.support.servers import EmbeddedServer
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.config.cli import check_serving_dir
 from serving.config.models import (
@@ -16,7 +17,6 @@ from serving.config.models import (
     write_model_server_config,
 )
 from tests.support.config import run_cli, user_model
-from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"
 

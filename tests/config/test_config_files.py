@@ -6,11 +6,11 @@ import re
 import pytest
 import yaml
 
+from serving.checkout import REPO_ROOT
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.checks import check_batching_parameters
 from serving.config.models import render_model_server_config, without_gpu_only
 from serving.model_repo import ZOO
-from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"
 PUBLISHED = {"digits", "digits_xla", "resnet50", "resnet50_xla", "resnet50_trt_fp16", "text", "ranker"}

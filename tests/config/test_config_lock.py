@@ -15,7 +15,7 @@ from serving.config import load_model_server_config
 from serving.config.cli import main as config_main
 from serving.config.config_lock import ConfigLock, LockTimeout, StaleConfig, read_snapshot
 from serving.config.edit import VersionPolicy, add_steps, model_entry, remove_steps
-from serving.config.stack import apply_steps, change_served_config, served_config
+from serving.config.served_config import apply_steps, change_served_config, served_config
 from serving.rollout.cli import EXIT_STALE as ROLLOUT_EXIT_STALE
 from serving.rollout.cli import main as rollout_main
 from tests.support.config import Listener, embedded_stack, user_model

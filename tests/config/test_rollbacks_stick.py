@@ -15,9 +15,9 @@ from serving.config import load_model_server_config
 from serving.config.cli import main as config_main
 from serving.config.models import render_repository_config
 from serving.config.rollbacks import ROLLED_BACK_FILE, record_rollback, reinstate, rolled_back_versions, stable_version
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from serving.rollout.cli import main as rollout_main
-from serving.stack.served import prepare_served_config
+from serving.stack.prepared_configs import prepare_served_config
 from tests.support.config import embedded_stack, user_model
 from tests.support.servers import EmbeddedServer
 

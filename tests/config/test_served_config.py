@@ -1,4 +1,4 @@
-"""The config the stack serves (``serving.config.stack``) and ``serving.config add|remove|render`` on it,
+"""The config the stack serves (``serving.config.served_config``) and ``serving.config add|remove|render`` on it,
 with no server running: resolution from make up's state file, path and label checks before anything is
 written, atomic writes that keep the compose pair in sync."""
 from __future__ import annotations
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.config.cli import check_serving_dir
 from serving.config.edit import VersionPolicy, add_steps, entry_problems, model_entry, parse_labels, remove_steps
 from serving.config.models import render_repository_config
-from serving.config.stack import (
+from serving.config.served_config import (
     COMPOSE_PAIR,
     DEFAULT_GRPC,
     STATE_FILE,
@@ -23,7 +24,6 @@ from serving.config.stack import (
     write_state,
 )
 from tests.support.config import Listener, embedded_stack, run_cli, user_model
-from tests.support.servers import REPO_ROOT
 
 SERVING = REPO_ROOT / "serving"
 

@@ -27,7 +27,7 @@ import grpc
 import httpx
 import pytest
 
-from serving.server.launcher import wait_until_available
+from serving.launcher import wait_until_available
 from serving.stack.docker import Mount, run_tf_serving, tfserving_image, tfserving_unavailable
 from tests.support.contract import layout
 from tests.support.contract import tfs_testdata as tfs_testdata_layout

@@ -26,7 +26,7 @@ import pytest
 
 from gateway.certs import init_secrets
 from serving.config.compose import with_grafana_placeholder
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from serving.stack.compose import plan_compose
 from tests.support.compose_stack import PROJECT, Stack, copy_checkout, remove_stale_projects, skip_reason
 

@@ -34,7 +34,7 @@ from gateway.certs import init_secrets
 from serving.capture import read_capture
 from serving.capture._tfrecord import iter_records
 from serving.config.compose import with_grafana_placeholder
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from serving.stack.compose import plan_compose
 from tests.support.compose_stack import (
     EXPORTED_IN_CONTAINER,

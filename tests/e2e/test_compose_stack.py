@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from exporter.manifest import load_manifest
+from serving.checkout import REPO_ROOT
 from serving.client import NO_RETRY, GrpcClient, RestClient
 from serving.client.errors import PermissionDenied, TlsError, Unauthenticated
 from tests.support.compose_stack import EXPORTED_IN_CONTAINER, SERVICES, Stack, docker
-from tests.support.servers import REPO_ROOT
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

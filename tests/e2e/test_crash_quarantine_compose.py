@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import compose_command, with_grafana_placeholder
 from tests.support.compose_stack import FILES, PROJECT_PREFIX, docker, skip_reason
 from tests.support.docker_cli import environ
-from tests.support.servers import REPO_ROOT
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]

@@ -21,7 +21,7 @@ import pytest
 
 from serving.client import GrpcClient
 from serving.config import load_model_server_config
-from serving.config.stack import STATE_FILE, read_state
+from serving.config.served_config import STATE_FILE, read_state
 from serving.rollout.plan import find_model
 from tests.rollout.v2_models import build_wrapped
 from tests.support.compose_stack import EXPORTED_IN_CONTAINER, Stack

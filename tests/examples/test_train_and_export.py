@@ -20,9 +20,9 @@ import pytest
 from sklearn.datasets import load_digits
 
 from exporter.manifest import load_manifest
+from serving.checkout import REPO_ROOT
 from serving.codec import DEFAULT_SIGNATURE
 from serving.model_repo import latest_version_dir
-from tests.support.servers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "examples" / "train_and_export.py"
 EPOCHS = 10

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 
 from exporter.manifest import Golden, Manifest, load_manifest, write_manifest
+from serving.checkout import REPO_ROOT
 from serving.codec import PREDICT_METHOD_NAME, Signature, TensorSpec
-from tests.support.servers import REPO_ROOT
 
 
 def test_load_manifest_does_not_import_tensorflow(model_repo):

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from serving import model_repo
+from serving.checkout import REPO_ROOT
 from tests.support.exporter import cli_env
-from tests.support.servers import REPO_ROOT
 
 
 def _numeric(base):

@@ -5,7 +5,7 @@ import numpy as np
 
 import exporter
 from serving.client import GrpcClient, RestClient
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support import user_models
 
 

@@ -24,7 +24,7 @@ from typing import Iterator
 import pytest
 
 from gateway.certs import Credentials, init_secrets
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.gateway import (
     MODEL,
     SLOW_REFILL,

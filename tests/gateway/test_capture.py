@@ -29,7 +29,7 @@ from serving.capture.gateway_sink import (
     parse_rate,
     to_prediction_log,
 )
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from serving.wire import apis
 from tests.support.gateway import (
     MODEL,

@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 
 from gateway import TEMPLATE_DIR, TEMPLATES, UnsetVariable, for_nginx_version, render_template
+from serving.checkout import REPO_ROOT
 from tests.support.compose import dotenv
 from tests.support.gateway import LOCAL_VALUES
-from tests.support.servers import REPO_ROOT
 
 _VARIABLE = re.compile(r"\$\{(GATEWAY_[A-Z0-9_]+)\}")
 

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.certs import Credentials, init_secrets
 from serving.config.compose import load_compose_model
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from tests.support.stub_upstream import StubUpstream
 from tests.support.compose import CPU, PASSWORD, compose_env
 from tests.support.gateway import Gateway, compose_values, running_gateway, upstream_values

@@ -14,19 +14,19 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from gateway.certs import Credentials, edit_key_map, init_secrets, issue_client, main as certs_main, rotate_client
+from serving.checkout import REPO_ROOT
 from serving.client import NO_RETRY, GrpcClient
 from serving.client.errors import PermissionDenied, Unauthenticated
 from serving.rollout.traffic import nginx_reloaded, nginx_workers
 from tests.support.gateway import MODEL, Gateway, compose_values, running_gateway, served_config, upstream_values
 
 STATUS = f"/v1/models/{MODEL}"
-WATCHER = Path(__file__).resolve().parents[2] / "gateway" / "watch-access.sh"
+WATCHER = REPO_ROOT / "gateway" / "watch-access.sh"
 
 
 @pytest.fixture

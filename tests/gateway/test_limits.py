@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from gateway.certs import Credentials, init_secrets
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from tests.support.stub_upstream import StubUpstream
 from tests.support.gateway import (
     MODEL,

@@ -20,7 +20,7 @@ import pytest
 from deploy.images.build import NGINX_IMAGE
 from gateway.certs import init_secrets, main as certs_main
 from serving.config.compose import load_compose_model
-from serving.server.launcher import free_port, port_open
+from serving.launcher import free_port, port_open
 from serving.stack.docker import image_present, probe_engine
 from tests.support.compose import CPU, PASSWORD, compose_env
 

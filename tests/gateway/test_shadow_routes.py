@@ -24,7 +24,7 @@ import pytest
 from gateway.canary import MIRROR_FILE, route_file_names
 from serving.config.config_lock import StaleConfig
 from serving.rollout.traffic import HostNginx
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from tests.support.gateway import Gateway, compose_values, running_gateway
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from deploy.k8s.generate import Checkout, compose_services
+from serving.checkout import REPO_ROOT
 from tests.support.k8s import K8S_DIR, OVERLAYS, kustomize
-from tests.support.servers import REPO_ROOT
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serving.checkout import REPO_ROOT
 from tests.support.k8s import K8S_DIR, OVERLAYS
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # one checkov run over every overlay: ~15-40 s
 

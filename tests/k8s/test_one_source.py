@@ -21,7 +21,7 @@ from deploy.k8s.generate import (
     stale_files,
     write_all,
 )
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 GPU_ARGS = "deploy/k8s/components/gpu/generated/tfserving.yaml"
 CPU_ARGS = "deploy/k8s/components/cpu/generated/tfserving.yaml"

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from deploy.k8s.generate import duration_seconds
+from serving.checkout import REPO_ROOT
 from serving.config import load_monitoring_config
 from tests.support.k8s import K8S_DIR, OVERLAYS, VARIANT, objects, pod_specs
-from tests.support.servers import REPO_ROOT
 
 SERVING_CONFIGS = sorted((REPO_ROOT / "serving").glob("*.config"))
 RULE_FILES = sorted((REPO_ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))

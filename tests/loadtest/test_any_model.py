@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from serving.checkout import REPO_ROOT
 from tests.support.user_model import MODEL_NAME
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

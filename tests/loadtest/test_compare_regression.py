@@ -25,7 +25,8 @@ import sys
 
 import pytest
 
-from tests.support.servers import REPO_ROOT, EmbeddedServer
+from serving.checkout import REPO_ROOT
+from tests.support.servers import EmbeddedServer
 
 # alone: the same config measured twice must pass, which noise from a test on the other worker can break.
 pytestmark = [pytest.mark.slow, pytest.mark.alone]

@@ -19,7 +19,7 @@ from loadtest.hpa import HPAController, HPASpec, ScalingPolicy, ScalingRules, me
 from loadtest.options import UsageError
 from loadtest.plan import hpa_quantity, load_sweep, plan_capacity
 from loadtest.sweep import LevelResult, Series, write_outputs
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

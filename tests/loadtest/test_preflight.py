@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import preflight
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from tests.support.cli import loadtest_refused
 from tests.support.pki import make_pki
 from tests.support.ports import free_port

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 pytestmark = pytest.mark.slow
 

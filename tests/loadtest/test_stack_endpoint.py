@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from serving.client import Connection
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from serving.stack.endpoint import stack_endpoint
 
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config import load_batching_parameters
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

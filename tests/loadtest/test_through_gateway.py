@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gateway.certs import Credentials, init_secrets
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from tests.support.cli import loadtest_refused, run_loadtest
 from tests.support.gateway import compose_values, running_gateway, upstream_values
 
@@ -134,7 +134,7 @@ def test_a_locustfile_run_by_hand_reads_its_connection_from_the_environment(limi
     import subprocess
     import sys
 
-    from tests.support.servers import REPO_ROOT
+    from serving.checkout import REPO_ROOT
     secrets = limited_gateway.secrets
     (tmp_path / "empty-repo").mkdir()
     env = {**os.environ, "LOCUST_ROOT_CERTIFICATES": str(secrets.ca_cert),

@@ -13,7 +13,7 @@ from loadtest.metrics import parse_histogram_totals, split_between
 from loadtest.runner import parse_duration
 from loadtest.slo import Gates, evaluate, load_gates
 from loadtest.tune import coordinate_descent, score_levels
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 # A page in TF Serving's exposition format (names as prometheus_exporter.cc writes them).
 PAGE_BEFORE = """\

@@ -7,8 +7,8 @@ import re
 
 import yaml
 
+from serving.checkout import REPO_ROOT
 from tests.support import promql
-from tests.support.servers import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 

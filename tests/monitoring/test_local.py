@@ -8,10 +8,10 @@ import time
 import httpx
 import pytest
 
+from serving.checkout import REPO_ROOT
 from tests.support import promql
 from tests.support.ports import free_port
 from tests.support.processes import LoggedProcess, http_ready
-from tests.support.servers import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prometheus")]   # runs a real Prometheus
 

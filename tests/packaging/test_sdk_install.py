@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from serving.checkout import REPO_ROOT
 from tests.support.models import export_tiny
-from tests.support.servers import REPO_ROOT, EmbeddedServer
+from tests.support.servers import EmbeddedServer
 from tests.support.serving import MONITORING_PATH, tiny_flags
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 PAGE = REPO_ROOT / "docs" / "architecture.md"
 ROW = re.compile(r"^\| `([\w/]+/)` \| (.*) \|$", re.M)

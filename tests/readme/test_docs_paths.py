@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 # Written by a run (git-ignored, or created by make up / the exporter / make certs), not committed.

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 import re
 
+from serving.checkout import REPO_ROOT
 from tests.readme.test_no_local_paths import tracked_files
-from tests.support.servers import REPO_ROOT
 
 MEASURED = re.compile(
     r"\b\d[\d,]* of \d[\d,]{2,} (?:calls|requests)\b"                    # 24 of 15,543 calls

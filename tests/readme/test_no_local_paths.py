@@ -12,7 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 # Paths of the machine the project was built on, and the notes kept beside the checkout there.
 MACHINE_LOCAL = re.compile(r"(?<![\w.~-])/(?:work|root|home/\w+)/|shared/reference/")

@@ -21,11 +21,11 @@ from typing import Iterator
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.client import RestClient
 from serving.config import load_model_server_config
-from serving.server.launcher import model_available
+from serving.launcher import model_available
 from tests.support.processes import LoggedProcess
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from loadtest.payloads import Target, build_payload
+from serving.checkout import REPO_ROOT
 from serving.codec import decode_predict_request
 from serving.wire import serving_apis_pb2 as apis
 from tests.replay.captures import T0, Captured, write_capture
 from tests.support.models import export_tiny
-from tests.support.servers import REPO_ROOT, EmbeddedServer
+from tests.support.servers import EmbeddedServer
 
 pytestmark = pytest.mark.slow
 GAPS = (0.0, 0.05, 0.3, 0.31, 0.9, 1.2)   # a burst, a lull, a burst

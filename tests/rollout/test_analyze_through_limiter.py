@@ -22,7 +22,7 @@ import shutil
 import pytest
 
 from gateway.certs import init_secrets
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from serving.rollout.cli import main
 from tests.rollout.v2_models import build_wrapped
 from tests.support.canary_stack import MODEL, canary_server

@@ -27,13 +27,13 @@ import httpx
 import pytest
 
 from exporter.manifest import load_manifest
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.rollout.cli import main
 from serving.rollout.plan import find_model, served_versions
 from serving.rollout.publish import publish_saved_model
 from tests.rollout.v2_models import build_wrapped
 from tests.support.canary_stack import MODEL, canary_gateway, canary_server, send_resending_once
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 VERSIONS = {"shuffled": 2, "slow": 3, "retrain": 4}

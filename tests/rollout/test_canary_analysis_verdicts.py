@@ -20,7 +20,7 @@ import shutil
 import pytest
 
 from serving.rollout.cli import main
-from serving.server.launcher import ServerProcess, write_config_files
+from serving.launcher import ServerProcess, write_config_files
 from tests.support import canary_models
 
 pytestmark = pytest.mark.slow

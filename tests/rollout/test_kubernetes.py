@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serving.checkout import REPO_ROOT
 from serving.rollout.kubernetes import RolloutError, load_objects, parse_steps, weight_patches
 from tests.support.rollout import FIXTURE
-from tests.support.servers import REPO_ROOT
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed: patches cannot be applied")

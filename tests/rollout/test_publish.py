@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.model_repo import model_versions
 from serving.rollout.plan import RolloutError
 from serving.rollout.publish import export_command, export_version, publish_saved_model
-from tests.support.servers import REPO_ROOT
 
 
 def test_a_copied_saved_model_takes_the_next_version(model_repo, tmp_path):

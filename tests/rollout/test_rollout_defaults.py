@@ -5,10 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from serving.checkout import REPO_ROOT
 from serving.config.models import render_repository_config, write_model_server_config
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from tests.support.config import Listener, run_cli, user_model
-from tests.support.servers import REPO_ROOT
 
 
 def rollout(*args: str) -> subprocess.CompletedProcess:

@@ -19,13 +19,14 @@ import pytest
 
 from loadtest import driver
 from serving import codec
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model, plan_embedded_server
 from serving.rollout.plan import find_model, served_versions
 from serving.rollout.publish import publish_saved_model
 from serving.stack.choice import compose_files
 from tests.support.compose import PASSWORD, compose_env
-from tests.support.servers import REPO_ROOT, EmbeddedServer
+from tests.support.servers import EmbeddedServer
 
 pytestmark = pytest.mark.slow
 MODEL = "digits"

@@ -31,6 +31,7 @@ import pytest
 from exporter.manifest import load_manifest
 from gateway.canary import route_file_names
 from serving.capture import CaptureWriter
+from serving.checkout import REPO_ROOT
 from serving.config.files import MONITORING_PATH
 from serving.rollout.cli import main
 from serving.rollout.publish import publish_saved_model
@@ -38,7 +39,6 @@ from serving.wire import serving_apis_pb2 as apis
 from tests.rollout.test_shadow_live import prediction_log
 from tests.rollout.v2_models import build_wrapped
 from tests.support.canary_stack import MODEL, canary_gateway, canary_server, send_resending_once
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 VERSIONS = {"same": 2, "shuffled": 3}

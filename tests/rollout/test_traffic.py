@@ -108,7 +108,7 @@ def test_the_exporters_warmup_records_are_inputs(model_repo):
 
 
 def test_the_rollout_reaches_the_gateway_of_the_compose_project_make_up_recorded(tmp_path):
-    from serving.config.stack import STATE_FILE, StackState, write_state
+    from serving.config.served_config import STATE_FILE, StackState, write_state
     from serving.rollout.cli import _routes, build_parser
 
     write_state(StackState("compose-cpu", tmp_path / "models.config", "127.0.0.1:8500", "https://127.0.0.1:8443",

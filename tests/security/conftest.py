@@ -1,6 +1,6 @@
 """Fixtures: the napping model exported once per session, and the embedded servers the attacks hit.
 
-Servers are real (``serving.server.launcher.ServerProcess``) on 127.0.0.1,
+Servers are real (``serving.launcher.ServerProcess``) on 127.0.0.1,
 with batching and the embedded server's default admission flags.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security.attacks import HIGH_CAP_FLAGS, napping_repo, start_server
 
 

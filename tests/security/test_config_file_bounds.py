@@ -15,7 +15,7 @@ import pytest
 
 from serving.config.files import model_config_text
 from serving.server.config_file import MAX_CONFIG_FILE_BYTES, ConfigFileRefused, read_config_text
-from serving.server.launcher import ServerProcess, model_available
+from serving.launcher import ServerProcess, model_available
 from tests.support.models import export_tiny
 
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from tests.support.models import export_tiny
-from tests.support.servers import REPO_ROOT
 
 
 def _can_mount(tmp_path) -> bool:

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from serving import wire
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security.attacks import GoodProbe, ServerMemory, Stub, good_request, python_internals, start_server
 from tests.support.security.grpc_stall import StalledConnection, idle_connections
 

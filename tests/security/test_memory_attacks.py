@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security import memory_attacks as attacks
 from tests.support.security.attacks import napping_repo
 

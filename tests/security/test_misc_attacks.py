@@ -16,7 +16,7 @@ import grpc
 import pytest
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security import misc_attacks as attacks
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ import grpc
 import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security.attacks import start_server
 from tests.support.security.grpc_table import processes_load
 from tests.support.load import open_loop, saturation

@@ -20,7 +20,7 @@ import grpc
 import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from serving.server.launcher import ServerProcess, port_open
+from serving.launcher import ServerProcess, port_open
 from tests.support.security.attacks import start_server
 from tests.support.load import until_exit
 from tests.support.security.models import nap_request

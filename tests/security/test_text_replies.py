@@ -13,7 +13,7 @@ import pytest
 
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest import RestFrontend
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from tests.support.security.misc_attacks import python_text
 
 MONITORING_PATH = "/monitoring/prometheus/metrics"

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.client import GrpcClient, RestClient, RetryPolicy, errors
-from serving.server.launcher import ServerProcess, free_port
+from serving.launcher import ServerProcess, free_port
 from tests.support.config import Listener
 from tests.support.pki import Pki, make_pki, ssl_config_text
-from tests.support.servers import REPO_ROOT
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -17,7 +17,7 @@ from serving.server.core.manager import ServableManager
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.grpc import GrpcFrontend
 from serving.server.frontends.rest import RestFrontend
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from serving.server.metrics import ServerMetrics
 from serving.server.server import single_model_config
 from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader

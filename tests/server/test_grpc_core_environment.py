@@ -8,8 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from serving.checkout import REPO_ROOT
 from serving.server.__main__ import GRPC_CORE_EXPERIMENTS, grpc_core_environment
-from tests.support.servers import REPO_ROOT
 
 
 def test_the_legacy_poller_is_the_default():

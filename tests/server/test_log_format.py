@@ -13,10 +13,10 @@ import grpc
 import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from serving.server.launcher import ServerProcess
+from serving.checkout import REPO_ROOT
+from serving.launcher import ServerProcess
 from serving.server.logs import JsonFormatter
 from tests.support.security.attacks import HIGH_CAP_FLAGS, broadcast_request, napping_repo, start_server
-from tests.support.servers import REPO_ROOT
 
 TEXT_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [IWEC] \S+\] ")
 KEYS = {"time", "level", "logger", "message"}

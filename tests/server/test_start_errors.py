@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.server.flags import ServerFlags, validate_flags
 from tests.support.models import export_tiny
-from tests.support.servers import REPO_ROOT
 
 
 @pytest.mark.parametrize("flag", ["port", "rest_api_port"])

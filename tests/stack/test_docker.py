@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import load_compose_model
 from serving.stack import docker as stack_docker
 from serving.stack.docker import (
@@ -29,7 +30,6 @@ from serving.stack.docker import (
     tfserving_image,
     tfserving_unavailable,
 )
-from tests.support.servers import REPO_ROOT
 
 RUNTIMES = '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'
 NO_DAEMON = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"

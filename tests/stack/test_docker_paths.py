@@ -20,8 +20,8 @@ from benchmarks import gpu
 from benchmarks.peers import PeerUnavailable, launch_peer
 from loadtest.options import UsageError
 from loadtest.servers import start_server
+from serving.checkout import REPO_ROOT
 from serving.stack.docker import image_absent_reason, image_present, probe_engine, tfserving_image
-from tests.support.servers import REPO_ROOT
 
 CLIS = {"tune": ["-m", "loadtest", "tune", "--docker", "--model", "digits"],
         "sweep": ["-m", "loadtest", "sweep", "--docker", "--model", "digits", "--concurrency", "1"]}

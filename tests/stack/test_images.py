@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from deploy.images.build import IMAGES, Image, build_images, content_hash
+from serving.checkout import REPO_ROOT
 from serving.stack.docker import image_present, probe_engine
-from tests.support.servers import REPO_ROOT
 
 
 def by_name(name: str) -> Image:

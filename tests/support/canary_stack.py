@@ -17,7 +17,7 @@ import httpx
 
 from gateway import NginxVersion
 from gateway.certs import Credentials
-from serving.server.launcher import ServerProcess, write_config_files
+from serving.launcher import ServerProcess, write_config_files
 from tests.support.gateway import Gateway, compose_values, running_gateway, upstream_values
 
 MODEL = "digits"

@@ -6,7 +6,7 @@ import sys
 import time
 
 from loadtest.__main__ import main as loadtest_main
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
 
 __all__ = ["run_module", "run_loadtest", "loadtest_refused"]
 

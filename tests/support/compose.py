@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import read_dotenv
-from tests.support.servers import REPO_ROOT
 
 __all__ = ["GPU", "CPU", "PASSWORD", "compose_env", "dotenv", "flags"]
 

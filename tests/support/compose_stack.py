@@ -14,9 +14,9 @@ from typing import Optional
 
 from deploy.images import IMAGES
 from gateway.certs import Credentials
+from serving.checkout import REPO_ROOT
 from serving.config.compose import compose_command
 from serving.stack.docker import image_id, probe_engine
-from tests.support.servers import REPO_ROOT
 
 __all__ = ["PROJECT_PREFIX", "PROJECT", "FILES", "SERVICES", "EXPORTED_IN_CONTAINER", "skip_reason", "Stack", "docker",
            "run_python", "remove_stale_projects", "copy_checkout"]

@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from serving.checkout import REPO_ROOT
 from serving.config.models import render_repository_config, write_model_server_config
-from serving.config.stack import STATE_FILE, StackState, write_state
-from tests.support.servers import REPO_ROOT
+from serving.config.served_config import STATE_FILE, StackState, write_state
 
 __all__ = ["run_cli", "user_model", "embedded_stack", "Listener"]
 

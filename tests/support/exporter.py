@@ -6,8 +6,8 @@ import subprocess
 import sys
 from typing import Sequence
 
+from serving.checkout import REPO_ROOT
 from tests.support.models import SMALL_MODELS
-from tests.support.servers import REPO_ROOT
 
 __all__ = ["SMALL_MODELS", "run_cli", "cli_env", "session_predict", "nothing_published"]
 

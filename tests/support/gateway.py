@@ -26,7 +26,7 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from gateway import NginxVersion, render_templates
 from gateway.certs import Credentials
-from serving.server.launcher import ServerProcess, free_port, port_open
+from serving.launcher import ServerProcess, free_port, port_open
 from tests.support.processes import LoggedProcess
 
 __all__ = ["LOCAL_VALUES", "BURST_CLIENTS", "MODEL", "SLOW_REFILL", "Gateway", "nginx_command", "running_gateway",

@@ -39,7 +39,8 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 __all__ = ["KINDS", "TEST_VERSION", "half_plus_two_model", "half_plus_two_repo"]
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 __all__ = ["K8S_DIR", "OVERLAYS", "VARIANT", "kubectl", "kustomize", "objects", "pod_specs"]
 

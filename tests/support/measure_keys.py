@@ -27,7 +27,7 @@ from pathlib import Path
 from gateway import installed_nginx_version
 from gateway import certs
 from serving.config.compose import load_compose_model
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.compose import CPU, PASSWORD, compose_env
 from tests.support.gateway import MODEL, compose_values, running_gateway, upstream_values
 

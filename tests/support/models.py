@@ -32,8 +32,8 @@ import numpy as np
 
 from exporter.export import export_model, source_hash
 from exporter.manifest import load_manifest
+from serving.checkout import REPO_ROOT
 from serving.model_repo import published_name
-from tests.support.servers import REPO_ROOT
 
 __all__ = ["SMALL_MODELS", "cached_export", "export_tiny", "example", "write_warmup", "publish",
            "corrupt_version", "run_in_tf1_session"]

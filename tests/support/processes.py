@@ -1,6 +1,6 @@
 """A program under test in a process of its own: started with its output in a log file, waited for until
 it answers, stopped. The one start/wait/stop of the fixtures (Prometheus, the nginx gateway, make up, a
-bare server command); the embedded server has its own in ``serving.server.launcher.ServerProcess``.
+bare server command); the embedded server has its own in ``serving.launcher.ServerProcess``.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import httpx
 
+from serving.checkout import REPO_ROOT
 from serving.processes import Group, stop_process
-from tests.support.servers import REPO_ROOT
 
 __all__ = ["LoggedProcess", "MakeUpEmbedded", "http_ready"]
 

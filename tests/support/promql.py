@@ -15,7 +15,8 @@ from typing import Iterator
 
 import yaml
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 __all__ = [
     "MONITORING", "DASHBOARDS_DIR", "RULES_DIR", "PROMTOOL_TESTS_DIR", "RUNBOOK",

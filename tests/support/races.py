@@ -41,7 +41,7 @@ from serving.client import GrpcClient
 from serving.config import load_model_server_config
 from serving.config.cli import main as config_main
 from serving.config.models import render_repository_config, write_model_server_config
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from serving.rollout.cli import main as rollout_main
 from tests.support.servers import EmbeddedServer
 

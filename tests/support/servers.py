@@ -1,4 +1,4 @@
-"""The embedded server for tests: ``serving.server.launcher.ServerProcess`` under the suite's name.
+"""The embedded server for tests: ``serving.launcher.ServerProcess`` under the suite's name.
 
 ``EmbeddedServer(flags, wait_for=[...])`` takes ``tensorflow_model_server``'s
 own flags, so a test states exactly the command line TF Serving would get;
@@ -7,8 +7,8 @@ the load tests and the benchmarks.
 """
 from __future__ import annotations
 
-from serving.server.launcher import REPO_ROOT, ServerProcess
+from serving.launcher import ServerProcess
 
-__all__ = ["EmbeddedServer", "REPO_ROOT"]
+__all__ = ["EmbeddedServer"]
 
 EmbeddedServer = ServerProcess

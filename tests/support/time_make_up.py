@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from serving import codec
+from serving.checkout import REPO_ROOT
 from serving.model_repo import latest_version_dir, model_versions
 from serving.processes import stop_process
-from serving.server.launcher import REPO_ROOT, free_port
+from serving.launcher import free_port
 
 __all__ = ["time_first_predict", "main"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from tests.support.docker_cli import SECRETS
-from tests.support.servers import REPO_ROOT
 
 
 @pytest.fixture

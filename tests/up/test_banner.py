@@ -1,8 +1,8 @@
 """The banner's batching line: the settings the server runs with and the file they come from."""
 from __future__ import annotations
 
+from serving.checkout import REPO_ROOT
 from serving.stack.banner import batching_summary
-from tests.support.servers import REPO_ROOT
 
 CPU_FILE = REPO_ROOT / "serving" / "batching.cpu.config"
 

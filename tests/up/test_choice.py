@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from gateway.certs import init_secrets
-from serving.config.stack import STATE_FILE, read_state
+from serving.checkout import REPO_ROOT
+from serving.config.served_config import STATE_FILE, read_state
 from serving.stack.choice import choose_backend, docker_runtimes
 from serving.stack.cli import main
 from serving.stack.embedded import ensure_commands
-from tests.support.servers import REPO_ROOT
 from tests.support.docker_cli import CPU_ENGINE, fake_docker_cli, set_environ
 
 NO_ENGINE = "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 1"

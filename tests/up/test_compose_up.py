@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serving.checkout import REPO_ROOT
 from serving.config.compose import load_compose_model, volume_map
-from serving.config.stack import STATE_FILE, read_state
+from serving.config.served_config import STATE_FILE, read_state
 from serving.stack.cli import main
 from serving.stack.compose import (
     NON_ROOT_ID,
@@ -30,7 +31,6 @@ from serving.stack.compose import (
     prepare_host_paths,
     with_dependencies,
 )
-from tests.support.servers import REPO_ROOT
 from tests.support.docker_cli import SECRETS, environ, fake_docker_cli, set_environ
 
 LOCAL_SERVICES = ["exporter", "gateway", "prometheus", "tfserving"]

@@ -9,10 +9,10 @@ import os
 import subprocess
 import sys
 
-from serving.config.stack import STATE_FILE, StackState, write_state
+from serving.checkout import REPO_ROOT
+from serving.config.served_config import STATE_FILE, StackState, write_state
 from serving.stack.down import stop_stack
 from serving.stack.identity import start_time
-from tests.support.servers import REPO_ROOT
 
 
 def _state(tmp_path, pid):

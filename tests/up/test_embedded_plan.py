@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.config.compose import ComposeError, load_compose_model, plan_embedded_server, remap_server_args
 from serving.model_repo import model_versions
 from serving.stack.choice import compose_files
 from tests.support.compose import PASSWORD, compose_env
-from tests.support.servers import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

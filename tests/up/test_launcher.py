@@ -1,4 +1,4 @@
-"""The one launcher of the embedded server (``serving.server.launcher``), which ``make up``, the load
+"""The one launcher of the embedded server (``serving.launcher``), which ``make up``, the load
 tests, the benchmarks and the tests use: config files, readiness and failure reports."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.config import load_batching_parameters, load_model_server_config, load_monitoring_config
 from serving.config.files import MONITORING_PATH
-from serving.server.launcher import ServerProcess, free_port, wait_until_available
-from tests.support.servers import REPO_ROOT
+from serving.launcher import ServerProcess, free_port, wait_until_available
 
 
 def test_for_models_writes_the_config_files_its_flags_point_at(tmp_path):
@@ -47,6 +47,6 @@ def test_a_server_that_exits_is_reported_with_its_log_tail_and_nothing_is_left_r
 
 
 def test_the_launcher_does_not_import_tensorflow():
-    code = "import sys, serving.server.launcher; print('tensorflow' in sys.modules)"
+    code = "import sys, serving.launcher; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr

@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 
 from serving import codec
+from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
 from serving.config.compose import load_compose_model
-from serving.config.stack import STATE_FILE, read_state
+from serving.config.served_config import STATE_FILE, read_state
 from tests.support.compose import GPU, PASSWORD, compose_env
 from tests.support.ports import free_port
 from tests.support.processes import MakeUpEmbedded
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 SERVED = [e.name for e in load_model_server_config(REPO_ROOT / "serving/models.cpu.config").model_config_list.config]

@@ -9,7 +9,7 @@ from serving.config.edit import VersionPolicy, find_entry
 from serving.config.models import write_model_server_config
 from serving.model_repo import ZOO
 from serving.stack.embedded import DEFAULT_EXPORTS, export_order, zoo_selection
-from serving.stack.served import prepare_served_config
+from serving.stack.prepared_configs import prepare_served_config
 from tests.support.config import user_model
 
 

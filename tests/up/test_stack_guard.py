@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from serving.config.stack import STATE_FILE, StackState, load_state, write_state
+from serving.checkout import REPO_ROOT
+from serving.config.served_config import STATE_FILE, StackState, load_state, write_state
 from serving.stack.identity import ProcessIdentity, start_time
 from serving.stack.work_lock import WorkDirBusy, WorkDirLock
 from tests.support.ports import free_port
-from tests.support.servers import REPO_ROOT
 
 # A process that says "ready" once its SIGTERM handler is set, then waits for a signal; exit 7 on SIGTERM.
 WAITER = ("import signal, sys, time\n"

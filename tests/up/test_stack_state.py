@@ -17,12 +17,12 @@ from typing import Optional
 import httpx
 import pytest
 
+from serving.checkout import REPO_ROOT
 from serving.client import RestClient
 from serving.config import load_model_server_config
-from serving.config.stack import STATE_FILE, read_state
+from serving.config.served_config import STATE_FILE, read_state
 from tests.support.ports import free_port
 from tests.support.processes import MakeUpEmbedded
-from tests.support.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 LOADED = "every model is loaded"

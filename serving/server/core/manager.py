@@ -38,7 +38,7 @@ one), and the servable it serves is the loader's opaque value.
   ``start()``, END ones included, newest first, as ``GetModelStatus`` does.
 * ``heap`` (optional, ``VersionEvents``) hears of each version loaded (after
   warmup, before it serves) and each unloaded; the server freezes Python's
-  heap there (``serving.server.collector``).
+  heap there (``serving.server.heap_freezer``).
 
 Thread-safety: every public method may be called from any thread.
 """

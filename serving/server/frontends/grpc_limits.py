@@ -18,7 +18,7 @@ TF Serving sets none of these (``server.cc`` passes only the message sizes and
   ``grpc.max_allowed_incoming_connections`` (core's connection quota: a
   connection over it is closed as soon as it is accepted, before any
   handshake). Capped, as REST's cap is, at a quarter of ``RLIMIT_NOFILE``
-  (``serving.server.descriptors``).
+  (``serving.server.open_file_limit``).
 - ``read_timeout_seconds`` (``--grpc_read_timeout_seconds``, REST's 30 s):
   a connection must finish its HTTP/2 (and TLS) handshake within it
   (``grpc.server_handshake_timeout_ms``); one without calls for that long
@@ -58,7 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from serving.server.descriptors import connection_cap
+from serving.server.open_file_limit import connection_cap
 from serving.server.flags import (
     DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
     DEFAULT_GRPC_MAX_CONNECTIONS,

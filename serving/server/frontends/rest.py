@@ -47,7 +47,7 @@ from typing import Any, Optional, Protocol, cast
 from aiohttp import web
 
 from serving import status
-from serving.server.descriptors import connection_cap
+from serving.server.open_file_limit import connection_cap
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.rest_connection import JSON, json_error_handlers
 from serving.server.frontends.rest_drain import drain

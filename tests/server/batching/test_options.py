@@ -112,7 +112,7 @@ def test_max_execution_batch_size_cannot_exceed_max_batch_size():
 
 @pytest.mark.parametrize("name", ["batching.config", "batching.cpu.config"])
 def test_the_repositorys_batching_configs_are_valid_options(name):
-    from tests.support.servers import REPO_ROOT
+    from serving.checkout import REPO_ROOT
 
     options = BatchingOptions.from_proto(load_batching_parameters(REPO_ROOT / "serving" / name))
     assert options.max_batch_size >= 1 and options.pad_variable_length_inputs

@@ -22,7 +22,7 @@ from serving import codec
 from serving.server.frontends.dataplane import DataPlane
 from serving.server.frontends.grpc import GrpcFrontend
 from serving.server.frontends.rest import RestFrontend
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 
 WAIT = 60.0
 INTERNAL_MESSAGE = re.compile(r"Internal error while (running the model|handling \S+) "

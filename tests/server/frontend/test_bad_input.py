@@ -13,7 +13,7 @@ import pytest
 
 from serving.server.frontends.dataplane import DataPlane, ModelSpec
 from serving.server.frontends.rest import RestFrontend
-from serving.server.launcher import free_port
+from serving.launcher import free_port
 from tests.support.serving import MONITORING_PATH, tiny_flags
 from tests.support.servers import EmbeddedServer
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.server import flags as server_flags
 from serving.server.flags import (
     DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
@@ -21,7 +22,6 @@ from serving.server.flags import (
     parse_flags,
     validate_flags,
 )
-from tests.support.servers import REPO_ROOT
 from tests.support.tf_serving_flags import TF_SERVING_2_17_1_FLAGS, TF_SERVING_HEAD_ONLY_FLAGS
 
 EMBEDDED_ONLY_FLAGS = {"rest_api_max_body_bytes", "rest_api_read_timeout_seconds", "rest_api_max_connections",

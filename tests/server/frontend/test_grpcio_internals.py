@@ -8,8 +8,8 @@ import sys
 import tomllib
 import types
 
-from tests.support.servers import REPO_ROOT
 
+from serving.checkout import REPO_ROOT
 from serving.server.frontends import grpcio_internals
 
 ADAPTER = "serving/server/frontends/grpcio_internals.py"

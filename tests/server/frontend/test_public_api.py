@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tests.support.servers import REPO_ROOT
+from serving.checkout import REPO_ROOT
+
 
 PUBLIC = {
     "serving.server.frontends.dataplane": {"DEFAULT_SIGNATURE", "SIGNATURE_DEF_METADATA_FIELD", "ModelManager",
@@ -51,7 +52,7 @@ PUBLIC = {
         "PINNED_GRPCIO", "INSTALLED_GRPCIO", "SUPPORTED", "version_mismatch", "missing_names", "is_unary_request_job",
         "receive_message", "start_receive", "abort", "is_active", "client_closed", "Call", "RpcEvent", "RpcState",
         "StatusCode", "UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "UNIMPLEMENTED"},
-    "serving.server.descriptors": {"raise_open_file_limit", "connection_cap", "PORT_SHARE"},
+    "serving.server.open_file_limit": {"raise_open_file_limit", "connection_cap", "PORT_SHARE"},
     "serving.server.frontends.rest_limits": {"RestLimits", "RequestRefused", "ConnectionGuard", "GuardedSite",
                                              "request_body_encoding", "inflate_gzip",
                                              "body_too_large", "MAX_HEADER_BYTES", "BodyBytes", "BodyCharge"},

@@ -8,10 +8,11 @@ import time
 import pytest
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from tests.support.contract.clients import StubGrpcClient
 from tests.support.ports import free_port
 from tests.support.processes import LoggedProcess
-from tests.support.servers import REPO_ROOT, EmbeddedServer
+from tests.support.servers import EmbeddedServer
 
 
 def _config(entries: dict[str, str]) -> str:

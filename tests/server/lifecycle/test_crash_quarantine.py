@@ -22,7 +22,7 @@ from serving import status
 from serving.server.core.quarantine import QuarantiningLoaderFactory, VersionQuarantine, VersionQuarantined
 from serving.server.core.retrier import retry
 from serving.server.core.source import FileSystemSource, ServableToMonitor
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 
 
 def _dead_pid() -> int:

@@ -6,7 +6,7 @@ import gc
 import threading
 import weakref
 
-from serving.server.collector import YOUNG_THRESHOLD, HeapFreezer
+from serving.server.heap_freezer import YOUNG_THRESHOLD, HeapFreezer
 from serving.server.memory import release_free_memory
 from tests.support.lifecycle import model_server_config, states, wait_for
 from tests.support.models import publish

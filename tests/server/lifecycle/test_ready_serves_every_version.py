@@ -3,7 +3,7 @@
 The server answers once each model's newest version is AVAILABLE (TF Serving's ``WaitUntilModelsAvailable``
 waits for ``Latest(model)``); versions load one at a time (the crash quarantine's load lock), newest
 first, so a config serving digits 1, 2 and 3 is up with 3 while 2 and 1 still load. The launcher's
-readiness (``serving.server.launcher.model_available``, what ``make up``, the load tests and the test
+readiness (``serving.launcher.model_available``, what ``make up``, the load tests and the test
 fixtures wait on) waits until no version is still loading: the first request to version 1 right after
 ``start()`` is answered, not NOT_FOUND (the canary-analysis test met NOT_FOUND on its first stable requests).
 """
@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from serving.server.launcher import ServerProcess, model_available
+from serving.launcher import ServerProcess, model_available
 
 MODEL = "digits"
 

@@ -30,7 +30,7 @@ import numpy as np
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from serving import codec, status
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security.models import MODEL
 from tests.support.models import export_tiny
 

@@ -42,7 +42,7 @@ import numpy as np
 from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_service_pb2_grpc, regression_pb2
 
 from serving import codec
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 from tests.support.security.attacks import _kind as _grpc_kind   # ok | hang | 4xx | 5xx, as the gRPC attack table counts
 
 __all__ = ["CASES", "MODELS", "Row", "Probe", "start", "run_case", "table", "main"]

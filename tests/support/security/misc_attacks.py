@@ -54,7 +54,7 @@ from tensorflow_serving.apis import (
 from tensorflow_serving.config import model_server_config_pb2
 
 from serving import codec
-from serving.server.launcher import ServerProcess, write_config_files
+from serving.launcher import ServerProcess, write_config_files
 from tests.support.security.rest_attacks import Probe, rss_kib
 from tests.support.models import export_tiny
 

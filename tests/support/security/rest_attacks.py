@@ -33,7 +33,7 @@ import httpx
 import numpy as np
 
 from serving import codec
-from serving.server.launcher import ServerProcess
+from serving.launcher import ServerProcess
 
 __all__ = [
     "Outcome", "Probe", "ATTACK_FLAGS", "MAX_CONNECTIONS", "READ_TIMEOUT_S", "MAX_CONCURRENT", "NOFILE_LIMIT",

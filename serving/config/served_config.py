@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from serving import status
+from serving.checkout import REPO_ROOT
 from serving.client import Connection, GrpcClient
 from serving.config import load_model_server_config, parse_text_proto
 from serving.config.config_lock import ConfigLock, Snapshot, StaleConfig, read_snapshot
@@ -58,7 +59,6 @@ if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelConfig, ModelServerConfig
 
 __all__ = [
-    "REPO_ROOT",
     "SERVING_DIR",
     "DEFAULT_WORK_DIR",
     "DEFAULT_MODEL_REPO",
@@ -78,7 +78,6 @@ __all__ = [
     "with_entry_of",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVING_DIR = REPO_ROOT / "serving"
 DEFAULT_WORK_DIR = REPO_ROOT / ".cache" / "serving"
 DEFAULT_MODEL_REPO = REPO_ROOT / "models"

@@ -22,7 +22,7 @@ from serving.config import load_model_server_config
 from serving.config.edit import without_model
 from serving.config.models import new_model_server_config, repository_models, served_entry, write_model_server_config
 from serving.config.rollbacks import stable_version
-from serving.config.stack import ServedConfig
+from serving.config.served_config import ServedConfig
 
 if TYPE_CHECKING:  # tensorflow_serving's protos load only when a config is read
     from tensorflow_serving.config.model_server_config_pb2 import ModelServerConfig

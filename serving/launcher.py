@@ -33,11 +33,11 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Callable, Mapping, Optional, Sequence, TypeVar
 
+from serving.checkout import REPO_ROOT
 from serving.config.files import MONITORING_PATH, BatchingSpec, write_config_files
 from serving.processes import stop_process
 
 __all__ = [
-    "REPO_ROOT",
     "LoopbackAddresses",
     "ServerProcess",
     "free_port",
@@ -46,8 +46,6 @@ __all__ = [
     "model_available",
     "wait_until_available",
 ]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
