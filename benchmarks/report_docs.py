@@ -159,7 +159,8 @@ def record(name: str, command: Sequence[str], out_dir: Path = MEASUREMENTS_DIR, 
 
     Refused (2, nothing run or written) with fewer than ``min_rounds`` rounds, or when the 1-minute
     ``load()`` at the start is above ``load_threshold`` unless ``busy_ok`` (the meta then says ``busy``).
-    Paths written are relative to the checkout (:func:`relative_paths`). The benchmark's exit status otherwise.
+    Paths written are relative to the checkout (:func:`relative_paths`); a command starting with ``python`` runs
+    on this interpreter. The benchmark's exit status otherwise.
     """
     about = machine()
     threshold = load_threshold(about["cores"], max_load)
@@ -179,8 +180,11 @@ def record(name: str, command: Sequence[str], out_dir: Path = MEASUREMENTS_DIR, 
     json_path = out_dir / f"{name}.json"
     shown = json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path
     argv = [part.replace("{json}", str(shown)) for part in command]
+    meta_command = " ".join(str(relative_paths(part)) for part in argv)
+    if argv and argv[0] in ("python", "python3"):   # this interpreter (the venv's), whatever PATH finds first
+        argv[0] = sys.executable
     where = {**about, "load_before": load_before}
-    meta = {"command": " ".join(str(relative_paths(part)) for part in argv), "machine": where,
+    meta = {"command": meta_command, "machine": where,
             "load_threshold": threshold, "busy": busy,
             "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": _commit()}
     returncode = subprocess.run(argv, cwd=REPO_ROOT).returncode

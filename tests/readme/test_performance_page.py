@@ -89,3 +89,10 @@ def test_record_writes_only_paths_relative_to_the_checkout(tmp_path):
     assert written["command"] == "x --json <outside the checkout>/toy.json"
     meta = json.loads((tmp_path / "toy.meta.json").read_text())
     assert str(tmp_path) not in meta["command"] and sys.executable not in meta["command"]
+
+
+def test_record_runs_python_on_this_interpreter_and_records_the_command_as_written(tmp_path):
+    script = "import json, sys; json.dump({'python': sys.executable}, open(sys.argv[1], 'w'))"
+    assert report_docs.record("toy", ["python", "-c", script, "{json}"], tmp_path, max_load=1e9) == 0
+    assert json.loads((tmp_path / "toy.json").read_text())["python"] == str(report_docs.relative_paths(sys.executable))
+    assert json.loads((tmp_path / "toy.meta.json").read_text())["command"].startswith("python -c ")
