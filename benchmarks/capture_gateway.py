@@ -87,9 +87,11 @@ class SinkProcess:
         return self.stats()
 
     def pause(self) -> None:
+        assert self.proc is not None   # started
         self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
+        assert self.proc is not None   # started
         self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
@@ -169,7 +171,9 @@ def drive(protocol: str, *, rest_url: str, grpc_target: str, ca: Path, api_key: 
         return True
 
     def worker(index: int) -> None:
-        latencies, ok, failed, errors = [], 0, 0, []
+        latencies: list[float] = []
+        errors: list[str] = []
+        ok, failed = 0, 0
         sent = index
         due = started + (index * interval / concurrency if interval else 0.0)
         if protocol == "rest":
@@ -337,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     secrets = init_secrets(work / "secrets")
     base = _compose_gateway_env()
     results: dict[tuple, list[LoadResult]] = {}
-    sink_counts: dict[str, list[tuple[int, int, int]]] = {}
+    sink_counts: dict[str, list[tuple[int, ...]]] = {}   # offered, written, kept; then the access log's count
     load0 = os.getloadavg()
     print(f"capture benchmark: host nginx {'.'.join(map(str, version))} (repo templates) -> embedded server "
           f"({MODEL}), capture service as a local process; {args.rounds} rounds x {args.seconds:.0f} s per load; "
@@ -361,8 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sink = None
                 slow = SlowService(sink_port, SLOW_ANSWER_MS / 1000).start() if config == "slow" else None
                 if config in ("10%", "100%", "stalled"):
-                    rate = {"10%": "0.1", "100%": "1"}.get(config, "1")
-                    sink = SinkProcess(sink_port, root / "capture", rest_up, rate, work / f"sink-{round_no}-{config.strip('%')}.log")
+                    sink_rate = {"10%": "0.1", "100%": "1"}.get(config, "1")
+                    sink = SinkProcess(sink_port, root / "capture", rest_up, sink_rate, work / f"sink-{round_no}-{config.strip('%')}.log")
                     (root / "capture").mkdir(parents=True, exist_ok=True)
                     sink.start()
                     if config == "stalled":
@@ -410,10 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{protocol + ' c=' + str(c):<12}" + "".join(f"{cell:>26}" for cell in cells))
     print()
     for config, counts in sink_counts.items():
-        rate = {"10%": 0.1, "100%": 1.0}[config]
-        for offered, written, kept, logged in counts:
+        share = {"10%": 0.1, "100%": 1.0}[config]
+        for offered, written, _kept, logged in counts:
             print(f"capture {config}: the gateway logged {logged} Predict requests, {offered} copies reached the "
-                  f"capture service, {written} records written, floor(n x {rate}) = {int(offered * rate)}")
+                  f"capture service, {written} records written, floor(n x {share}) = {int(offered * share)}")
     total_failed = sum(r.failed for runs in results.values() for r in runs)
     print(f"failed client requests in all configurations: {total_failed}")
     print(f"load average (1, 5, 15 min) before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; "

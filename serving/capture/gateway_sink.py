@@ -40,12 +40,13 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from google.protobuf.message import DecodeError
 
 from serving import codec, status
 from serving.capture import CaptureWriter, SystematicSampler, prediction_log
+from serving.capture._records import Method
 from serving.wire import apis
 
 __all__ = [
@@ -94,7 +95,7 @@ class MetadataSource(Protocol):
     """A REST Predict request's input dtypes: TF Serving's metadata of the model it names."""
 
     def input_dtypes(self, model: str, version: int | None, label: str | None,
-                     signature: str) -> dict[str, object]: ...
+                     signature: str) -> dict[str, Any]: ...
 
 
 def parse_rate(text: str) -> Fraction:
@@ -166,7 +167,7 @@ def is_inference(uri: str, headers: Mapping[str, str]) -> bool:
     path = urllib.parse.urlsplit(uri).path
     if _header(headers, "content-type").startswith("application/grpc"):
         match = _GRPC_PATH.match(path)
-        return bool(match) and match["method"] in GRPC_METHODS
+        return match is not None and match["method"] in GRPC_METHODS
     return bool(_REST_PATH.match(urllib.parse.unquote(path)))
 
 
@@ -222,10 +223,11 @@ def _rest_request(request: MirroredRequest, metadata: MetadataSource) -> tuple[o
         for name, array in inputs.items():
             codec.ndarray_to_tensor_proto(array, message.inputs[name])
     else:
-        document = codec.json_loads(body)
-        signature = _rest_signature(document) or DEFAULT_SIGNATURE
+        parsed = codec.json_loads(body)
+        document = parsed   # type: ignore[assignment]  # a Classify/Regress body: plain JSON, no dense arrays
+        signature = _rest_signature(parsed) or DEFAULT_SIGNATURE
         message = apis.ClassificationRequest() if request.method == "classify" else apis.RegressionRequest()
-        codec.rest_request_to_input(document, message.input)
+        codec.rest_request_to_input(parsed, message.input)
     spec = message.model_spec
     spec.name = request.model
     if request.version is not None:
@@ -242,14 +244,14 @@ def to_prediction_log(request: MirroredRequest, rate: Fraction, metadata: Metada
     Raises ``status.ServingError`` or ValueError for a REST body TF Serving would refuse too.
     """
     if request.grpc_message is not None:
-        message = request.grpc_message
+        message: Any = request.grpc_message
         if request.method == "multi_inference":
             signature = ",".join(task.model_spec.signature_name or DEFAULT_SIGNATURE for task in message.tasks)
         else:
             signature = message.model_spec.signature_name or DEFAULT_SIGNATURE
     else:
         message, signature = _rest_request(request, metadata)
-    return prediction_log(request.method, message, model=request.model, origin=ORIGIN,
+    return prediction_log(cast(Method, request.method), message, model=request.model, origin=ORIGIN,
                           request_id=request.request_id, sampling_rate=float(rate), version=request.version,
                           label=request.label, signature=signature, when=request.time)
 

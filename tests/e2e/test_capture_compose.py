@@ -90,8 +90,8 @@ def gateway_predictions(stack: Stack) -> list[dict]:
     """The gateway's access-log entries of Predict calls (REST and gRPC), from its container's stdout."""
     out = stack.compose("logs", "--no-color", "--no-log-prefix", "gateway").stdout
     entries = []
-    for line in out.splitlines():
-        line = line.strip()
+    for raw in out.splitlines():
+        line = raw.strip()
         if line.startswith("{"):
             entry = json.loads(line)
             if entry["uri"].endswith((f"/{MODEL}:predict", ".PredictionService/Predict")):
