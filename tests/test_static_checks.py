@@ -112,6 +112,8 @@ INSTALLS = [
     ("serving/wire/", [], "the SDK: pip install tfs-stack"),
     ("serving/status.py", [], "the SDK: pip install tfs-stack"),
     ("serving/__init__.py", [], "the SDK: pip install tfs-stack"),
+    # The gateway's capture service: its image installs the server's dependencies (deploy/images/capture).
+    ("serving/capture/gateway_sink.py", ["server-core", "capture"], "the capture service's image"),
     ("serving/capture/", ["capture"], "pip install tfs-stack[capture]"),
     ("serving/", ["stack"], "make up (the stack extra)"),
     ("exporter/", ["exporter"], "pip install tfs-stack[exporter] (make up: the stack extra)"),
