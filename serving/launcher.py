@@ -41,6 +41,7 @@ __all__ = [
     "LoopbackAddresses",
     "ServerProcess",
     "free_port",
+    "free_ports",
     "port_open",
     "wait_for_port",
     "model_available",
@@ -53,6 +54,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports that were free on 127.0.0.1 a moment ago (all held while choosing, so
+    two calls of :func:`free_port` in a row can never hand out one port twice)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:

@@ -278,7 +278,7 @@ def test_exporter_dependencies_install_in_a_layer_the_code_does_not_invalidate()
     assert len(installs) == 2, steps
     deps, code = installs
     copied_before_deps = [s for s in steps[:deps] if s.startswith("COPY")]
-    assert copied_before_deps == ["COPY pyproject.toml ./"]  # not README.md, serving/ or exporter/
+    assert copied_before_deps == ["COPY pyproject.toml constraints.txt ./"]  # not README.md, serving/ or exporter/
     assert '".[exporter-image]"' in steps[deps] and "touch README.md" in steps[deps]
     copied_after = {s for s in steps[deps:code] if s.startswith("COPY")}
     assert {"COPY serving ./serving", "COPY exporter ./exporter"} <= copied_after

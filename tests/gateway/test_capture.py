@@ -94,7 +94,7 @@ def test_capture_is_off_in_compose_and_then_no_request_leaves_the_gateway(
     port = free_port()
     with capture_gateway(nginx, nginx_version, gateway_secrets, compose_gateway_env, tf_serving, tmp_path / "gw",
                          port, capture="off") as gateway, sink(gateway, port, tmp_path, "1") as service:
-        assert "mirror off;" in (gateway.conf_dir / "capture-off.conf").read_text()
+        assert "/.gw-capture" not in (gateway.conf_dir / "capture-off.conf").read_text()
         result = load(gateway, "rest", concurrency=1, requests=5)
         assert (result.ok, result.failed) == (5, 0)
         assert service.settled_stats()["received"] == 0

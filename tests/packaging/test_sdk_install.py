@@ -45,7 +45,7 @@ SOURCES = ("pyproject.toml", "README.md", "serving", "exporter", "loadtest", "mo
 
 CALL = textwrap.dedent("""
     import json, sys
-    import google.protobuf, grpc, httpx, numpy as np, orjson
+    import google.protobuf, grpc, httpcore, httpx, numpy as np, orjson
     import serving
     from serving.client import GrpcClient, RestClient
     grpc_target, rest_url = sys.argv[1], sys.argv[2]
@@ -57,7 +57,8 @@ CALL = textwrap.dedent("""
     print(json.dumps({
         "serving": serving.__file__,
         "versions": {"numpy": np.__version__, "protobuf": google.protobuf.__version__,
-                     "grpcio": grpc.__version__, "httpx": httpx.__version__, "orjson": orjson.__version__},
+                     "grpcio": grpc.__version__, "httpx": httpx.__version__, "httpcore": httpcore.__version__,
+                     "orjson": orjson.__version__},
         "grpc": {name: value.tolist() for name, value in over_grpc.items()},
         "rest": {name: value.tolist() for name, value in over_rest.items()},
     }))

@@ -79,11 +79,12 @@ def test_capture_fails_a_shuffled_version_2_on_top1_agreement(tmp_path, digits_v
     shuffled = build_wrapped(digits_v1, tmp_path / "shuffled", "shuffled")
     repo, work, serving = stack(tmp_path, digits_v1, shuffled)
     with serving as server:
-        code, report, err = analyze(server, repo, work, "--inputs", str(captures["file"]))
+        # both versions wrap version 1's weights, which analyze would judge element-wise: top-1 is asked for
+        code, report, err = analyze(server, repo, work, "--inputs", str(captures["file"]), "--mode", "retrain")
     assert code == 1 and report["verdict"] == "FAIL", err
     agreement = checks(report)["agreement:probabilities"]
     assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
-    assert agreement["detail"].startswith("22 rows")   # every captured row, each request as it was sent
+    assert "22 of 22 rows" in agreement["detail"]   # every captured row, each request as it was sent
     assert report["errors"]["stable"]["requests"] == 2 * len(SIZES)
     print(f"shuffled v2: {report['verdict']}, top-1 agreement {agreement['value']:.3f}")
 
@@ -91,7 +92,7 @@ def test_capture_fails_a_shuffled_version_2_on_top1_agreement(tmp_path, digits_v
 def test_capture_directory_and_window_pass_an_identical_version_2(tmp_path, digits_v1, captures):
     repo, work, serving = stack(tmp_path, digits_v1, digits_v1)
     with serving as server:
-        code, report, err = analyze(server, repo, work, "--inputs", str(captures["dir"]))
+        code, report, err = analyze(server, repo, work, "--inputs", str(captures["dir"]), "--mode", "retrain")
         assert code == 0 and report["verdict"] == "PASS", err
         agreement = checks(report)["agreement:probabilities"]
         assert agreement["value"] == 1.0 and report["errors"]["stable"]["requests"] == 2 * 2 * len(SIZES)

@@ -238,8 +238,9 @@ def test_auto_shadow_phase_fails_a_shuffled_canary_before_any_traffic_moves(stac
     doc = json.loads(report.read_text())
     assert code == 1 and doc["outcome"] == "rolled back", out
     assert [(d["step"], d["verdict"]) for d in doc["decisions"]] == [("shadow", "FAIL")]
-    agreement = {c["name"]: c for c in doc["decisions"][0]["analysis"]["checks"]}["agreement:probabilities"]
-    assert agreement["verdict"] == "FAIL" and agreement["value"] < 0.5
+    # the shuffled version wraps version 1's weights, so the outputs are judged element-wise (tolerance:)
+    checks = {c["name"]: c for c in doc["decisions"][0]["analysis"]["checks"]}
+    assert checks["tolerance:probabilities"]["verdict"] == "FAIL", checks
     assert mismatches == [] and failed == []
     assert not any((stack.gateway.conf_dir / name).exists() for name in route_file_names(MODEL))
 

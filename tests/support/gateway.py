@@ -26,7 +26,7 @@ from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from gateway import NginxVersion, render_templates
 from gateway.certs import Credentials
-from serving.launcher import ServerProcess, free_port, port_open
+from serving.launcher import ServerProcess, free_ports, port_open
 from tests.support.processes import LoggedProcess
 
 __all__ = ["LOCAL_VALUES", "BURST_CLIENTS", "MODEL", "SLOW_REFILL", "Gateway", "nginx_command", "running_gateway",
@@ -128,7 +128,7 @@ def running_gateway(nginx: Union[str, Sequence[str]], nginx_version: NginxVersio
     """nginx with the templates rendered from ``values`` (listen addresses and paths set here) in ``root``."""
     run_dir, conf_dir = root / "run", root / "conf"
     run_dir.mkdir(parents=True)
-    ports = {"grpc": free_port(), "rest": free_port(), "mtls": free_port()}
+    ports = dict(zip(("grpc", "rest", "mtls"), free_ports(3)))
     values = {**values, "GATEWAY_GRPC_LISTEN": f"127.0.0.1:{ports['grpc']}",
               "GATEWAY_REST_LISTEN": f"127.0.0.1:{ports['rest']}", "GATEWAY_MTLS_LISTEN": f"127.0.0.1:{ports['mtls']}",
               "GATEWAY_SECRETS_DIR": str(secrets.directory), "GATEWAY_RUN_DIR": str(run_dir)}
