@@ -18,17 +18,12 @@ Skipped, with the reason, where no engine answers or the images are missing.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from gateway.certs import init_secrets
-from serving.config.compose import with_grafana_placeholder
-from serving.launcher import free_port
-from serving.stack.compose import plan_compose
-from tests.support.compose_stack import PROJECT, Stack, copy_checkout, remove_stale_projects, skip_reason
+from tests.support.compose_stack import PROJECT, Stack, running_stack, skip_reason
 
 
 @pytest.fixture(scope="session")
@@ -36,28 +31,5 @@ def stack(tmp_path_factory: pytest.TempPathFactory, cpu_stack_repo: Path) -> Ite
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    remove_stale_projects()
-    root = tmp_path_factory.mktemp("e2e") / "tfs-stack"
-    copy_checkout(root, cpu_stack_repo)
-    secrets = init_secrets(root / "gateway" / "secrets")
-    ports = {name: free_port() for name in ("GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "GATEWAY_MTLS_PORT",
-                                             "PROMETHEUS_PORT")}
-    # Grafana is not started; Compose still interpolates its required password in every command.
-    env = with_grafana_placeholder({**{k: v for k, v in os.environ.items()
-                                       if k not in ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD")},
-                                    "COMPOSE_PROJECT_NAME": PROJECT, **{k: str(v) for k, v in ports.items()}})
-    # What make up gives compose (HOST_UID/HOST_GID, CPU limits capped to this host), for the tests'
-    # own compose commands.
-    env = plan_compose("compose-cpu", "local", root, env, os.getuid(), os.getgid()).env
-    made = Stack(root, env, secrets, ports["GATEWAY_GRPC_PORT"], ports["GATEWAY_REST_PORT"],
-                 ports["GATEWAY_MTLS_PORT"], ports["PROMETHEUS_PORT"], "")
-    try:
-        proc = made.make_up()
-        made.up_output = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            logs = made.compose("logs", "--no-color", "--tail", "60", check=False)
-            raise AssertionError(f"make up IMAGES=local failed ({proc.returncode}):\n{made.up_output}\n"
-                                 f"{logs.stdout[-6000:]}")
+    with running_stack(tmp_path_factory.mktemp("e2e") / "tfs-stack", cpu_stack_repo, PROJECT) as made:
         yield made
-    finally:
-        made.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False)

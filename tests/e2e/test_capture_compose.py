@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -30,19 +29,14 @@ import pytest
 
 from benchmarks.capture_gateway import LoadResult, drive
 from exporter.manifest import load_manifest
-from gateway.certs import init_secrets
 from serving.capture import read_capture
 from serving.capture._tfrecord import iter_records
-from serving.config.compose import with_grafana_placeholder
-from serving.launcher import free_port
-from serving.stack.compose import plan_compose
 from tests.support.compose_stack import (
     EXPORTED_IN_CONTAINER,
     PROJECT,
     Stack,
-    copy_checkout,
     docker,
-    remove_stale_projects,
+    running_stack,
     skip_reason,
 )
 
@@ -60,30 +54,9 @@ def capture_stack(tmp_path_factory: pytest.TempPathFactory, cpu_stack_repo: Path
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    remove_stale_projects()
-    root = tmp_path_factory.mktemp("e2e-capture") / "tfs-stack"
-    copy_checkout(root, cpu_stack_repo)
-    secrets = init_secrets(root / "gateway" / "secrets")
-    ports = {name: free_port() for name in ("GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "GATEWAY_MTLS_PORT",
-                                             "PROMETHEUS_PORT")}
-    env = with_grafana_placeholder({**{k: v for k, v in os.environ.items()
-                                       if k not in ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD")},
-                                    "COMPOSE_PROJECT_NAME": f"{PROJECT}-capture",
-                                    "CAPTURE": "on", "CAPTURE_RATE": str(CAPTURE_RATE),
-                                    **{k: str(v) for k, v in ports.items()}})
-    env = plan_compose("compose-cpu", "local", root, env, os.getuid(), os.getgid()).env
-    made = Stack(root, env, secrets, ports["GATEWAY_GRPC_PORT"], ports["GATEWAY_REST_PORT"],
-                 ports["GATEWAY_MTLS_PORT"], ports["PROMETHEUS_PORT"], "")
-    try:
-        proc = made.make_up()
-        made.up_output = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            logs = made.compose("logs", "--no-color", "--tail", "60", check=False)
-            raise AssertionError(f"make up IMAGES=local failed ({proc.returncode}):\n{made.up_output}\n"
-                                 f"{logs.stdout[-6000:]}")
+    with running_stack(tmp_path_factory.mktemp("e2e-capture") / "tfs-stack", cpu_stack_repo, f"{PROJECT}-capture",
+                       CAPTURE="on", CAPTURE_RATE=str(CAPTURE_RATE)) as made:
         yield made
-    finally:
-        made.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
 
 
 def gateway_predictions(stack: Stack) -> list[dict]:

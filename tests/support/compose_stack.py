@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,16 +11,18 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from deploy.images import IMAGES
-from gateway.certs import Credentials
+from gateway.certs import Credentials, init_secrets
 from serving.checkout import REPO_ROOT
-from serving.config.compose import compose_command
+from serving.config.compose import compose_command, with_grafana_placeholder
+from serving.launcher import free_port
+from serving.stack.compose import plan_compose
 from serving.stack.docker import image_id, probe_engine
 
 __all__ = ["PROJECT_PREFIX", "PROJECT", "FILES", "SERVICES", "EXPORTED_IN_CONTAINER", "skip_reason", "Stack", "docker",
-           "run_python", "remove_stale_projects", "copy_checkout"]
+           "run_python", "remove_stale_projects", "copy_checkout", "running_stack"]
 
 PROJECT_PREFIX = "tfs-stack-e2e-"
 PROJECT = f"{PROJECT_PREFIX}{os.getpid()}"
@@ -138,3 +141,32 @@ def copy_checkout(dest: Path, cpu_stack_repo: Path) -> None:
             shutil.copytree(entry, models / entry.name, ignore=shutil.ignore_patterns(".lock"))
 
 
+@contextlib.contextmanager
+def running_stack(root: Path, cpu_stack_repo: Path, project: str, **env_values: str) -> Iterator[Stack]:
+    """``make up IMAGES=local`` in a copy of the checkout at ``root`` (models from ``cpu_stack_repo``), as compose
+    project ``project`` on free ports, with ``env_values`` added to its environment; ``down -v`` at the end."""
+    remove_stale_projects()
+    copy_checkout(root, cpu_stack_repo)
+    secrets = init_secrets(root / "gateway" / "secrets")
+    ports = {name: free_port() for name in ("GATEWAY_GRPC_PORT", "GATEWAY_REST_PORT", "GATEWAY_MTLS_PORT",
+                                             "PROMETHEUS_PORT")}
+    # Grafana is not started; Compose still interpolates its required password in every command.
+    env = with_grafana_placeholder({**{k: v for k, v in os.environ.items()
+                                       if k not in ("HOST_UID", "HOST_GID", "GRAFANA_ADMIN_PASSWORD")},
+                                    "COMPOSE_PROJECT_NAME": project, **env_values,
+                                    **{k: str(v) for k, v in ports.items()}})
+    # What make up gives compose (HOST_UID/HOST_GID, CPU limits capped to this host), for the tests'
+    # own compose commands.
+    env = plan_compose("compose-cpu", "local", root, env, os.getuid(), os.getgid()).env
+    made = Stack(root, env, secrets, ports["GATEWAY_GRPC_PORT"], ports["GATEWAY_REST_PORT"],
+                 ports["GATEWAY_MTLS_PORT"], ports["PROMETHEUS_PORT"], "")
+    try:
+        proc = made.make_up()
+        made.up_output = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            logs = made.compose("logs", "--no-color", "--tail", "60", check=False)
+            raise AssertionError(f"make up IMAGES=local failed ({proc.returncode}):\n{made.up_output}\n"
+                                 f"{logs.stdout[-6000:]}")
+        yield made
+    finally:
+        made.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False)
