@@ -11,7 +11,6 @@ runs the same routes in front of the embedded server with real models.
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -26,6 +25,7 @@ from serving.config.config_lock import StaleConfig
 from serving.rollout.traffic import HostNginx
 from serving.launcher import free_port
 from tests.support.gateway import Gateway, compose_values, running_gateway
+from tests.support.stub_upstream import send_json
 
 pytestmark = pytest.mark.slow
 MODEL, OTHER = "digits", "text"
@@ -76,12 +76,7 @@ class LabelledUpstream:
                 self._send(200, {"predictions": [[0.5]], "label": label})
 
             def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def log_message(self, *args) -> None:
                 pass

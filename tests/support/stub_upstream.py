@@ -12,7 +12,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-__all__ = ["StubUpstream"]
+__all__ = ["StubUpstream", "send_json"]
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: dict) -> None:
+    """Answer ``handler``'s request with ``body`` as JSON, its length given."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 class StubUpstream:
@@ -42,12 +52,7 @@ class StubUpstream:
                 self._answer(200, {"model_version_status": [{"version": "1", "state": "AVAILABLE"}]})
 
             def _answer(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def log_message(self, *args) -> None:
                 pass
