@@ -19,31 +19,20 @@ from serving.server.frontends.grpc import GrpcFrontend
 from serving.server.frontends.rest import RestFrontend
 from serving.launcher import free_port
 from serving.server.metrics import ServerMetrics
-from serving.server.server import single_model_config
-from serving.server.tensorflow.loader import LoaderOptions, SavedModelLoader
-from tests.support.models import export_tiny
-from tests.support.serving import MONITORING_PATH
+from tests.support.serving import MONITORING_PATH, tiny_manager_on, tiny_repo_at
 
 
 @pytest.fixture(scope="session")
 def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository root with model ``tiny`` at version 1 and a monitoring config (Prometheus on)."""
-    root = tmp_path_factory.mktemp("frontend-models")
-    export_tiny(root / "tiny" / "1")
-    (root / "monitoring.config").write_text(f'prometheus_config {{ enable: true, path: "{MONITORING_PATH}" }}\n')
-    return root
+    return tiny_repo_at(tmp_path_factory.mktemp("frontend-models"))
 
 
 @pytest.fixture(scope="session")
 def tiny_manager(tiny_repo: Path) -> Iterator[ServableManager]:
     """A real ``ServableManager`` in this process, ``tiny`` version 1 AVAILABLE."""
-    manager = ServableManager(SavedModelLoader(LoaderOptions()), file_system_poll_wait_seconds=60.0)
-    manager.start()
-    try:
-        manager.reload_config(single_model_config("tiny", str(tiny_repo / "tiny")), timeout=120)
+    with tiny_manager_on(tiny_repo) as manager:
         yield manager
-    finally:
-        manager.stop(drain_timeout=5)
 
 
 @pytest.fixture
