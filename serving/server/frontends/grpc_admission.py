@@ -69,7 +69,34 @@ class _Waiting:
         self.call, self.state, self.deadline = call, state, deadline
 
 
-class MessageFirstExecutor(futures.ThreadPoolExecutor):
+class _AdmittingExecutor(futures.ThreadPoolExecutor):
+    """A thread pool that counts the calls it admitted until each has ended (``admitted``); ``_lock`` guards
+    the count and whatever else a subclass keeps beside it."""
+
+    def __init__(self, max_workers: int, *, thread_name_prefix: str = "grpc") -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._lock = threading.Lock()
+        self._admitted = 0
+
+    def _admit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> "futures.Future[Any]":
+        with self._lock:
+            self._admitted += 1
+        job = super().submit(fn, *args, **kwargs)
+        job.add_done_callback(self._release)
+        return job
+
+    def _release(self, _job: "futures.Future[Any]") -> None:
+        with self._lock:
+            self._admitted -= 1
+
+    @property
+    def admitted(self) -> int:
+        """Calls admitted that are running or waiting for a thread."""
+        with self._lock:
+            return self._admitted
+
+
+class MessageFirstExecutor(_AdmittingExecutor):
     """grpcio's thread pool that reads a unary call's request message before the call takes a thread.
 
     ``max_concurrent_rpcs`` (None: unbounded) bounds the calls whose message
@@ -84,11 +111,9 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
 
     def __init__(self, max_workers: int, *, max_concurrent_rpcs: Optional[int] = None,
                  read_timeout: Optional[float] = None, thread_name_prefix: str = "grpc") -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        super().__init__(max_workers, thread_name_prefix=thread_name_prefix)
         self._max_concurrent_rpcs = max_concurrent_rpcs
         self._read_timeout = read_timeout or None
-        self._lock = threading.Lock()
-        self._admitted = 0
         self._waiting: dict[int, _Waiting] = {}
         self._refusing = False
         self.refused_while_draining = 0
@@ -101,17 +126,6 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         if internals.is_unary_request_job(args, kwargs):
             return self._after_message(fn, *args)
         return self._admit(fn, args, kwargs)
-
-    def _admit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> "futures.Future[Any]":
-        with self._lock:
-            self._admitted += 1
-        job = super().submit(fn, *args, **kwargs)
-        job.add_done_callback(self._release)
-        return job
-
-    def _release(self, _job: "futures.Future[Any]") -> None:
-        with self._lock:
-            self._admitted -= 1
 
     def _after_message(self, run: Callable[..., None], in_pool: Callable[..., None], rpc_event: RpcEvent,
                        state: RpcState, behavior: Callable[..., Any],
@@ -187,8 +201,7 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
     @property
     def admitted(self) -> int:
         """Calls whose message has arrived and that are running or waiting for a thread."""
-        with self._lock:
-            return self._admitted
+        return super().admitted
 
     # -- the read-timeout watchdog ----------------------------------------------------------
     def start_watchdog(self) -> None:
@@ -226,7 +239,7 @@ class MessageFirstExecutor(futures.ThreadPoolExecutor):
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
-class FallbackExecutor(futures.ThreadPoolExecutor):
+class FallbackExecutor(_AdmittingExecutor):
     """The pool used when ``grpcio_internals.SUPPORTED`` is false (a grpcio without the private names
     ``MessageFirstExecutor`` needs): grpcio's own admission (``maximum_concurrent_rpcs``, given to
     ``grpc.server``), no read timeout, and no refusal while draining. Same interface as ``MessageFirstExecutor``.
@@ -235,27 +248,9 @@ class FallbackExecutor(futures.ThreadPoolExecutor):
     last_taken = 0.0
     refused_while_draining = 0
 
-    def __init__(self, max_workers: int, *, thread_name_prefix: str = "grpc") -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
-        self._lock = threading.Lock()
-        self._admitted = 0
-
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "futures.Future[Any]":
         self.last_taken = time.monotonic()
-        with self._lock:
-            self._admitted += 1
-        job = super().submit(fn, *args, **kwargs)
-        job.add_done_callback(self._release)
-        return job
-
-    def _release(self, _job: "futures.Future[Any]") -> None:
-        with self._lock:
-            self._admitted -= 1
-
-    @property
-    def admitted(self) -> int:
-        with self._lock:
-            return self._admitted
+        return self._admit(fn, args, kwargs)
 
     def refuse_new_calls(self) -> None:
         """Nothing to do: without grpcio's internals a call cannot be refused before it takes a thread."""
