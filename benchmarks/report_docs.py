@@ -48,8 +48,10 @@ PAGE = "docs/performance.md"
 MIN_ROUNDS = 3
 LOAD_PER_CORE = 0.75   # the 1-minute load average per usable core above which a machine is busy (1.5 on 2 cores)
 OUTSIDE = "<outside the checkout>"
-# An absolute path of a machine: under one of the roots a checkout, a temp dir or a home lives in.
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/(?:tmp|work|root|home|var|mnt|opt|srv|usr|private)(?:/[^\s'\"`;,)]*)?")
+# An absolute path of a machine: under one of the roots a checkout, a temp dir or a home lives in, or under
+# the checkout's own top directory (added per call).
+_ROOTS = ("tmp", "work", "root", "home", "var", "mnt", "opt", "srv", "usr", "private")
+_PATH_TAIL = r"(?:/[^\s'\"`;,)]*)?"
 
 # What each benchmark measures, in the page's words; a JSON file of another name is rendered generically.
 TITLES = {
@@ -101,13 +103,20 @@ def load_threshold(cores: int, max_load: Optional[float] = None) -> float:
 
 
 def _relative_text(text: str, root: Path) -> str:
+    # The checkout first, wherever it is (a CI runner's may sit under a root the general pattern does not
+    # know), then every other absolute path under a well-known root.
+    inside = re.compile(r"(?<![\w.~:/-])" + re.escape(PurePosixPath(root).as_posix()) + r"(?![\w.-])(?:/([^\s'\"`;,)]*))?")
+    text = inside.sub(lambda match: match.group(1) or ".", text)
+
     def one(match: re.Match) -> str:
         path = PurePosixPath(match.group(0))
         try:
             return path.relative_to(PurePosixPath(root)).as_posix() or "."
         except ValueError:
             return f"{OUTSIDE}/{path.name}"
-    return _ABSOLUTE_PATH.sub(one, text)
+    roots = sorted(set(_ROOTS) | set(PurePosixPath(root).parts[1:2]))
+    absolute = re.compile(r"(?<![\w.~:/-])/(?:" + "|".join(map(re.escape, roots)) + r")(?![\w.-])" + _PATH_TAIL)
+    return absolute.sub(one, text)
 
 
 def relative_paths(value: object, root: Path = REPO_ROOT) -> object:

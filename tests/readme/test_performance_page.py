@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import sys
 
 from benchmarks import report_docs
@@ -89,6 +90,14 @@ def test_record_writes_only_paths_relative_to_the_checkout(tmp_path):
     assert written["command"] == "x --json <outside the checkout>/toy.json"
     meta = json.loads((tmp_path / "toy.meta.json").read_text())
     assert str(tmp_path) not in meta["command"] and sys.executable not in meta["command"]
+
+
+def test_a_checkout_under_any_root_is_made_relative():
+    # CI's checkout sat at /check/work/main, under no root the general pattern knows.
+    root = Path("/check/work/main")
+    assert report_docs.relative_paths({"a": "/check/work/main/serving/x.config", "b": "--json /check/work/main",
+                                       "c": "/check/work/mainly/x", "d": "/tmp/y/models"}, root) == {
+        "a": "serving/x.config", "b": "--json .", "c": "<outside the checkout>/x", "d": "<outside the checkout>/models"}
 
 
 def test_record_runs_python_on_this_interpreter_and_records_the_command_as_written(tmp_path):
