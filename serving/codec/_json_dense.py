@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union, cast
 
 import numpy as np
 import orjson
@@ -78,8 +78,10 @@ class DenseArray(JsonText):
         return f"DenseArray(shape={self.array.shape}, dtype={self.array.dtype})"
 
 
-DenseJSON = Union[None, bool, int, float, str, DenseArray, list["DenseJSON"], dict[str, "DenseJSON"]]
-"""A parsed JSON value whose tensor positions may hold a ``DenseArray`` (what ``json_loads_dense`` returns)."""
+DenseJSON = Union[JSON, DenseArray, list["DenseJSON"], dict[str, "DenseJSON"]]
+"""A parsed JSON value whose tensor positions may hold a ``DenseArray`` (what ``json_loads_dense`` returns).
+
+Every ``JSON`` value is one (a document with no dense array), so the functions that read a request take both."""
 
 
 def json_loads_dense(body: bytes | bytearray | memoryview | str,
@@ -110,18 +112,16 @@ def json_loads_dense(body: bytes | bytearray | memoryview | str,
         skeleton = json_loads(b"".join(pieces))
     except status.InvalidArgument:  # the whole body gives the exact message and offset
         return json_loads(body)
-    placed = _place(skeleton, f"\x00dense:{nonce}:", [found for _, _, found in arrays], keep)
-    return placed if placed is not _MISPLACED else json_loads(body)
+    placed, complete = _place(skeleton, f"\x00dense:{nonce}:", [found for _, _, found in arrays], keep)
+    return placed if complete else json_loads(body)
 
 
-_MISPLACED = object()
-
-
-def _place(document: JSON, prefix: str, arrays: list[DenseArray], keep: Callable[[Path], bool]) -> object:
-    """``document`` with each placeholder string replaced; ``_MISPLACED`` unless each is found once as a value."""
+def _place(document: JSON, prefix: str, arrays: list[DenseArray],
+           keep: Callable[[Path], bool]) -> tuple[DenseJSON, bool]:
+    """``document`` with each placeholder string replaced, and True if each was found once as a value."""
     found = 0
 
-    def substitute(value: JSON, path: Path) -> DenseJSON:
+    def substitute(value: DenseJSON, path: Path) -> DenseJSON:
         nonlocal found
         if not (isinstance(value, str) and value.startswith(prefix)):
             return value
@@ -130,22 +130,25 @@ def _place(document: JSON, prefix: str, arrays: list[DenseArray], keep: Callable
         return array if keep(path) else array.value()
 
     root = substitute(document, ())
-    stack = [(root, ())]
+    stack: list[tuple[DenseJSON, Path]] = [(root, ())]
     while stack:
         container, path = stack.pop()
+        items: list[tuple[Any, DenseJSON]]
         if isinstance(container, dict):
-            items = container.items()
+            items = list(container.items())
         elif isinstance(container, list):
-            items = enumerate(container)
+            items = list(enumerate(container))
         else:
             continue
-        for key, value in list(items):
+        for key, value in items:
             child = substitute(value, path + (key,))
             if child is not value:
-                container[key] = child
+                # The skeleton is json_loads's new document, held only here: its lists and dicts (JSON's) are
+                # made DenseJSON's in place, a DenseArray where its placeholder string was.
+                cast("dict[Any, DenseJSON] | list[DenseJSON]", container)[key] = child
             elif isinstance(value, (dict, list)):
                 stack.append((value, path + (key,)))
-    return root if found == len(arrays) else _MISPLACED
+    return root, found == len(arrays)
 
 
 def _dense_run(run: bytes) -> Optional[DenseArray]:
@@ -155,9 +158,10 @@ def _dense_run(run: bytes) -> Optional[DenseArray]:
     punctuation = marks.translate(None, b"0")
     excess = punctuation.count(b"]") - punctuation.count(b"[")
     if excess:  # the run went on past its array (into an enclosing list): cut it there
-        run = _cut(run, excess)
-        if run is None:
+        cut = _cut(run, excess)
+        if cut is None:
             return None
+        run = cut
         marks = run.translate(_NUMBERS_TO_ZERO, _WHITESPACE)
         punctuation = marks.translate(None, b"0")
     shape = _shape_of(punctuation)

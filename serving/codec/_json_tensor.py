@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, TypeGuard, Union, overload
 
 import numpy as np
 
@@ -44,6 +44,7 @@ __all__ = [
     "decode_b64_object",
     "status_string",
     "JSON_DTYPE_NAMES",
+    "JSONWithArrays",
 ]
 
 JSON_DTYPE_NAMES = frozenset({"DT_FLOAT", "DT_DOUBLE", "DT_INT32", "DT_INT16", "DT_INT8", "DT_UINT8", "DT_STRING",
@@ -55,13 +56,16 @@ a request value for one is ``UNIMPLEMENTED: Conversion of JSON Value: 1.5 to typ
 
 _MAX_DIMS = 32  # numpy's limit
 
+JSONWithArrays = Union[JSON, np.ndarray, list["JSONWithArrays"], dict[str, "JSONWithArrays"]]
+"""A JSON value whose positions may hold numpy arrays: what ``array_to_json`` returns, for ``json_dumps``."""
+
 
 def status_string(error: status.ServingError) -> str:
     """``Status::ToString()`` of an error, as TF Serving nests it in messages."""
     return f"{error.code.name}: {error.details}"
 
 
-def is_b64_object(value: object) -> bool:
+def is_b64_object(value: object) -> TypeGuard[dict[str, str]]:
     """True for ``{"b64": "<string>"}`` (exactly one key, a string value)."""
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
@@ -145,7 +149,7 @@ def _numbers(arr: np.ndarray, row: DType) -> Optional[np.ndarray]:
     return _as_dtype(arr, row)
 
 
-def _check_kind(value: JSON, arr: np.ndarray, row: DType) -> None:
+def _check_kind(value: DenseJSON, arr: np.ndarray, row: DType) -> None:
     target = row.numpy.kind
     kind = arr.dtype.kind
     if target == "f":
@@ -207,7 +211,7 @@ def _type_error(value: object, row: DType) -> status.InvalidArgument:
         f"is not of expected type: {row.tf_name}")
 
 
-def _strings(value: JSON) -> np.ndarray:
+def _strings(value: DenseJSON) -> np.ndarray:
     arr = np.array(value, dtype=object)
     if _has_list_leaf(arr):
         raise _shape_error(value)
@@ -232,7 +236,7 @@ def _has_list_leaf(arr: np.ndarray) -> bool:
     return any(isinstance(v, list) for v in arr.reshape(-1).tolist())
 
 
-def _leaves(value: JSON) -> Iterator[JSON]:
+def _leaves(value: DenseJSON) -> Iterator[DenseJSON]:
     stack = [value]
     while stack:
         item = stack.pop()
@@ -245,12 +249,12 @@ def _leaves(value: JSON) -> Iterator[JSON]:
 _NONE = object()
 
 
-def _first_leaf(value: JSON, bad: Callable[[JSON], bool], default: object = None) -> object:
+def _first_leaf(value: DenseJSON, bad: Callable[[DenseJSON], bool], default: object = None) -> object:
     """The first leaf that is ``bad``; ``default`` (or the whole value) if none is."""
     return next((v for v in _leaves(value) if bad(v)), value if default is None else default)
 
 
-def _shape_error(value: JSON) -> status.InvalidArgument:
+def _shape_error(value: DenseJSON) -> status.ServingError:
     """TF Serving's message for the first place ``value`` is not dense."""
     shape = dense_shape(value)
     if len(shape) > _MAX_DIMS:
@@ -310,7 +314,7 @@ def _first_problem(value: object, shape: list[int],
     return None
 
 
-def array_to_json(array: ArrayLike, *, as_b64: bool = False) -> JSON | np.ndarray:
+def array_to_json(array: ArrayLike, *, as_b64: bool = False) -> JSONWithArrays:
     """The JSON value of a tensor, for ``json_dumps``.
 
     Numeric arrays are returned as they are (``json_dumps`` writes them fast,
@@ -334,7 +338,11 @@ def array_to_json(array: ArrayLike, *, as_b64: bool = False) -> JSON | np.ndarra
     return out.reshape(arr.shape).tolist()
 
 
-def _string_json(value: object, as_b64: bool) -> JSON:
+@overload
+def _string_json(value: str | bytes | bytearray, as_b64: bool) -> JSON: ...
+@overload
+def _string_json(value: object, as_b64: bool) -> object: ...
+def _string_json(value: object, as_b64: bool) -> object:   # an object array's other values: as they are
     if isinstance(value, str) and not as_b64:
         return value
     if not isinstance(value, (str, bytes, bytearray)):
