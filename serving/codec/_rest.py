@@ -8,7 +8,7 @@ Wording of errors follows ``util/json_tensor.cc``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, TypeGuard
 
 import numpy as np
 import orjson
@@ -20,6 +20,7 @@ from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_dense import DenseArray, DenseJSON, json_loads_dense
 from serving.codec._json_tensor import (
     JSON_DTYPE_NAMES,
+    JSONWithArrays,
     array_to_json,
     decode_b64_object,
     dense_shape,
@@ -46,7 +47,7 @@ BYTES_SUFFIX = "_bytes"
 _INSTANCES, _INPUTS = "instances", "inputs"
 
 
-def _format_error(doc: DenseJSON, text: str) -> status.InvalidArgument:
+def _format_error(doc: object, text: str) -> status.InvalidArgument:
     return status.InvalidArgument(f"JSON Value: {json_value_string(doc)} {text}")
 
 
@@ -103,11 +104,11 @@ def rest_request_to_inputs(
     raise status.InvalidArgument("Missing 'inputs' or 'instances' key")
 
 
-def _is_named_object(value: DenseJSON) -> bool:
+def _is_named_object(value: DenseJSON) -> TypeGuard[Mapping[str, DenseJSON]]:
     return isinstance(value, dict) and not is_b64_object(value)
 
 
-def _from_instances(request: dict[str, DenseJSON], specs: Mapping[str, DTypeLike],
+def _from_instances(request: Mapping[str, DenseJSON], specs: Mapping[str, DTypeLike],
                     budget: ElementBudget) -> dict[str, np.ndarray]:
     instances = request[_INSTANCES]
     if isinstance(instances, DenseArray):  # a plain list of numbers, never empty
@@ -166,7 +167,9 @@ def _batch(name: str, values: list | DenseArray, dtype: DTypeLike, budget: Eleme
     try:
         return json_to_array(whole, dtype)
     except (status.InvalidArgument, status.Unimplemented) as error:   # Unimplemented: a DT_HALF or DT_UINT16 input
-        _raise_element_error(name, _parsed(values) if isinstance(values, DenseArray) else values, dtype, keyed)
+        elements = values.value() if isinstance(values, DenseArray) else values
+        if isinstance(elements, list):   # always: a DenseArray's value is a list (its rank is at least 1)
+            _raise_element_error(name, elements, dtype, keyed)
         raise error
 
 
@@ -304,7 +307,7 @@ def _response_row_texts(name: str, arr: np.ndarray) -> list[str]:
     return [_response_text(name, np.asarray(arr[i])) for i in range(arr.shape[0])]
 
 
-def _request_value(name: str, arr: np.ndarray) -> JSON | np.ndarray:
+def _request_value(name: str, arr: np.ndarray) -> JSONWithArrays:
     return array_to_json(np.asarray(arr), as_b64=name.endswith(BYTES_SUFFIX))
 
 
@@ -321,12 +324,13 @@ def _batch_size(arrays: Mapping[str, np.ndarray]) -> int:
     return batch
 
 
-def _rows(arrays: Mapping[str, np.ndarray], encode=_request_value) -> JSON | np.ndarray:
+def _rows(arrays: Mapping[str, np.ndarray], encode=_request_value) -> JSONWithArrays:
     batch = _batch_size(arrays)
     if len(arrays) == 1:
         (name, arr), = arrays.items()
         return encode(name, arr)
-    return [{name: encode(name, arr[i]) for name, arr in arrays.items()} for i in range(batch)]
+    rows: list[JSONWithArrays] = [{name: encode(name, arr[i]) for name, arr in arrays.items()} for i in range(batch)]
+    return rows
 
 
 def inputs_to_rest_request(inputs: ArrayLike | Mapping[str, ArrayLike], *, signature_name: Optional[str] = None,
@@ -356,9 +360,10 @@ def inputs_to_rest_request(inputs: ArrayLike | Mapping[str, ArrayLike], *, signa
     return json_dumps(body)
 
 
-def _named_rows(values: Mapping[str, JSON | np.ndarray]) -> list:
+def _named_rows(values: Mapping[str, JSONWithArrays]) -> list[JSONWithArrays]:
     (name, value), = values.items()
-    if np.ndim(value) == 0:
+    # array_to_json's value: a list or an array, or else (a scalar, text, a b64 object) of no dimension.
+    if not isinstance(value, (list, np.ndarray)) or np.asarray(value).ndim == 0:   # np.ndim's own test
         raise status.InvalidArgument(f"row format ('instances') needs a batch dimension; {name} is a scalar")
     return [{name: row} for row in value]
 
@@ -373,7 +378,7 @@ def rest_response_to_outputs(body: bytes | str | JSON, *, output_names: Optional
     to the signature's dtype (as gRPC would deliver it); strings come back as
     object arrays of ``bytes`` either way.
     """
-    doc = body if isinstance(body, dict) else json_loads(body)
+    doc = json_loads(body) if isinstance(body, (bytes, bytearray, memoryview, str)) else body
     if not isinstance(doc, dict):
         raise status.InvalidArgument(f"response is not a JSON object: {json_value_string(doc)}")
     if "error" in doc:
@@ -393,12 +398,14 @@ def _single_name(names: list[str], default: str) -> str:
     return names[0] if len(names) == 1 else default
 
 
-def _row_columns(predictions: JSON, names: list[str]) -> dict[str, JSON]:
+def _row_columns(predictions: JSON, names: list[str]) -> Mapping[str, JSON]:
     if not isinstance(predictions, list):
         raise status.InvalidArgument("'predictions' is not a list")
     if predictions and _is_named_object(predictions[0]):
-        columns: dict[str, list] = {}
-        for row in predictions:
+        columns: dict[str, list[JSON]] = {}
+        for i, row in enumerate(predictions):
+            if not isinstance(row, dict):
+                raise status.InvalidArgument(f"'predictions' item {i} is not an object: {json_value_string(row)}")
             for name, value in row.items():
                 columns.setdefault(name, []).append(value)
         return columns
@@ -407,8 +414,9 @@ def _row_columns(predictions: JSON, names: list[str]) -> dict[str, JSON]:
     return {_single_name(names, "predictions"): predictions}
 
 
-def _column_values(outputs: JSON, names: list[str]) -> dict[str, JSON]:
-    if _is_named_object(outputs):
+def _column_values(outputs: JSON, names: list[str]) -> Mapping[str, JSON]:
+    named = _is_named_object(outputs)
+    if named and isinstance(outputs, dict):   # (the isinstance: read as JSON's dict, not the TypeGuard's Mapping)
         return dict(outputs)
     return {_single_name(names, "outputs"): outputs}
 

@@ -177,6 +177,19 @@ def test_single_unnamed_response_takes_the_only_expected_name():
     assert list(codec.rest_response_to_outputs(body)) == ["predictions"]
 
 
+@pytest.mark.parametrize("parsed", [[1, 2], 5, None], ids=["list", "number", "null"])
+def test_parsed_response_that_is_not_an_object_is_invalid_argument(parsed):
+    """A parsed body that is not an object is named so (it was parsed as text again: AttributeError, "empty")."""
+    with pytest.raises(status.InvalidArgument, match="response is not a JSON object"):
+        codec.rest_response_to_outputs(parsed)
+
+
+def test_predictions_mixing_objects_and_values_is_invalid_argument():
+    """Row format: every prediction is an object once the first is (a later value was AttributeError)."""
+    with pytest.raises(status.InvalidArgument, match="'predictions' item 1 is not an object: 5"):
+        codec.rest_response_to_outputs(b'{"predictions": [{"a": 1}, 5]}')
+
+
 def test_row_format_client_body_needs_a_batch_dimension():
     with pytest.raises(status.InvalidArgument, match="batch dimension"):
         codec.inputs_to_rest_request(np.float32(1.0))
