@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from serving import status
-from serving.codec._json import json_type_name
+from serving.codec._json import JSON, json_type_name
 from serving.codec._json_tensor import decode_b64_object, is_b64_object
 
 if TYPE_CHECKING:
@@ -31,8 +31,10 @@ _INT64_MIN = -(1 << 63)
 _KIND_NAME = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
 
 
-def example_from_dict(features: Features, example_proto: Example) -> Example:
+def example_from_dict(features: Features | JSON, example_proto: Example) -> Example:
     """Fill ``example_proto`` (a tf.train.Example-shaped message) from ``features``; return it.
+
+    ``features`` may be a parsed JSON value (a REST body's example): anything but an object is refused.
 
     Raises ``status.InvalidArgument`` with TF Serving's wording for values of
     the wrong kind (null, nested lists, mixed kinds, uint64, lossy floats).

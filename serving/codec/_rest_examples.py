@@ -7,7 +7,7 @@ client returns (``classification_result_to_list``, ``regression_result_to_array`
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional, Sequence, Union, overload
+from typing import TYPE_CHECKING, Iterable, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -18,8 +18,6 @@ from serving.codec._json import JSON, json_dumps, json_loads, json_value_string
 from serving.codec._json_tensor import array_to_json
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-
     # The wire messages stand for both schemas: TF Serving's official ones have the same fields.
     from serving.wire.serving_apis_pb2 import ClassificationResult, Input, RegressionResult
 
@@ -69,18 +67,18 @@ def rest_request_to_input(request: JSON, input_proto: Input) -> Input:
     return input_proto
 
 
-def _features_json(features: Features) -> dict[str, JSON | np.ndarray]:
-    out = {}
+def _features_json(features: Features) -> dict[str, object]:   # values for json_dumps
+    out: dict[str, object] = {}
     for name, given in features.items():
         value = [given] if isinstance(given, (bytes, str)) or np.ndim(given) == 0 else given
         out[name] = array_to_json(np.asarray(value, dtype=object)) if _has_text(value) else value
     return out
 
 
-def _has_text(value: ArrayLike) -> bool:
+def _has_text(value: object) -> bool:
     if isinstance(value, np.ndarray):
         return value.dtype.kind in "OSU"
-    return any(isinstance(v, (bytes, str)) for v in value)
+    return isinstance(value, Iterable) and any(isinstance(v, (bytes, str)) for v in value)
 
 
 def examples_to_rest_request(examples: Sequence[Features], *,
@@ -130,10 +128,32 @@ def rest_response_to_results(body: bytes | str | JSON, *, method: Literal["regre
 def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]: ...
 def rest_response_to_results(body: bytes | str | JSON, *, method: str) -> Union[Classifications, np.ndarray]:
     """The ``results`` of a Classify (``method="classify"``) or Regress body, as gRPC returns them."""
-    doc = body if isinstance(body, dict) else json_loads(body)
+    doc = json_loads(body) if isinstance(body, (bytes, bytearray, memoryview, str)) else body
     if not isinstance(doc, dict) or "results" not in doc:
         raise status.InvalidArgument(f"response has no 'results': {json_value_string(doc)}")
     results = doc["results"]
     if method == "regress":
         return np.array(results, dtype=np.float32)
-    return [[(str(label), float(np.float32(score))) for label, score in item] for item in results]
+    if not isinstance(results, list):
+        raise _not_classifications(results)
+    return [_classes(item, results) for item in results]
+
+
+def _classes(item: JSON, results: JSON) -> list[tuple[str, float]]:
+    """One example's ``[["label", score], ...]`` of a Classify response's ``results``."""
+    if not isinstance(item, list):
+        raise _not_classifications(results)
+    classes = []
+    for pair in item:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise _not_classifications(results)
+        label, score = pair
+        if isinstance(score, (list, dict)):
+            raise _not_classifications(results)
+        classes.append((str(label), float(np.float32(score))))
+    return classes
+
+
+def _not_classifications(results: JSON) -> status.InvalidArgument:
+    return status.InvalidArgument(
+        f"response's 'results' are not [label, score] pairs per example: {json_value_string(results)}")

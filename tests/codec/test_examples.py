@@ -110,6 +110,21 @@ def test_regression_results_have_tf_serving_shape_and_match_grpc_values():
     assert back.dtype == np.float32
 
 
+@pytest.mark.parametrize("parsed", [[1, 2], 5, None], ids=["list", "number", "null"])
+def test_parsed_response_that_is_not_an_object_has_no_results(parsed):
+    """A parsed body that is not an object is named so (it was parsed as text again: AttributeError, "empty")."""
+    with pytest.raises(status.InvalidArgument, match="response has no 'results'"):
+        codec.rest_response_to_results(parsed, method="classify")
+
+
+@pytest.mark.parametrize("results", [5, [5], [[5]], [[["a", 0.5, 1]]], [[["a", [0.5]]]], {"a": "b"}],
+                         ids=["number", "example", "pair", "triple", "list-score", "object"])
+def test_classify_results_not_label_score_pairs_are_invalid_argument(results):
+    """Each example of a Classify body is a list of [label, score] pairs (else TypeError or ValueError escaped)."""
+    with pytest.raises(status.InvalidArgument, match=r"'results' are not \[label, score\] pairs per example"):
+        codec.rest_response_to_results({"results": results}, method="classify")
+
+
 def test_empty_results_are_rejected_with_tf_serving_messages():
     with pytest.raises(status.InvalidArgument, match="Cannot convert empty ClassificationResults to JSON"):
         codec.classification_result_to_rest(classification_pb2.ClassificationResult())
