@@ -22,7 +22,7 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, cast
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def cast_to_spec(name: str, value: ArrayLike, spec: Optional[TensorSpec]) -> np.
     """
     if spec is None or not spec.dtype_supported:
         return value if isinstance(value, np.ndarray) else _dense(name, value, None)
-    target = dtype_from_enum(spec.dtype_enum)
+    target = dtype_from_enum(cast(int, spec.dtype_enum))   # TensorSpec.__post_init__ sets it; dtype_supported looked it up
     arr = value if isinstance(value, np.ndarray) else _dense(name, value, object if target.is_string else None)
     if arr.dtype.kind in "SU" and not isinstance(value, np.ndarray) and not target.is_string:
         arr = _dense(name, value, object)  # [1, "a"]: name "a", not numpy's "1"

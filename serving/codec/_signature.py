@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Iterable, Mapping, Optional, Protocol, Sequence, cast
 
 import numpy as np
 
@@ -125,10 +125,15 @@ class TensorSpec:
         return cls(name, dtype, shape, info.name, int(info.dtype))
 
     @property
+    def _enum(self) -> int:
+        """``dtype_enum``: an argument may leave it out (None), ``__post_init__`` always sets it."""
+        return cast(int, self.dtype_enum)   # set by __post_init__
+
+    @property
     def dtype_supported(self) -> bool:
         """True if the codec's dtype table has ``dtype_enum`` (``dtype`` is then exact)."""
         try:
-            dtype_from_enum(self.dtype_enum)
+            dtype_from_enum(self._enum)
         except ValueError:
             return False
         return True
@@ -137,7 +142,7 @@ class TensorSpec:
     def dtype_name(self) -> str:
         """TensorFlow's name of the dtype: ``"DT_FLOAT"``, ``"DT_INVALID"``; ``"DataType N"`` for a number TF lacks."""
         try:
-            return dtype_from_enum(self.dtype_enum).name
+            return dtype_from_enum(self._enum).name
         except ValueError:
             pass
         try:
@@ -164,15 +169,32 @@ class TensorSpec:
 
     @classmethod
     def from_json(cls, name: str, doc: Mapping[str, JSON]) -> "TensorSpec":
-        """The spec a manifest record describes (inverse of ``to_json``); ValueError for an unknown dtype name."""
-        enum = _dtype_enum_from_name(doc["dtype"])
+        """The spec a manifest record describes (inverse of ``to_json``); ValueError for an unknown dtype name,
+        TypeError for a field of the wrong JSON type."""
+        dtype_name, tensor_name = doc["dtype"], doc["tensor_name"]
+        if not isinstance(dtype_name, str) or not isinstance(tensor_name, str):
+            raise TypeError(f"tensor {name!r}: 'dtype' and 'tensor_name' must be strings, not "
+                            f"{type(dtype_name).__name__} and {type(tensor_name).__name__}")
+        enum = _dtype_enum_from_name(dtype_name)
         try:
             dtype = dtype_from_enum(enum).numpy
         except ValueError:
             dtype = np.dtype(object)
-        dims = doc["shape"]
-        shape: Shape = None if dims is None else tuple(None if d < 0 else int(d) for d in dims)
-        return cls(name, dtype, shape, doc["tensor_name"], enum)
+        return cls(name, dtype, _shape_from_json(name, doc["shape"]), tensor_name, enum)
+
+
+def _shape_from_json(name: str, dims: JSON) -> Shape:
+    """A manifest record's ``shape``: null (unknown rank) or a list of dimensions, -1 for an unknown one."""
+    if dims is None:
+        return None
+    if not isinstance(dims, list):
+        raise TypeError(f"tensor {name!r}: 'shape' must be null or a list of numbers, not {type(dims).__name__}")
+    shape: list[Optional[int]] = []
+    for d in dims:
+        if not isinstance(d, (int, float)):
+            raise TypeError(f"tensor {name!r}: 'shape' must be null or a list of numbers, not a {type(d).__name__}")
+        shape.append(None if d < 0 else int(d))
+    return tuple(shape)
 
 
 def _dtype_enum_from_name(name: str) -> int:
@@ -210,10 +232,24 @@ class Signature:
 
     @classmethod
     def from_json(cls, name: str, doc: Mapping[str, JSON]) -> "Signature":
-        """The signature a manifest record describes (inverse of ``to_json``)."""
-        return cls(name, doc["method_name"],
-                   {k: TensorSpec.from_json(k, t) for k, t in doc["inputs"].items()},
-                   {k: TensorSpec.from_json(k, t) for k, t in doc["outputs"].items()})
+        """The signature a manifest record describes (inverse of ``to_json``); TypeError for a field of the wrong
+        JSON type."""
+        method_name = doc["method_name"]
+        if not isinstance(method_name, str):
+            raise TypeError(f"signature {name!r}: 'method_name' must be a string, not {type(method_name).__name__}")
+        return cls(name, method_name, _specs_from_json(name, doc["inputs"]), _specs_from_json(name, doc["outputs"]))
+
+
+def _specs_from_json(signature: str, tensors: JSON) -> dict[str, TensorSpec]:
+    """A manifest record's ``inputs`` or ``outputs``: an object of tensor records by alias."""
+    if not isinstance(tensors, dict):
+        raise TypeError(f"signature {signature!r}: 'inputs' and 'outputs' must be objects, not {type(tensors).__name__}")
+    specs = {}
+    for key, record in tensors.items():
+        if not isinstance(record, dict):
+            raise TypeError(f"signature {signature!r}: tensor {key!r} must be an object, not {type(record).__name__}")
+        specs[key] = TensorSpec.from_json(key, record)
+    return specs
 
 
 def _specs(infos: Mapping[str, TensorInfoProto]) -> dict[str, TensorSpec]:

@@ -132,6 +132,29 @@ def test_an_unknown_dtype_name_in_a_manifest_is_rejected():
         TensorSpec.from_json("x", {"dtype": "DT_BOGUS", "shape": [-1], "tensor_name": "x:0"})
 
 
+@pytest.mark.parametrize("record, field", [
+    ({"dtype": "DT_FLOAT", "shape": [-1], "tensor_name": 7}, "tensor_name"),
+    ({"dtype": 1, "shape": [-1], "tensor_name": "x:0"}, "dtype"),
+    ({"dtype": "DT_FLOAT", "shape": "-1", "tensor_name": "x:0"}, "shape"),
+    ({"dtype": "DT_FLOAT", "shape": [None], "tensor_name": "x:0"}, "shape"),
+])
+def test_a_manifest_tensor_field_of_the_wrong_json_type_is_type_error(record, field):
+    """A ``tensor_name`` that is not a string was kept as it was (a spec with an int for its graph tensor)."""
+    with pytest.raises(TypeError, match=field):
+        TensorSpec.from_json("x", record)
+
+
+@pytest.mark.parametrize("record, field", [
+    ({"method_name": None, "inputs": {}, "outputs": {}}, "method_name"),
+    ({"method_name": PREDICT_METHOD_NAME, "inputs": [], "outputs": {}}, "'inputs' and 'outputs'"),
+    ({"method_name": PREDICT_METHOD_NAME, "inputs": {"x": "DT_FLOAT"}, "outputs": {}}, "tensor 'x'"),
+])
+def test_a_manifest_signature_field_of_the_wrong_json_type_is_type_error(record, field):
+    """A ``method_name`` that is not a string was kept as it was; ``inputs`` that are a list were AttributeError."""
+    with pytest.raises(TypeError, match=field):
+        Signature.from_json(DEFAULT_SIGNATURE, record)
+
+
 @pytest.mark.parametrize("shape, accepted, rejected", [
     ((None, 8), [(1, 8), (64, 8)], [(1, 9), (8,), (1, 8, 1)]),
     ((), [()], [(1,)]),
