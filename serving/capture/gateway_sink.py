@@ -224,7 +224,7 @@ def _rest_request(request: MirroredRequest, metadata: MetadataSource) -> tuple[o
             codec.ndarray_to_tensor_proto(array, message.inputs[name])
     else:
         parsed = codec.json_loads(body)
-        document = parsed   # type: ignore[assignment]  # a Classify/Regress body: plain JSON, no dense arrays
+        document = parsed   # a Classify/Regress body: plain JSON (a DenseJSON with no dense array)
         signature = _rest_signature(parsed) or DEFAULT_SIGNATURE
         message = apis.ClassificationRequest() if request.method == "classify" else apis.RegressionRequest()
         codec.rest_request_to_input(parsed, message.input)
