@@ -362,8 +362,9 @@ def inputs_to_rest_request(inputs: ArrayLike | Mapping[str, ArrayLike], *, signa
 
 def _named_rows(values: Mapping[str, JSONWithArrays]) -> list[JSONWithArrays]:
     (name, value), = values.items()
-    # array_to_json's value: a list or an array, or else (a scalar, text, a b64 object) of no dimension.
-    if not isinstance(value, (list, np.ndarray)) or np.asarray(value).ndim == 0:   # np.ndim's own test
+    # array_to_json's value: a list or an array, or else (a scalar, text, a b64 object) of no dimension. Then
+    # np.ndim's own test (np.asarray(value).ndim: a ragged list is ValueError), which its stub refuses for JSON.
+    if not isinstance(value, (list, np.ndarray)) or np.asarray(value).ndim == 0:
         raise status.InvalidArgument(f"row format ('instances') needs a batch dimension; {name} is a scalar")
     return [{name: row} for row in value]
 
@@ -416,7 +417,7 @@ def _row_columns(predictions: JSON, names: list[str]) -> Mapping[str, JSON]:
 
 def _column_values(outputs: JSON, names: list[str]) -> Mapping[str, JSON]:
     named = _is_named_object(outputs)
-    if named and isinstance(outputs, dict):   # (the isinstance: read as JSON's dict, not the TypeGuard's Mapping)
+    if named and isinstance(outputs, dict):   # the isinstance reads it as JSON's dict (the TypeGuard: DenseJSON's)
         return dict(outputs)
     return {_single_name(names, "outputs"): outputs}
 
