@@ -115,7 +115,7 @@ def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
     says ``golden_source: "synthetic"``. ``variants`` are exported in order,
     fp32 first; published names are ``name``, ``name_xla``, ``name_trt_fp16``.
     ``tolerance``: ``{"atol", "rtol", "min_top1"}`` for every variant, or
-    ``{variant: {...}}``; unset keys keep the variant's defaults.
+    ``{variant: {...}}`` (not both: ValueError); unset keys keep the variant's defaults.
     ``version=None`` takes the next integer. Warmup covers the allowed batch
     sizes of ``batching_config`` (default ``serving/batching.config``).
 
