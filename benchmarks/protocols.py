@@ -34,7 +34,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -63,6 +63,9 @@ def _sdk(stack: contextlib.ExitStack, server: ServerProcess, payloads: Callable[
         return call_transport(lambda: client.predict(load.model, inputs))
 
     def check(load: Load, answer: object) -> None:
+        if not isinstance(answer, Mapping):
+            raise RuntimeError(f"{load.model}: the SDK's {load.protocol} predict returned a {type(answer).__name__}, "
+                               "not outputs by name")
         for name, array in clients["grpc"].predict(load.model, payloads(load).inputs).items():
             np.testing.assert_allclose(answer[name], array, rtol=1e-5, atol=1e-6)
 

@@ -30,12 +30,15 @@ import gc
 import json
 import sys
 import time
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 import numpy as np
 
 from serving import codec
 from serving.server.heap_freezer import HeapFreezer
+
+if TYPE_CHECKING:
+    from serving.codec._json_dense import DenseJSON
 
 __all__ = ["main", "build_parser", "decoders", "decode_times", "image_body"]
 
@@ -48,7 +51,8 @@ def image_body(shape: tuple[int, ...], batch: int = 1, seed: int = 0) -> bytes:
 
 def decoders(body: bytes, specs: Mapping[str, Any]) -> dict[str, Callable[[], dict]]:
     """The two decoders of ``body`` with the signature's input dtypes ``specs``."""
-    return {"lists": lambda: codec.rest_request_to_inputs(codec.json_loads(body), specs)[0],
+    # A JSON document is a DenseJSON without dense arrays (list and dict are invariant, so mypy cannot see it).
+    return {"lists": lambda: codec.rest_request_to_inputs(cast("DenseJSON", codec.json_loads(body)), specs)[0],
             "dense": lambda: codec.rest_request_to_inputs(codec.rest_request_loads(body), specs)[0]}
 
 
@@ -99,17 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     outputs = {name: decode() for name, decode in decoders(body, specs).items()}
     collected = decode_times(body, specs, args.repeats, frozen=False)
     frozen = decode_times(body, specs, args.repeats, frozen=True)
-    result = {
+    same = same_tensors(outputs["lists"], outputs["dense"])
+    dense_gain = round(frozen["lists"] / frozen["dense"], 2)
+    freeze_gain = round(collected["lists"] / frozen["lists"], 2)
+    result: dict[str, object] = {
         "body_bytes": len(body), "shape": [args.batch, *shape], "heap_objects": len(gc.get_objects()),
         **{f"{name}_ms": round(seconds * 1e3, 2) for name, seconds in collected.items()},
         **{f"{name}_frozen_ms": round(seconds * 1e3, 2) for name, seconds in frozen.items()},
-        "same_tensors": same_tensors(outputs["lists"], outputs["dense"]),
-        "dense_over_lists_frozen": round(frozen["lists"] / frozen["dense"], 2),
-        "frozen_over_collected_lists": round(collected["lists"] / frozen["lists"], 2),
+        "same_tensors": same,
+        "dense_over_lists_frozen": dense_gain,
+        "frozen_over_collected_lists": freeze_gain,
         "dense_frozen_over_lists_collected": round(collected["lists"] / frozen["dense"], 2),
     }
-    result["targets_met"] = (result["same_tensors"] and result["dense_over_lists_frozen"] >= 1.25
-                             and result["frozen_over_collected_lists"] >= 1.25)
+    result["targets_met"] = same and dense_gain >= 1.25 and freeze_gain >= 1.25
     print(json.dumps(result, indent=2))
     return 0 if result["targets_met"] else 1
 

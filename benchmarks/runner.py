@@ -110,7 +110,7 @@ class Cell:
     def spread(self) -> float:
         """Half the range of the rounds' requests/s over their mean, in % (0 with one round)."""
         rates = self.per_round("rate")
-        return (max(rates) - min(rates)) / 2 / np.mean(rates) * 100 if len(rates) > 1 and np.mean(rates) else 0.0
+        return float((max(rates) - min(rates)) / 2 / np.mean(rates) * 100) if len(rates) > 1 and np.mean(rates) else 0.0
 
 
 Cells = dict[Side, Cell]

@@ -31,6 +31,8 @@ def payloads_of(repo: Path) -> Callable[[Load], Payloads]:
 
 def has_outputs(load: Load, answer: object) -> None:
     """Raise unless ``answer`` (raw Predict bytes over ``load.protocol``) decodes to some outputs."""
+    if not isinstance(answer, bytes):
+        raise RuntimeError(f"{load.model}: {load.protocol} Predict answered a {type(answer).__name__}, not its bytes")
     outputs = (codec.decode_predict_response(answer) if load.protocol == "grpc"
                else codec.rest_response_to_outputs(answer))
     if not outputs:

@@ -115,7 +115,7 @@ def export(model: Any, *, name: str, out: PathLike = DEFAULT_MODEL_REPO,
     says ``golden_source: "synthetic"``. ``variants`` are exported in order,
     fp32 first; published names are ``name``, ``name_xla``, ``name_trt_fp16``.
     ``tolerance``: ``{"atol", "rtol", "min_top1"}`` for every variant, or
-    ``{variant: {...}}``; unset keys keep the variant's defaults.
+    ``{variant: {...}}`` (not both: ValueError); unset keys keep the variant's defaults.
     ``version=None`` takes the next integer. Warmup covers the allowed batch
     sizes of ``batching_config`` (default ``serving/batching.config``).
 
@@ -201,11 +201,15 @@ def _ordered(variants: Sequence[str]) -> list[Variant]:
 
 def _tolerances(specs: Sequence[Variant], tolerance: Optional[Tolerance]) -> dict[str, dict[str, float]]:
     """Each variant's tolerance: its defaults, updated by ``tolerance`` (flat, or by variant name)."""
-    tolerance = dict(tolerance or {})
-    per_variant = bool(tolerance) and all(isinstance(v, Mapping) for v in tolerance.values())
+    entries: Mapping[str, Union[float, Mapping[str, float]]] = tolerance or {}
+    by_variant = {name: limits for name, limits in entries.items() if isinstance(limits, Mapping)}
+    flat = {key: limit for key, limit in entries.items() if not isinstance(limit, Mapping)}
+    if by_variant and flat:
+        raise ValueError(f"tolerance is either flat ({', '.join(_TOLERANCE_KEYS)}) or by variant name, "
+                         f"not both: got {', '.join(entries)}")
     result = {}
     for spec in specs:
-        given = dict(tolerance.get(spec.name, {})) if per_variant else tolerance
+        given = by_variant.get(spec.name, {}) if by_variant else flat
         unknown = sorted(set(given) - set(_TOLERANCE_KEYS))
         if unknown:
             raise ValueError(f"unknown tolerance {', '.join(unknown)}; use {', '.join(_TOLERANCE_KEYS)}")
@@ -348,7 +352,7 @@ def _write_version(dest: Path, spec: Variant, model: Exportable, functions: Mapp
             signatures=signatures, golden=golden, accuracy=model.accuracy,
             metrics=dict(model.metrics), tolerance=dict(tolerance),
             warmup={"file": f"{WARMUP_DIR}/{WARMUP_REQUESTS_FILE}", "records": len(records),
-                    "batch_sizes": covered, "allowed_batch_sizes": list(batch_sizes),
+                    "batch_sizes": list(covered), "allowed_batch_sizes": list(batch_sizes),
                     **({"source": model.warmup_source} if model.warmup_source else {})},
             agreement=agreement,
             top1_outputs={s: k for s, k in model.top1_outputs.items() if s in golden},
@@ -416,7 +420,8 @@ def _golden(spec: Variant, published: str, saved: Path, inputs: Mapping[str, Map
     where = f"{published} ({spec.name})"
     if replay.load_error:
         raise ExportError(f"{where}: " + session_problem("the export", replay.load_error))
-    golden, agreement = {}, {}
+    golden: dict[str, Golden] = {}
+    agreement: dict[str, JSON] = {}
     for sig in inputs:
         if sig in replay.errors:
             error = replay.errors[sig]

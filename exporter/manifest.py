@@ -151,11 +151,12 @@ def write_manifest(version_dir: PathLike, manifest: Manifest) -> Path:
     for sig, golden in manifest.golden.items():
         entry: dict[str, JSON] = {"inputs": {}, "outputs": {}, "batch_size": golden.batch_size}
         for part in ("inputs", "outputs"):
+            tensors: dict[str, JSON] = {}
             for key, value in getattr(golden, part).items():
                 ref = f"{sig}/{part}/{key}"
                 _pack(arrays, ref, value)
-                entry[part][key] = {"array": ref, "dtype": str(np.asarray(value).dtype),
-                                    "shape": list(np.shape(value))}
+                tensors[key] = {"array": ref, "dtype": str(np.asarray(value).dtype), "shape": list(np.shape(value))}
+            entry[part] = tensors
         if golden.labels is not None:
             _pack(arrays, f"{sig}/labels", golden.labels)
             entry["labels"] = f"{sig}/labels"

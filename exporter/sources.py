@@ -78,7 +78,11 @@ def describe_input(spec: TensorSpec) -> str:
 
 
 def _dims(spec: TensorSpec) -> tuple[Optional[int], ...]:
-    """The dimensions after the batch of an input spec (its shape is ``(None, d1, ...)``)."""
+    """The dimensions after the batch of an input spec (its shape is ``(None, d1, ...)``).
+
+    ValueError for an unknown rank (a served input may have one): it has no ``--input`` form."""
+    if spec.shape is None:
+        raise ValueError(f"input {spec.name!r} has an unknown rank: no dimensions after the batch to describe")
     return spec.shape[1:]
 
 

@@ -276,6 +276,19 @@ def _check_request(i: int, request: "predict_pb2.PredictRequest", signatures: Ma
     return problems
 
 
+def _warmup_batch_sizes(manifest: Manifest, problems: list[str]) -> Optional[list[int]]:
+    """The batch sizes the manifest says its warmup covers: None when it says none, or says it as something
+    other than a list of integers (a problem)."""
+    sizes = manifest.warmup.get("batch_sizes")
+    if sizes is None:
+        return None
+    numbers = [size for size in sizes if isinstance(size, int)] if isinstance(sizes, list) else []
+    if not isinstance(sizes, list) or len(numbers) != len(sizes):
+        problems.append(f"manifest warmup batch_sizes is {sizes!r}, not a list of batch sizes")
+        return None
+    return numbers
+
+
 def validate(path: Union[str, Path], *, shapes: Optional[Mapping[str, Sequence[int]]] = None) -> ValidationReport:
     """Validate a version directory (or a model directory: its latest version), any SavedModel included.
 
@@ -297,7 +310,8 @@ def validate(path: Union[str, Path], *, shapes: Optional[Mapping[str, Sequence[i
     report.signatures = sorted(actual)
     report.problems += check_signatures(manifest, actual)
     report.problems += check_golden(manifest, version_dir, report)
-    report.problems += check_warmup(manifest.signatures, version_dir, report, manifest.warmup.get("batch_sizes"))
+    report.problems += check_warmup(manifest.signatures, version_dir, report,
+                                    _warmup_batch_sizes(manifest, report.problems))
     if report.problems:
         raise ValidationError(version_dir, report.problems)
     return report

@@ -9,6 +9,7 @@ concurrency, raw gRPC on the embedded server, and the SDK's ``GrpcClient`` / ``R
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -117,7 +118,7 @@ def _time_embedded(bench: Bench, payloads: Payloads, batching: bool) -> None:
             high = HIGH_CONCURRENCY.get(model, 32)
             with GrpcClient(server.grpc_target) as grpc_client, RestClient(server.rest_url) as rest_client:
                 for name, client in (("sdk-grpc", grpc_client), ("sdk-rest", rest_client)):
-                    sdk = call_transport(lambda client=client: client.predict(model, payloads.inputs))
+                    sdk = call_transport(functools.partial(client.predict, model, payloads.inputs))
                     point = measure_point(server.pid, sdk, high, bench.warmups[model], bench.durations[model])
                     record.points.setdefault(f"{name} c={high}", []).append(point)
     except (RuntimeError, TimeoutError) as error:

@@ -135,7 +135,7 @@ class Report:
     model: str
     verdict: str
     checks: tuple[Check, ...]
-    outputs: Mapping[str, Mapping[str, float]]
+    outputs: Mapping[str, Mapping[str, codec.JSON]]  # per output, the numbers behind its check (and its kind)
     latency: Mapping[str, codec.JSON]
     errors: Mapping[str, codec.JSON]
     sides: Mapping[str, str] = field(default_factory=dict)  # side -> what it is, e.g. "label canary, version 2"
@@ -143,7 +143,8 @@ class Report:
 
     def to_json(self) -> dict[str, codec.JSON]:
         return {"model": self.model, "verdict": self.verdict, "sides": dict(self.sides), "mode": self.mode,
-                "checks": [asdict(c) for c in self.checks], "outputs": dict(self.outputs),
+                "checks": [asdict(c) for c in self.checks],
+                "outputs": {name: dict(numbers) for name, numbers in self.outputs.items()},
                 "latency": dict(self.latency), "errors": dict(self.errors)}
 
     def table(self) -> str:
@@ -197,7 +198,8 @@ class _Pacer:
     def __init__(self, pacing: Pacing, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
         self.pacing, self.clock, self.sleep = pacing, clock, sleep
         self.floor = 1.0 / pacing.max_rate if pacing.max_rate else 0.0
-        self.gap, self.budget, self.last_start = self.floor, pacing.retry_budget, None
+        self.gap, self.budget = self.floor, pacing.retry_budget
+        self.last_start: Optional[float] = None
 
     def wait_turn(self) -> None:
         if self.last_start is not None and self.gap > 0:
@@ -282,7 +284,8 @@ def _call(side: Side, batch: Mapping[str, np.ndarray], out: Replay, pacer: _Pace
 
 def _latency_checks(replayed: Replay, thresholds: Thresholds) -> tuple[list[Check], dict[str, codec.JSON]]:
     stable, canary = replayed.latencies["stable"], replayed.latencies["canary"]
-    checks, numbers = [], {}
+    checks: list[Check] = []
+    numbers: dict[str, codec.JSON] = {}
     for pct, limit in ((50, thresholds.max_p50_ratio), (99, thresholds.max_p99_ratio)):
         ratios = [float(np.percentile(c, pct) / np.percentile(s, pct)) for s, c in zip(stable, canary) if s and c]
         if not ratios:
@@ -305,15 +308,16 @@ def _error_check(replayed: Replay, thresholds: Thresholds, extra: Optional[Mappi
     # A call the gateway never let through is no evidence either way: it is out of the rate's denominator.
     judged = {side: replayed.requests[side] - unanswered.get(side, 0) for side in replayed.requests}
     rates = {side: len(replayed.errors[side]) / max(judged[side], 1) for side in replayed.requests}
-    numbers = {side: {"requests": replayed.requests[side], "errors": len(replayed.errors[side]), "rate": rates[side],
-                      "first": replayed.errors[side][:1], "gateway_refusals": refusals.get(side, 0),
-                      "unanswered": unanswered.get(side, 0)} for side in replayed.requests}
+    numbers: dict[str, codec.JSON] = {
+        side: {"requests": replayed.requests[side], "errors": len(replayed.errors[side]), "rate": rates[side],
+               "first": [*replayed.errors[side][:1]], "gateway_refusals": refusals.get(side, 0),
+               "unanswered": unanswered.get(side, 0)} for side in replayed.requests}
     checks = [_rate_check("errors", rates["stable"], rates["canary"], thresholds)]
     gateway = _gateway_check(replayed)
     if gateway is not None:
         checks.append(gateway)
     for source, by_label in (extra or {}).items():
-        numbers[source] = dict(by_label)
+        numbers[source] = {**by_label}
         if by_label.get("canary_requests", 0):
             # Without stable traffic in the window (weight 100), the canary is held to a baseline of 0.
             checks.append(_rate_check(source, by_label["stable_rate"], by_label["canary_rate"], thresholds,

@@ -77,11 +77,17 @@ class Decision:
     report: Mapping[str, JSON] = field(default_factory=dict)
 
     def line(self) -> str:
-        checks = "; ".join(f"{c['name']} {c['verdict']} {_short(c['value'])}" for c in self.report.get("checks", []))
-        why = "; ".join(f"{c['name']}: {c['detail']}" for c in self.report.get("checks", [])
+        checks = "; ".join(f"{c['name']} {c['verdict']} {_short(c['value'])}" for c in _checks(self.report))
+        why = "; ".join(f"{c['name']}: {c['detail']}" for c in _checks(self.report)
                         if c["verdict"] == self.verdict != PASS and c.get("detail"))
         return (f"[{self.step}] weight {self.weight:g}%: {self.verdict} -> {self.action}" + (f" ({checks})" if checks else "")
                 + (f"\n  because {why}" if why else ""))
+
+
+def _checks(report: Mapping[str, JSON]) -> list[dict[str, JSON]]:
+    """The checks of an analysis report document (:meth:`Report.to_json`: one object of Check's fields each)."""
+    checks = report.get("checks", [])
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
 
 
 def _short(value: JSON) -> str:
@@ -101,7 +107,8 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
     (``shadow_percent`` of the unlabeled traffic mirrored to it) and judged on that; the shadow ends before
     the next step, and anything but PASS rolls back (whose route removal ends the shadow)."""
     decisions: list[Decision] = []
-    doc: dict[str, JSON] = {"model": model, "version": version, "steps": list(steps), "decisions": []}
+    decided: list[JSON] = []  # the report's "decisions"
+    doc: dict[str, JSON] = {"model": model, "version": version, "steps": list(steps), "decisions": decided}
 
     def decide(step: str, weight: float, last: bool = False,
                analysis: Optional[Callable[..., Report]] = None) -> str:
@@ -116,8 +123,8 @@ def run_auto(model: str, version: int, steps: Sequence[float], *, canary: Callab
                   "next step" if report.verdict == PASS else "roll back")
         decision = Decision(step, weight, report.verdict, action, report.to_json())
         decisions.append(decision)
-        doc["decisions"].append({"step": step, "weight": weight, "verdict": report.verdict, "action": action,
-                                 "analysis": report.to_json()})
+        decided.append({"step": step, "weight": weight, "verdict": report.verdict, "action": action,
+                        "analysis": report.to_json()})
         echo(decision.line())
         return report.verdict
 

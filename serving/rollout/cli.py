@@ -200,7 +200,7 @@ def _move(args: argparse.Namespace) -> int:
             routes.clear(args.model, expected=route_state)
     print(f"{args.model}: labels {dict(sorted(labels.items()))}"
           + (f", {weight:g}% of unlabeled traffic on canary" + (f", {shadow:g}% mirrored to canary (shadow)"
-             if shadow else "") + f" ({routes.describe()})" if args.command == "canary" else ""))
+             if shadow else "") + f" ({routes.describe()})" if args.command == "canary" and routes is not None else ""))
     return 0
 
 
@@ -266,11 +266,12 @@ def _client(args: argparse.Namespace, served: ServedConfig, grpc: Optional[str],
             grpc = stack.grpc
     at_stack = stack is not None and ((grpc and grpc == stack.grpc) or
                                       (rest and rest.rstrip("/") == stack.rest.rstrip("/")))
-    if at_stack and not connection.given:
+    if stack is not None and at_stack and not connection.given:
         connection = stack.connection
     kwargs = connection.client_kwargs()
     if rest:
         return RestClient(rest, timeout=args.request_timeout, **kwargs)
+    assert grpc   # given, or the server's when neither address was
     return GrpcClient(grpc, timeout=args.request_timeout, **kwargs)
 
 

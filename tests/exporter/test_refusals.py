@@ -20,6 +20,14 @@ def test_an_unknown_dimension_after_the_batch_is_refused_naming_the_input_and_th
     assert nothing_published(out)
 
 
+@pytest.mark.parametrize("tolerance", [{"atol": 1e-3, "xla": {"atol": 2e-4}}, {"rtol": 1e-3, "atol": {"xla": 2e-4}}])
+def test_a_tolerance_both_flat_and_by_variant_is_refused_before_any_model_is_read(tmp_path, tolerance):
+    out = tmp_path / "models"
+    with pytest.raises(ValueError, match=r"tolerance is either flat \(atol, rtol, min_top1\) or by variant name"):
+        exporter.export(object(), name="m", out=out, variants=["fp32", "xla"], tolerance=tolerance, progress=False)
+    assert nothing_published(out)
+
+
 def _keras3_saved_model_save(path):
     import numpy as np
     import tensorflow as tf

@@ -23,6 +23,11 @@ def test_input_flag_gives_name_dtype_and_the_dimensions_after_the_batch(text, sp
     assert parse_input(describe_input(spec)) == spec
 
 
+def test_an_input_of_unknown_rank_has_no_input_flag_form_and_says_so():
+    with pytest.raises(ValueError, match="input 'ids' has an unknown rank"):
+        describe_input(TensorSpec("ids", np.dtype(np.int64), None))
+
+
 @pytest.mark.parametrize("text, message", [
     ("ids:int64", "expected NAME:DTYPE:SHAPE"),
     (":int64:3", "expected NAME:DTYPE:SHAPE"),

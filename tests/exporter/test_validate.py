@@ -73,3 +73,13 @@ def test_validate_fails_on_a_warmup_request_with_the_wrong_dtype(model_repo_copy
     assert any("warmup record 0 (serving_default) input 'images' is DT_DOUBLE [2, 8, 8, 1], "
                "signature wants DT_FLOAT [-1, 8, 8, 1]" in p for p in caught.value.problems)
     assert any("warmup covers batch sizes [2]" in p for p in caught.value.problems)
+
+
+def test_validate_names_a_manifest_whose_warmup_batch_sizes_are_not_a_list_of_sizes(model_repo_copy):
+    version_dir = model_repo_copy / "digits" / "1"
+    doc = json.loads((version_dir / "manifest.json").read_text())
+    doc["warmup"]["batch_sizes"] = "1,2"
+    (version_dir / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(ValidationError) as caught:
+        validate(version_dir)
+    assert caught.value.problems == ["manifest warmup batch_sizes is '1,2', not a list of batch sizes"]
