@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from loadtest import compare, plan, sweep, tune
-from loadtest.options import UsageError, add_server_arguments, add_target_arguments, server_from_args, targets_from_args
+from loadtest.options import (Server, UsageError, add_server_arguments, add_target_arguments, server_from_args,
+                              targets_from_args)
 from loadtest.payloads import PayloadError
 from loadtest.preflight import check_served
 from loadtest.refusals import GATEWAY_LIMITED, SERVER, limiter_line
@@ -58,8 +59,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         gates = gates.merged(load_gates(args.slo_file))
     gates = gates.merged(Gates(p99_ms=args.p99_ms, max_failure_ratio=args.max_failure_ratio, min_rps=args.min_rps))
     server = server_from_args(args)
-    protocol = "grpc" if server.grpc else "rest"
-    address = server.address(protocol)
+    protocol = "grpc" if server and server.grpc else "rest"
+    address = server.address(protocol) if server else None
+    # Never taken: server_from_args (required) raises instead of returning None, and the protocol is one it has.
+    if server is None or address is None:
+        raise UsageError("give --grpc HOST:PORT or --rest URL")
     if server.source:
         print(f"loading {address} over {protocol}: {server.source}")
     check_served(protocol, address, targets_from_args(args)[0], connection=server.connection)
@@ -92,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _cmd_replay(args: argparse.Namespace, server: object, protocol: str, address: str, gates: Gates) -> int:
+def _cmd_replay(args: argparse.Namespace, server: Server, protocol: str, address: str, gates: Gates) -> int:
     """``run replay``: the capture's requests at their recorded times (or ``--replay-rate``), open loop."""
     if args.scenario != REPLAY:
         raise UsageError(f"--replay-rate replays a capture open loop: use the scenario replay, not {args.scenario!r}")

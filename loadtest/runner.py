@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from loadtest.documents import (LocustFinal, LocustRunSummary, LocustTotals, ReplaySummary, RunSummary, RunTotals,
+                                parse_locust_final)
 from loadtest.options import CONNECTION_ENV, connection_environment, server_address
 from loadtest.payloads import Payload, Target, build_payload, write_payload
 from loadtest.driver import Load
@@ -115,7 +117,7 @@ class RunSpec:
 class RunOutcome:
     """What a run produced: the summary (also written as JSON), gate verdicts and the exit code."""
 
-    summary: dict[str, JSON]
+    summary: RunSummary
     gates: list[GateResult]
     exit_code: int
     summary_path: Path
@@ -182,11 +184,9 @@ def run_scenario(spec: RunSpec, gates: Gates, *, grace: float = 90.0) -> RunOutc
     returncode, timed_out = _run_bounded(locust_command(spec, payload_file), log_path,
                                          spec.run_time + spec.stop_timeout + grace,
                                          connection_environment(spec.connection))
-    summary = _summary(spec, returncode, timed_out, log_path)
-    summary["payload"] = payload.describe()
-    results = evaluate(gates, summary) if summary["requests"] > 0 else []
-    summary["gates"] = [asdict(g) for g in results]
-    summary["passed"] = summary["run_ok"] and all(g.passed for g in results)
+    stats = summarize_csv(spec.prefix)
+    results = evaluate(gates, stats) if stats["requests"] > 0 else []
+    summary = _summary(spec, stats, returncode, timed_out, log_path, payload, results)
     summary_path = Path(f"{spec.prefix}_summary.json")
     summary_path.write_text(json.dumps(summary, indent=2, default=str))
     if not summary["run_ok"]:
@@ -210,20 +210,21 @@ def replay_outcome(load: Load, lag: Lag, schedule: Sequence[float], protocol: st
     span = (max(r.end for r in records) - min(r.sent for r in records)) if records else 0.0
     pct = np.percentile(ok, [50, 90, 95, 99]) if ok.size else [float("nan")] * 4
     by_class = failures_by_class(by_error)
-    summary: dict[str, JSON] = {
-        "scenario": REPLAY, "protocol": protocol, "replay_rate": rate, "replay_speed": speed,
+    totals: RunTotals = {
         "requests": len(records), "failures": failures, "failure_ratio": failures / len(records) if records else 0.0,
         "failures_by_class": by_class, "failures_by_error": by_error,
         "rps": (len(records) - failures) / span if span else 0.0,
         "p50_ms": float(pct[0]), "p90_ms": float(pct[1]), "p95_ms": float(pct[2]), "p99_ms": float(pct[3]),
-        "avg_ms": float(ok.mean()) if ok.size else float("nan"), "percentiles": "exact",
+        "avg_ms": float(ok.mean()) if ok.size else float("nan"), "percentiles": "exact"}
+    results = evaluate(gates, totals) if records else []
+    run_ok = bool(records) and len(records) == len(schedule)
+    summary: ReplaySummary = {
+        "scenario": REPLAY, "protocol": protocol, "replay_rate": rate, "replay_speed": speed, **totals,
         "schedule_s": [round(t, 6) for t in schedule[:10000]], "lag": lag.as_dict(),
-        "run_ok": bool(records) and len(records) == len(schedule),
+        "run_ok": run_ok,
         "error": None if len(records) == len(schedule) else f"{len(records)} of {len(schedule)} requests ended",
-        "payload": payload.describe()}
-    results = evaluate(gates, summary) if records else []
-    summary["gates"] = [asdict(g) for g in results]
-    summary["passed"] = bool(summary["run_ok"]) and all(g.passed for g in results)
+        "payload": payload.describe(), "gates": [asdict(g) for g in results],
+        "passed": run_ok and all(g.passed for g in results)}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(out_dir) / f"{REPLAY}_{protocol}_summary.json"
     path.write_text(json.dumps(summary, indent=2, default=str))
@@ -245,8 +246,9 @@ def _run_bounded(cmd: Sequence[str], log_path: Path, bound: float,
             return stop_process(proc, 15, group="all"), True
 
 
-def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) -> dict[str, JSON]:
-    stats = summarize_csv(spec.prefix)
+def _summary(spec: RunSpec, stats: LocustTotals, returncode: int, timed_out: bool, log_path: Path,
+             payload: Payload, results: Sequence[GateResult]) -> LocustRunSummary:
+    """The run's summary: ``stats`` (``summarize_csv``) with the spec, how locust ended, the payload, the gates."""
     run_ok = returncode == 0 and not timed_out and stats["requests"] > 0
     reason = None
     if timed_out:
@@ -255,13 +257,15 @@ def _summary(spec: RunSpec, returncode: int, timed_out: bool, log_path: Path) ->
         reason = f"locust exited with {returncode} (see {log_path})"
     elif stats["requests"] == 0:
         reason = "no requests were made"
+    target: dict[str, JSON] = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec.target).items()}
     return {
         "scenario": Path(spec.scenario).stem, "protocol": spec.protocol, "host": _host_for(spec),
-        "target": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec.target).items()},
-        "users": spec.users, "run_time_s": spec.run_time, **stats,
+        "target": target, "users": spec.users, "run_time_s": spec.run_time, **stats,
         "run_ok": run_ok, "error": reason, "locust_exit_code": returncode,
         "generator_cpu_warning": _cpu_warning(log_path),
         "files": {"csv_prefix": str(spec.prefix), "html": f"{spec.prefix}.html", "log": str(log_path)},
+        "payload": payload.describe(), "gates": [asdict(g) for g in results],
+        "passed": run_ok and all(g.passed for g in results),
     }
 
 
@@ -273,7 +277,7 @@ def _cpu_warning(log_path: Path) -> bool:
         return False
 
 
-def summarize_csv(prefix: Path) -> dict[str, JSON]:
+def summarize_csv(prefix: Path) -> LocustTotals:
     """Totals and percentiles (ms) from locust's ``PREFIX_stats.csv``, failures, and latency drift.
 
     Failures are counted by error and by class (``loadtest.refusals``):
@@ -288,10 +292,9 @@ def summarize_csv(prefix: Path) -> dict[str, JSON]:
     failures = int(final.get("failures", row.get("Failure Count", 0)) or 0)
     exact = _exact_latencies(Path(prefix))
     if exact is not None and exact.size:
-        values = np.percentile(exact, [50, 90, 95, 99])
-        pct = {f"p{k}_ms": float(v) for k, v in zip(("50", "90", "95", "99"), values)}
+        p50, p90, p95, p99 = (float(v) for v in np.percentile(exact, [50, 90, 95, 99]))
     else:  # locust's own, rounded to two significant digits
-        pct = {f"p{k}_ms": _num(row.get(f"{k}%")) for k in ("50", "90", "95", "99")}
+        p50, p90, p95, p99 = (_num(row.get(f"{k}%")) for k in ("50", "90", "95", "99"))
     by_error = final.get("errors", _failures(Path(f"{prefix}_failures.csv")))
     by_class = failures_by_class(by_error)
     return {
@@ -301,7 +304,8 @@ def summarize_csv(prefix: Path) -> dict[str, JSON]:
         "gateway_limited_ratio": by_class[GATEWAY_LIMITED] / requests if requests else 0.0,
         "rps": final.get("rps", _num(row.get("Requests/s"))),
         "avg_ms": final.get("avg_ms", _num(row.get("Average Response Time"))),
-        **pct, "max_ms": final.get("max_ms", _num(row.get("Max Response Time"))),
+        "p50_ms": p50, "p90_ms": p90, "p95_ms": p95, "p99_ms": p99,
+        "max_ms": final.get("max_ms", _num(row.get("Max Response Time"))),
         "percentiles": "exact" if exact is not None and exact.size else "locust (2 significant digits)",
         "latency_samples": int(exact.size) if exact is not None else 0,
         "failures_by_error": by_error,
@@ -310,10 +314,10 @@ def summarize_csv(prefix: Path) -> dict[str, JSON]:
     }
 
 
-def _final(path: Path) -> dict[str, JSON]:
-    """The totals ``ExactLatencies`` wrote when locust quit, or {}."""
+def _final(path: Path) -> LocustFinal:
+    """The totals ``ExactLatencies`` wrote when locust quit, or {} (no file, or not such totals)."""
     try:
-        return json.loads(path.read_text())
+        return parse_locust_final(json.loads(path.read_text()))
     except (OSError, ValueError):
         return {}
 

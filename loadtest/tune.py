@@ -43,13 +43,14 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Mapping, Optional, Sequence
+from typing import Callable, Collection, Mapping, Optional, Sequence
 
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from exporter.manifest import load_manifest
 from loadtest import space
+from loadtest.documents import CompactLevel, RoundMeasure, TuneRound
 from loadtest.driver import transport_for
 from loadtest.options import add_target_arguments, targets_from_args
 from loadtest.payloads import Payload, Target, build_payload
@@ -59,9 +60,6 @@ from loadtest.sweep import LevelResult, SweepSettings, sweep_levels
 from loadtest.tune_report import write_report
 from serving.checkout import REPO_ROOT
 from serving.config import load_batching_parameters
-
-if TYPE_CHECKING:
-    from serving.codec import JSON
 
 __all__ = [
     "KNOBS",
@@ -127,7 +125,7 @@ class Trial:
     score: float = 0.0                    # what the search compares: ratio minus the objective's spread
     best_level: Optional[float] = None
     p99_at_best_ms: Optional[float] = None
-    rounds: list[dict[str, JSON]] = field(default_factory=list)
+    rounds: list[TuneRound] = field(default_factory=list)
     error: Optional[str] = None
     note: Optional[str] = None
     seconds: float = 0.0
@@ -230,7 +228,7 @@ def write_config(path: Path, proto: Message, header: Sequence[str]) -> Path:
     return path
 
 
-def round_ratios(rounds: Sequence[Mapping[str, JSON]], candidate: str, baseline: str,
+def round_ratios(rounds: Sequence[TuneRound], candidate: RoundMeasure, baseline: RoundMeasure,
                  higher_is_better: bool = True) -> list[float]:
     """Per-round ratios of ``candidate`` over ``baseline`` (inverted for lower-is-better), above 1 = better."""
     ratios = []
@@ -246,9 +244,9 @@ def spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
 
 
-def _mean(values: Sequence[float]) -> Optional[float]:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def warmup_batch_floor(target: Target) -> int:
@@ -260,8 +258,13 @@ def warmup_batch_floor(target: Target) -> int:
     manifest_dir = target.manifest_dir()
     if manifest_dir is None:
         return 0
-    sizes = load_manifest(manifest_dir).warmup.get("batch_sizes") or []
-    return max(int(s) for s in sizes) if sizes else 0
+    manifest = load_manifest(manifest_dir)
+    sizes = manifest.warmup.get("batch_sizes") or []
+    batch_sizes = [s for s in sizes if isinstance(s, int)] if isinstance(sizes, list) else []
+    if not isinstance(sizes, list) or len(batch_sizes) != len(sizes):
+        raise ValueError(f"manifest of {manifest.published_name}: warmup batch_sizes is not a list of "
+                         f"batch sizes: {sizes!r}")
+    return max(batch_sizes, default=0)
 
 
 # ---------------------------------------------------------------- CLI
@@ -341,12 +344,12 @@ class _Bench:
         """Start the default config once: the payload is built against it and the default budget measured."""
         with self._server(self.default, "default") as server:
             check_served(self.args.protocol, server.grpc_target if self.args.protocol == "grpc" else server.rest_url,
-                         self.target.replace(variant=self.default["variant"]))
-            payload = self._payload(self.default["variant"], server)
+                         self.target.replace(variant=_variant(self.default)))
+            payload = self._payload(_variant(self.default), server)
             print(f"payload {payload.label}: {payload.source}", flush=True)
             if self.budget_ms is None:
-                self._warm(server, self.default["variant"])
-                first = self._sweep(server, self.default["variant"], levels=(1,))[2][0]
+                self._warm(server, _variant(self.default))
+                first = self._sweep(server, _variant(self.default), levels=(1,))[2][0]
                 self.budget_ms = round(max(5 * first.p99_ms, 20 * first.p50_ms, _MIN_DEFAULT_BUDGET_MS), 1)
                 print(f"p99 budget {self.budget_ms} ms: the largest of 5 x p99 ({first.p99_ms:.1f} ms) and 20 x p50 "
                       f"({first.p50_ms:.2f} ms) of the default config at concurrency 1, and "
@@ -357,7 +360,7 @@ class _Bench:
         pass
 
     def _server(self, config: Mapping[str, space.Setting], directory: str) -> RunningServer:
-        target = self.target.replace(variant=config["variant"])
+        target = self.target.replace(variant=_variant(config))
         flags = [*space.server_flags(config, self.backend), *self.args.server_flag]
         return start_server({target.name: Path(target.model_repo) / target.name},
                             workdir=self.args.out / "trials" / directory,
@@ -399,7 +402,7 @@ class _Bench:
         started = time.monotonic()
         trial = Trial(index, dict(config), dimension=self.dimension if label == "search" else "", label=label)
         with self._server(self.default, f"{index:02d}-default") as base:
-            self._warm(base, self.default["variant"])
+            self._warm(base, _variant(self.default))
             best_seen = self._rounds(trial, base, config, rounds)
         _summarise_trial(trial, self.args.objective)
         if best_seen is not None:
@@ -415,15 +418,15 @@ class _Bench:
         best_seen: Optional[LevelResult] = None
         try:
             with self._server(config, f"{trial.index:02d}") as server:
-                self._warm(server, config["variant"])
+                self._warm(server, _variant(config))
                 for number in range(rounds):
                     # ABBA order: whichever side a round sweeps second is not always the same one.
                     if number % 2 == 0:
-                        base_score, _, base_levels = self._sweep(base, self.default["variant"])
-                        score, best, levels = self._sweep(server, config["variant"])
+                        base_score, _, base_levels = self._sweep(base, _variant(self.default))
+                        score, best, levels = self._sweep(server, _variant(config))
                     else:
-                        score, best, levels = self._sweep(server, config["variant"])
-                        base_score, _, base_levels = self._sweep(base, self.default["variant"])
+                        score, best, levels = self._sweep(server, _variant(config))
+                        base_score, _, base_levels = self._sweep(base, _variant(self.default))
                     trial.rounds.append(_round(base_score, base_levels, score, levels))
                     if best is not None and (best_seen is None or best.throughput_rps > best_seen.throughput_rps):
                         best_seen = best
@@ -437,7 +440,15 @@ class _Bench:
         return best_seen
 
 
-def _compact(levels: Sequence[LevelResult]) -> list[dict[str, JSON]]:
+def _variant(config: Mapping[str, space.Setting]) -> str:
+    """The model variant of ``config`` (``fp32``, ``xla``, ...): a name, never a number."""
+    variant = config["variant"]
+    if not isinstance(variant, str):
+        raise TypeError(f"variant is a variant name, not {variant!r}")
+    return variant
+
+
+def _compact(levels: Sequence[LevelResult]) -> list[CompactLevel]:
     """What a round keeps of a sweep: per level, throughput, p50/p99, errors and the server's CPU per request."""
     return [{"level": r.level, "throughput_rps": round(r.throughput_rps, 2), "p50_ms": round(r.p50_ms, 3),
              "p99_ms": round(r.p99_ms, 3), "errors": r.errors,
@@ -447,7 +458,7 @@ def _compact(levels: Sequence[LevelResult]) -> list[dict[str, JSON]]:
 
 
 def _round(base_score: float, base_levels: Sequence[LevelResult], score: float,
-           levels: Sequence[LevelResult]) -> dict[str, JSON]:
+           levels: Sequence[LevelResult]) -> TuneRound:
     def p50_c1(found: Sequence[LevelResult]) -> Optional[float]:
         return next((r.p50_ms for r in found if r.level == 1 and r.requests > r.errors), None)
 
@@ -568,7 +579,7 @@ def run_tune(args: argparse.Namespace) -> int:
                "levels": list(args.levels), "rounds": args.rounds, "final_rounds": args.final_rounds,
                "quick": args.quick, "cpus": space.host_cpus(), "load_average": list(os.getloadavg()),
                "seconds": round(time.monotonic() - started, 1), "batching_config": str(args.batching_config),
-               "payload": bench.payloads[default["variant"]].describe(), "default": default, "search_best": best,
+               "payload": bench.payloads[_variant(default)].describe(), "default": default, "search_best": best,
                "grid": {k: list(v) for k, v in grid.items()}, "skipped": skipped,
                "trials": [asdict(t) for t in bench.trials], "final": asdict(final),
                "command": "python -m loadtest " + " ".join(getattr(args, "argv", None) or ["tune"])}
