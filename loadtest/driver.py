@@ -38,7 +38,7 @@ import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -91,13 +91,6 @@ class CallFailed(Exception):
 Done = Callable[[Optional[BaseException]], None]
 
 
-class Send(Protocol):
-    """A connection's ``send``: one request, blocking; ``index`` is the request's index under a ``Load``'s
-    ``schedule`` (None otherwise: the transport picks the next one, or its only one)."""
-
-    def __call__(self, index: Optional[int] = None, /) -> object: ...
-
-
 @dataclass
 class Connection:
     """One worker's connection: ``send()`` makes one request (blocking) and raises when it failed.
@@ -106,7 +99,9 @@ class Connection:
     ``done(error)`` when it ends (on any thread); the open loop then needs no thread per call in flight.
     """
 
-    send: Send
+    # called with no argument; under a Load's ``schedule``, with the request's index (the driver's transports
+    # take both; a send that takes no index serves unscheduled loads only): two signatures, hence ``...``
+    send: Callable[..., object]
     close: Callable[[], None] = lambda: None
     start: Optional[Callable[[Done], None]] = None
 
@@ -379,7 +374,7 @@ class Load:
         first = self.transport()
         local, opened, lock = threading.local(), [first], threading.Lock()
 
-        def worker_send() -> Send:
+        def worker_send() -> Callable[..., object]:
             if not hasattr(local, "connection"):
                 local.connection = self.transport()
                 with lock:
