@@ -40,7 +40,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from serving.codec import JSON
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRICS",
+    "Level",
     "Samples",
     "Verdict",
     "load_result",
@@ -64,6 +65,9 @@ METRICS: dict[str, tuple[bool, str]] = {"throughput_rps": (True, "throughput"), 
 _SHORT = {short: name for name, (_, short) in METRICS.items()}
 _WINDOWS = {"throughput_rps": "window_rps", "p50_ms": "window_p50_ms"}
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+
+Level = Union[float, str]
+"""A level's ``level``: a number, or a string matched as given."""
 
 
 class CompareError(ValueError):
@@ -90,7 +94,7 @@ class Verdict:
     """One gated metric at one level of one series."""
 
     series: str
-    level: float
+    level: Level
     metric: str
     baseline: Samples
     candidate: Samples
@@ -107,41 +111,77 @@ def parse_fraction(text: str) -> float:
     return value / 100 if text.endswith("%") or value >= 1 else value
 
 
+def _number(value: JSON, key: str) -> float:
+    """A metric's value: a number (or a number's text, as float() reads it); CompareError naming ``key``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise CompareError(f"{key} is a number, not {value!r}")
+
+
+def _numbers(value: JSON, key: str) -> list[JSON]:
+    """A list of a level (``rounds``, a sweep's windows); absent or empty: none."""
+    if not value:
+        return []
+    if not isinstance(value, list):
+        raise CompareError(f"{key} is a list, not {value!r}")
+    return value
+
+
 def _level_samples(level: Mapping[str, JSON], metric: str) -> Optional[Samples]:
-    rounds = [r[metric] for r in level.get("rounds") or [] if isinstance(r, Mapping) and r.get(metric) is not None]
+    rounds = [_number(v, f"rounds: {metric}") for r in _numbers(level.get("rounds"), "rounds")
+              if isinstance(r, Mapping) and (v := r.get(metric)) is not None]
     if rounds:
-        return Samples(sum(rounds) / len(rounds), tuple(float(v) for v in rounds), "rounds")
-    if level.get(metric) is None or (isinstance(level[metric], float) and math.isnan(level[metric])):
+        return Samples(sum(rounds) / len(rounds), tuple(rounds), "rounds")
+    value = level.get(metric)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    windows = tuple(float(v) for v in level.get(_WINDOWS.get(metric, ""), []) or [])
-    return Samples(float(level[metric]), windows or (float(level[metric]),), "windows" if windows else "single")
+    window_key = _WINDOWS.get(metric, "")
+    windows = tuple(_number(v, window_key) for v in _numbers(level.get(window_key), window_key))
+    number = _number(value, metric)
+    return Samples(number, windows or (number,), "windows" if windows else "single")
 
 
-def load_result(path: Path) -> dict[str, dict[float, dict[str, Samples]]]:
-    """``{series label: {level: {metric: Samples}}}`` from a sweep, tune or generic JSON file."""
+def _level_key(level: JSON) -> Level:
+    if isinstance(level, (int, float, str)) and not isinstance(level, bool):
+        return level
+    raise CompareError(f"\"level\" is a number or a string, not {level!r}")
+
+
+def load_result(path: Path) -> dict[str, dict[Level, dict[str, Samples]]]:
+    """``{series label: {level: {metric: Samples}}}`` from a sweep, tune or generic JSON file; CompareError
+    naming the series and level where a value has the wrong type."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc: JSON = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise CompareError(f"{path}: cannot read a JSON result: {error}") from None
-    series = doc.get("series") if isinstance(doc, Mapping) else None
+    series = doc.get("series") if isinstance(doc, dict) else None
     if not isinstance(series, list):
         raise CompareError(f"{path}: no \"series\" list: not the output of sweep, tune or a benchmark's --json "
                            "(see python -m loadtest compare --help for the shape)")
-    result: dict[str, dict[float, dict[str, Samples]]] = {}
+    result: dict[str, dict[Level, dict[str, Samples]]] = {}
     for entry in series:
-        label = entry.get("label")
-        if not label or not isinstance(entry.get("levels"), list):
+        label = entry.get("label") if isinstance(entry, dict) else None
+        entry_levels = entry.get("levels") if isinstance(entry, dict) else None
+        if not label or not isinstance(entry_levels, list):
             raise CompareError(f"{path}: every series needs a \"label\" and a \"levels\" list")
         levels = result.setdefault(str(label), {})
-        for level in entry["levels"]:
-            if "level" not in level:
+        for level in entry_levels:
+            if not isinstance(level, dict) or "level" not in level:
                 raise CompareError(f"{path}: series {label}: a level without \"level\"")
-            found = {m: s for m in METRICS if (s := _level_samples(level, m)) is not None}
-            levels[level["level"]] = found
+            try:
+                key = _level_key(level["level"])
+                levels[key] = {m: s for m in METRICS if (s := _level_samples(level, m)) is not None}
+            except CompareError as error:
+                raise CompareError(f"{path}: series {label}, level {level['level']!r}: {error}") from None
     return result
 
 
-def _judge(series: str, level: float, metric: str, base: Samples, cand: Samples, max_regression: float) -> Verdict:
+def _judge(series: str, level: Level, metric: str, base: Samples, cand: Samples, max_regression: float) -> Verdict:
     higher_is_better = METRICS[metric][0]
     change = (cand.value - base.value) / base.value if base.value else 0.0
     worse_by = -change if higher_is_better else change
@@ -151,8 +191,8 @@ def _judge(series: str, level: float, metric: str, base: Samples, cand: Samples,
     return Verdict(series, level, metric, base, cand, worse_by, band, threshold, verdict)
 
 
-def compare_results(baseline: Mapping[str, Mapping[float, Mapping[str, Samples]]],
-                    candidate: Mapping[str, Mapping[float, Mapping[str, Samples]]], *,
+def compare_results(baseline: Mapping[str, Mapping[Level, Mapping[str, Samples]]],
+                    candidate: Mapping[str, Mapping[Level, Mapping[str, Samples]]], *,
                     metrics: Sequence[str] = ("throughput_rps", "p50_ms"),
                     max_regression: float = 0.05) -> list[Verdict]:
     """A verdict for every gated metric at every level both results measured (series matched by label)."""

@@ -46,6 +46,8 @@ import numpy as np
 from loadtest.procfs import tree_cpu_seconds
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from loadtest.payloads import Payload
     from serving.client import Connection as ClientConnection   # the SDK's: credentials, TLS
 
@@ -97,7 +99,9 @@ class Connection:
     ``done(error)`` when it ends (on any thread); the open loop then needs no thread per call in flight.
     """
 
-    send: Callable[[], object]
+    # called with no argument; under a Load's ``schedule``, with the request's index (the driver's transports
+    # take both; a send that takes no index serves unscheduled loads only): two signatures, hence ``...``
+    send: Callable[..., object]
     close: Callable[[], None] = lambda: None
     start: Optional[Callable[[Done], None]] = None
 
@@ -106,7 +110,7 @@ Transport = Callable[[], Connection]
 """Called once per worker thread; returns that worker's ``Connection``."""
 
 
-def _failure(error: Exception) -> tuple[str, str]:
+def _failure(error: BaseException) -> tuple[str, str]:
     if isinstance(error, CallFailed):
         return error.kind, error.details
     if isinstance(error, grpc.RpcError):
@@ -119,11 +123,20 @@ def _failure(error: Exception) -> tuple[str, str]:
 def _picker(request: "bytes | Sequence[bytes]") -> Callable[[Optional[int]], bytes]:
     """``pick(i)``: request ``i`` of a recorded mix (None: the next one, shared by every worker), or the one request."""
     if isinstance(request, bytes):
-        return lambda index=None: request
+        only = request
+
+        def pick_only(index: Optional[int] = None) -> bytes:
+            return only
+
+        return pick_only
     requests, shared = tuple(request), itertools.count()
     if not requests:
         raise ValueError("a request mix needs at least one request")
-    return lambda index=None: requests[(next(shared) if index is None else index) % len(requests)]
+
+    def pick_in_turn(index: Optional[int] = None) -> bytes:
+        return requests[(next(shared) if index is None else index) % len(requests)]
+
+    return pick_in_turn
 
 
 def grpc_transport(target: str, method: str, request: "bytes | Sequence[bytes]", *, timeout: float = 30.0,
@@ -162,14 +175,18 @@ def http_transport(base_url: str, path: str, body: "bytes | Sequence[bytes]", *,
     and reconnects on the next request.
     """
     parsed = urllib.parse.urlsplit(base_url if "//" in base_url else f"http://{base_url}")
+    host = parsed.hostname
+    if not host:   # refused here: a worker's connect() would fail on its own thread, past the caller
+        raise ValueError(f"the REST base URL {base_url!r} names no host")
     sent = {"Content-Type": "application/json", **(headers or {})}
     pick = _picker(body)
 
     def connect() -> Connection:
+        conn: http.client.HTTPConnection
         if parsed.scheme == "https":
-            conn = http.client.HTTPSConnection(parsed.hostname, parsed.port, timeout=timeout, context=ssl_context)
+            conn = http.client.HTTPSConnection(host, parsed.port, timeout=timeout, context=ssl_context)
         else:
-            conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=timeout)
+            conn = http.client.HTTPConnection(host, parsed.port, timeout=timeout)
 
         def send(index: Optional[int] = None) -> bytes:
             try:
@@ -201,8 +218,12 @@ def future_done(done: Done) -> Callable[[grpc.Future], None]:
 
 def call_transport(call: Callable[[], object], start: Optional[Callable[[Done], None]] = None) -> Transport:
     """Any callable as a transport, shared by every worker (an SDK client, a stub, an in-process call);
-    ``start`` is its non-blocking form, if it has one (see ``Connection``)."""
-    return lambda: Connection(call, start=start)
+    ``start`` is its non-blocking form, if it has one (see ``Connection``). ``call`` takes no argument: under a
+    ``Load``'s ``schedule`` the request's index is dropped."""
+    def send(index: Optional[int] = None) -> object:
+        return call()
+
+    return lambda: Connection(send, start=start)
 
 
 def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0,
@@ -222,7 +243,7 @@ def transport_for(protocol: str, address: str, payload: Payload, timeout: float 
     raise ValueError(f"protocol must be grpc or rest, got {protocol!r}")
 
 
-def _pem(path: object) -> Optional[bytes]:
+def _pem(path: Optional[Path]) -> Optional[bytes]:
     return open(path, "rb").read() if path else None
 
 
@@ -353,7 +374,7 @@ class Load:
         first = self.transport()
         local, opened, lock = threading.local(), [first], threading.Lock()
 
-        def worker_send() -> Callable[[], object]:
+        def worker_send() -> Callable[..., object]:
             if not hasattr(local, "connection"):
                 local.connection = self.transport()
                 with lock:
@@ -376,7 +397,8 @@ class Load:
         began = t0 = clock() + 0.05
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="open-loop") as pool:
             for ticket in itertools.count():
-                offset = ticket / self.rate if self.schedule is None else self.schedule(ticket)
+                offset = (self.schedule(ticket) if self.schedule is not None
+                          else ticket / self.rate if self.rate is not None else None)  # start(): one of them is set
                 if offset is None:
                     break
                 scheduled = t0 + offset
@@ -396,8 +418,7 @@ class Load:
                 if first.start is None or self.schedule is not None:
                     pool.submit(run, scheduled, ticket)
                 else:   # no thread per call: the transport calls back when the call ends
-                    sent = clock()
-                    first.start(lambda failure, scheduled=scheduled, sent=sent: ended(scheduled, sent, failure))
+                    first.start(functools.partial(ended, scheduled, clock()))
             self.stopped_sending.set()
             for _ in range(self.concurrency):   # every slot back: every call has ended
                 self._slots.acquire()
@@ -467,7 +488,8 @@ def measure(transport: Transport, concurrency: int, warmup: float, duration: flo
         client_before, begin = time.process_time(), clock()
         load._stop.wait(duration)
         end = clock()
-        server_cpu = tree_cpu_seconds(server_pid) - server_before if server_before is not None else None
+        server_cpu = (tree_cpu_seconds(server_pid) - server_before
+                      if server_pid is not None and server_before is not None else None)
         client_cpu = time.process_time() - client_before
         late = load.late - late
     records = [r for r in load.records[first:] if r.end <= end]

@@ -28,11 +28,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from loadtest.hpa import HPAController, HPASpec
+
+if TYPE_CHECKING:
+    from serving.codec import JSON
 
 __all__ = [
     "LatencyModel",
@@ -185,7 +188,7 @@ class SimulationResult:
     def violation_minutes(self) -> float:
         return self.violation_s / 60.0
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, JSON]:
         return {"profile": self.profile, "description": self.description, "duration_s": self.duration_s,
                 "slo_violation_minutes": round(self.violation_minutes, 2),
                 "replica_hours": round(self.replica_hours, 2), "peak_replicas": self.peak_replicas}

@@ -31,7 +31,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import numpy as np
 
@@ -130,7 +130,8 @@ class Target:
             return None
         return version_dir if (version_dir / MANIFEST_FILE).is_file() else None
 
-    def replace(self, **changes: object) -> "Target":
+    def replace(self, **changes: Any) -> "Target":
+        # Any: the changes go to dataclasses.replace, which types them so (each field has its own type)
         return dataclasses.replace(self, **changes)
 
 
@@ -202,7 +203,7 @@ def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[
     ``connection`` (TLS and a credential). PayloadError when no source gives inputs.
     """
     if target.input_data is not None and is_capture_source(target.input_data):
-        return _capture_payload(target)
+        return _capture_payload(target, target.input_data)
     if target.since is not None or target.until is not None:
         raise PayloadError("--since/--until select requests of a capture: give --input-data a capture file or "
                            "directory")
@@ -220,13 +221,13 @@ def build_payload(target: Target, *, grpc: Optional[str] = None, rest: Optional[
     )
 
 
-def _capture_payload(target: Target) -> Payload:
+def _capture_payload(target: Target, input_data: Path) -> Payload:
     """Every captured Predict request of ``target``'s model (its signature's, when one is named), in time order,
     re-addressed to ``target`` (name, version or label); PayloadError naming the rule when none is left."""
     if target.batch_size is not None:
         raise PayloadError("--batch-size does not apply to a capture: each captured request keeps its own rows")
     try:
-        captured = read_source(target.input_data, Window(target.since, target.until), model=target.name,
+        captured = read_source(input_data, Window(target.since, target.until), model=target.name,
                                flag="--input-data")
     except CaptureSourceError as error:
         raise PayloadError(str(error)) from None
@@ -259,7 +260,7 @@ def _readdressed(request: object, target: Target) -> bytes:
 def _inputs(target: Target, grpc: Optional[str], rest: Optional[str],
             connection: Connection) -> tuple[dict[str, np.ndarray], str]:
     if target.input_data is not None:
-        return _file_inputs(target, grpc, rest, connection)
+        return _file_inputs(target, target.input_data, grpc, rest, connection)
     manifest_dir = target.manifest_dir()
     if manifest_dir is not None:
         manifest = load_manifest(manifest_dir)
@@ -276,9 +277,9 @@ def _inputs(target: Target, grpc: Optional[str], rest: Optional[str],
     return inputs, f"synthesized from the metadata of {target.name!r} at {_server_name(grpc, rest)}"
 
 
-def _file_inputs(target: Target, grpc: Optional[str], rest: Optional[str],
+def _file_inputs(target: Target, input_data: Path, grpc: Optional[str], rest: Optional[str],
                  connection: Connection) -> tuple[dict[str, np.ndarray], str]:
-    path = Path(target.input_data)
+    path = Path(input_data)
     signature = (server_signature(target, grpc=grpc, rest=rest, connection=connection) if path.suffix == ".json"
                  else None)
     try:
@@ -298,12 +299,14 @@ def _file_inputs(target: Target, grpc: Optional[str], rest: Optional[str],
 def server_signature(target: Target, *, grpc: Optional[str] = None, rest: Optional[str] = None,
                      connection: Connection = Connection()) -> Signature:
     """``target``'s signature as the server's ``GetModelMetadata`` describes it (gRPC when both are given)."""
-    if not (grpc or rest):
+    client: GrpcClient | RestClient
+    if grpc:
+        client = GrpcClient(grpc, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S, **connection.client_kwargs())
+    elif rest:
+        client = RestClient(rest, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S, **connection.client_kwargs())
+    else:
         raise PayloadError(f"model {target.name!r} has no manifest under {target.model_repo} and no server was "
                            "given to read its metadata from; give --grpc or --rest, or --input-data FILE")
-    kwargs = connection.client_kwargs()
-    client = (GrpcClient(grpc, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S, **kwargs) if grpc
-              else RestClient(rest, retry=NO_RETRY, timeout=METADATA_TIMEOUT_S, **kwargs))
     try:
         with client:
             metadata = client.metadata(target.name, version=target.version, label=target.version_label)

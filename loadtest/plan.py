@@ -214,17 +214,15 @@ def _hpa_spec(args: argparse.Namespace, plan: CapacityPlan) -> HPASpec:
             spec = HPASpec(target=plan.hpa_target_rps, min_replicas=minimum,
                            max_replicas=max(2 * plan.replicas, minimum), tolerance=args.tolerance,
                            sync_period_s=args.sync_period)
-        overrides: dict[str, JSON] = {}
-        if args.min_replicas is not None:
-            overrides["min_replicas"] = args.min_replicas
-        if args.max_replicas is not None:
-            overrides["max_replicas"] = args.max_replicas
-        if args.scale_up_window is not None:
-            overrides["scale_up"] = dataclasses.replace(spec.scale_up, stabilization_window_s=args.scale_up_window)
-        if args.scale_down_window is not None:
-            overrides["scale_down"] = dataclasses.replace(spec.scale_down,
-                                                          stabilization_window_s=args.scale_down_window)
-        return dataclasses.replace(spec, **overrides)
+        # the flags override the manifest in one replace: HPASpec checks min <= max on the result only
+        return dataclasses.replace(
+            spec,
+            min_replicas=spec.min_replicas if args.min_replicas is None else args.min_replicas,
+            max_replicas=spec.max_replicas if args.max_replicas is None else args.max_replicas,
+            scale_up=(spec.scale_up if args.scale_up_window is None
+                      else dataclasses.replace(spec.scale_up, stabilization_window_s=args.scale_up_window)),
+            scale_down=(spec.scale_down if args.scale_down_window is None
+                        else dataclasses.replace(spec.scale_down, stabilization_window_s=args.scale_down_window)))
     except (ValueError, KeyError) as error:
         raise UsageError(f"HPA settings: {error}") from None
 

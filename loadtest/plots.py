@@ -86,9 +86,9 @@ def throughput_latency_figure(all_series: Sequence["Series"], *, title: str = "t
 def _mark_limiter(latency_ax: Axes, level_ax: Axes, series: "Series", color: str) -> None:
     """Where the gateway's limiter began refusing (``Series.limiter_began_at``): a dotted line at that level,
     and a ring round that level's point; from there on the curve is the limiter's, not the server's."""
-    began = getattr(series, "limiter_began_at", None)
-    first = next((r for r in series.levels if r.level == began), None)
-    if first is None:
+    began = series.limiter_began_at
+    first = next((r for r in series.levels if r.level == began), None) if began is not None else None
+    if began is None or first is None:
         return
     level_ax.axvline(began, color=color, linestyle=":", label=f"{series_name(series)}: gateway limiter began")
     latency_ax.plot([first.throughput_rps], [first.p99_ms], "o", markersize=14, markerfacecolor="none",
@@ -142,17 +142,34 @@ def plot_simulation(result: "SimulationResult", path: Path, *, p99_budget_ms: fl
     return path
 
 
+def _number(row: Mapping[str, JSON], key: str) -> float:
+    """A number of a tune table row (``loadtest.tune_report``); 0 where it has none."""
+    value = row.get(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"the tune table's {key} is a number, not {value!r}")
+    return float(value)
+
+
+def _text(row: Mapping[str, JSON], key: str) -> str:
+    value = row[key]
+    if not isinstance(value, str):
+        raise ValueError(f"the tune table's {key} is text, not {value!r}")
+    return value
+
+
 def plot_tune_rows(rows: Sequence[Mapping[str, JSON]], total: Mapping[str, JSON], path: Path, *,
                    title: str = "tuned vs default") -> Path:
     """The tuner's table as a picture: throughput gain ± spread per setting (left) and p50 at concurrency 1,
     default against tuned (right); the combined config is the last bar. Rows without numbers are left out."""
     measured = [r for r in rows if r.get("gain_pct") is not None]
     final = "default vs itself (noise floor)" if total.get("is_default") else "combined best"
-    labels = [f"{r['setting'].split(' (')[0]}: {r['tuned']}" for r in measured] + [f"{final} (final rounds)"]
-    gains = [r["gain_pct"] for r in measured] + [total.get("gain_pct") or 0.0]
-    spreads = [r.get("spread_pct", 0.0) for r in measured] + [total.get("spread_pct", 0.0)]
-    before = [r.get("p50_before_ms") or 0.0 for r in measured] + [total.get("p50_before_ms") or 0.0]
-    after = [r.get("p50_after_ms") or 0.0 for r in measured] + [total.get("p50_after_ms") or 0.0]
+    labels = [f"{_text(r, 'setting').split(' (')[0]}: {r['tuned']}" for r in measured] + [f"{final} (final rounds)"]
+    gains = [_number(r, "gain_pct") for r in measured + [total]]
+    spreads = [_number(r, "spread_pct") for r in measured + [total]]
+    before = [_number(r, "p50_before_ms") for r in measured + [total]]
+    after = [_number(r, "p50_after_ms") for r in measured + [total]]
     fig = Figure(figsize=(11, 0.45 * len(labels) + 2.2), dpi=110)
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2, sharey=True)

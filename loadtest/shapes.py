@@ -74,7 +74,10 @@ class StagesShape(LoadTestShape):
 
     def tick(self):
         if self._stages is None:
-            options = self.runner.environment.parsed_options
+            options = self.runner.environment.parsed_options if self.runner is not None else None
+            if options is None:   # locust sets both before the first tick of a run it started
+                raise RuntimeError(f"{type(self).__name__} reads its stages from locust's options: run it under "
+                                   "the locust CLI")
             self._stages = parse_stages(options.stages) if options.stages else self.build_stages(options)
         elapsed = self.get_run_time()
         for stage in self._stages:

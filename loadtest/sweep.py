@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -318,7 +319,9 @@ def write_outputs(all_series: Sequence[Series], out_dir: Path, meta: dict[str, J
         for series in all_series:
             for result in series.levels:
                 writer.writerow(_row(series, result))
-    plot_throughput_latency(all_series, paths["png"], title=meta.get("title", "throughput vs latency"))
+    title = meta.get("title")
+    plot_throughput_latency(all_series, paths["png"],
+                            title=title if isinstance(title, str) else "throughput vs latency")
     return paths
 
 
@@ -429,8 +432,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 cold_starts[batching] = round(started.cold_start_s, 3)
             for target in targets:
                 for protocol in protocols:
-                    check_served(protocol, server.grpc_target if protocol == "grpc" else server.rest_url, target,
-                                 connection=connection)
+                    check_served(protocol, _address(server, protocol), target, connection=connection)
                 payload = build_payload(target, grpc=server.grpc_target, rest=server.rest_url, connection=connection)
                 print(f"payload {payload.label}: {payload.source}", flush=True)
                 if mode == "replay":
@@ -440,15 +442,13 @@ def run_sweep(args: argparse.Namespace) -> int:
                     settings = dataclasses.replace(settings, recorded=tuple(
                         replay_schedule([r.time for r in payload.mix])))
                 for protocol in protocols:
-                    address = server.grpc_target if protocol == "grpc" else server.rest_url
+                    address = _address(server, protocol)
                     series = Series(f"{target.name}/{protocol}/batching-{batching}", target.name, protocol, batching,
                                     payload=payload.describe())
                     series.levels = sweep_levels(
                         transport_for(protocol, address, payload, settings.timeout_s, connection), settings,
                         metrics_url=server.metrics_url, model_name=target.name, server_pid=server.pid,
-                        on_level=lambda r, s=series: print(f"  {s.label} level {r.level:g}: "
-                                                           f"{r.throughput_rps:.1f}/s p99 {r.p99_ms:.2f} ms",
-                                                           flush=True))
+                        on_level=functools.partial(_print_level, series))
                     series.limiter_began_at = limiter_began_at(series.levels)
                     all_series.append(series)
                     print(format_table(series), flush=True)
@@ -459,6 +459,20 @@ def run_sweep(args: argparse.Namespace) -> int:
     paths = write_outputs(all_series, args.out, meta, args.name)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _print_level(series: Series, result: LevelResult) -> None:
+    print(f"  {series.label} level {result.level:g}: {result.throughput_rps:.1f}/s p99 {result.p99_ms:.2f} ms",
+          flush=True)
+
+
+def _address(server: "_Running | RunningServer", protocol: str) -> str:
+    """The server's address for ``protocol`` (a running server's protocols are those it has an address for:
+    ``options.protocols_for``)."""
+    address = server.grpc_target if protocol == "grpc" else server.rest_url
+    if address is None:
+        raise UsageError(f"--protocol {protocol}: the server has no {protocol} address")
+    return address
 
 
 class _Running:

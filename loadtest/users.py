@@ -235,9 +235,16 @@ def _read_payload(path: str) -> Payload:
     return read_payload(path)
 
 
+def _parsed_options(environment: Environment) -> argparse.Namespace:
+    """The locust command line's options (``add_arguments``'s included); locust parses them before any user starts."""
+    if environment.parsed_options is None:
+        raise RuntimeError("the tfs-stack users read their target from locust's options: run them under the locust CLI")
+    return environment.parsed_options
+
+
 def payload_for(environment: Environment) -> Payload:
     """The payload for this locust environment, read or built once per process."""
-    options = environment.parsed_options
+    options = _parsed_options(environment)
     if options.payload_file:
         return _read_payload(options.payload_file)
     return _payload(target_from_options(options), environment.host or "")
@@ -250,6 +257,8 @@ def init_grpc_gevent() -> None:
 
 
 class _ThinkTime:
+    environment: Environment   # the locust User's
+
     def wait_time(self) -> float:
         return float(getattr(self.environment.parsed_options, "think_time", 0.0) or 0.0)
 
@@ -268,7 +277,7 @@ class GrpcPredictUser(_ThinkTime, User):
         super().__init__(environment)
         init_grpc_gevent()
         self.payload = payload_for(environment)
-        self.timeout = float(environment.parsed_options.request_timeout)
+        self.timeout = float(_parsed_options(environment).request_timeout)
         self.channel = _grpc_channel(_grpc_target(self.host), [
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
             ("grpc.use_local_subchannel_pool", 1)], os.environ)  # its own TCP connection, like a separate client
@@ -309,7 +318,7 @@ class RestPredictUser(_ThinkTime, FastHttpUser):
         self.payload = payload_for(self.environment)
         self.body = self.payload.rest_body
         self.bodies = [r.rest_body for r in self.payload.mix]   # a capture's recorded mix, sent in turn
-        self.timeout = float(self.environment.parsed_options.request_timeout)
+        self.timeout = float(_parsed_options(self.environment).request_timeout)
         self._name = f"POST {self.payload.rest_path}"
         self._headers = {"Content-Type": "application/json", **dict(_auth_metadata(os.environ))}
 
@@ -317,7 +326,9 @@ class RestPredictUser(_ThinkTime, FastHttpUser):
     def predict(self) -> None:
         headers = self._headers
         body = self.bodies[next(_NEXT_RECORDED) % len(self.bodies)] if self.bodies else self.body
-        with self.client.post(self.payload.rest_path, data=body, headers=headers,
+        # ignore: locust annotates data as str | dict, but its docstring says "String/bytes" and geventhttpclient
+        # sends bytes as they are (the body is encoded once, not per call)
+        with self.client.post(self.payload.rest_path, data=body, headers=headers,  # type: ignore[arg-type]
                               name=self._name, catch_response=True) as response:
             if response.status_code != 200:
                 response.failure(_rest_error(response))
@@ -339,4 +350,6 @@ def _rest_error(response: ResponseContextManager) -> str:
         message = json.loads(response.content or b"{}").get("error", "")
     except (ValueError, AttributeError):
         message = (response.text or "")[:200]
-    return f"HTTP {response.status_code}: {message or response.error}"
+    # a response has ``error`` only when the request failed in transport (locust sets it then)
+    detail = message or getattr(response, "error", None)
+    return f"HTTP {response.status_code}: {detail}" if detail else f"HTTP {response.status_code}"

@@ -64,6 +64,23 @@ def test_files_with_nothing_in_common_or_no_series_exit_2(tmp_path, capsys):
     assert "no \"series\" list" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("series, message", [
+    ([{"label": "x", "levels": [{"level": 8, "throughput_rps": "fast"}]}], "level 8: throughput_rps is a number"),
+    ([{"label": "x", "levels": [{"level": 8, "rounds": 5}]}], "level 8: rounds is a list"),
+    ([{"label": "x", "levels": [{"level": 8, "throughput_rps": 1.0, "window_rps": 3}]}], "window_rps is a list"),
+    ([{"label": "x", "levels": [{"level": [8], "throughput_rps": 1.0}]}], "\"level\" is a number or a string"),
+    ([{"label": "x", "levels": [8]}], "series x: a level without \"level\""),
+    (["x"], "every series needs a \"label\""),
+])
+def test_a_value_of_the_wrong_type_exits_2_naming_where_it_is(tmp_path, capsys, series, message):
+    # each of these used to escape as a Python exception (ValueError, TypeError, AttributeError), not exit 2
+    good = _sweep(tmp_path / "a.json", (1, 1), (1, 1), label="x")
+    (tmp_path / "bad.json").write_text(json.dumps({"series": series}))
+    assert main(["compare", str(good), str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "bad.json" in err
+
+
 @pytest.mark.parametrize("text, value", [("5%", 0.05), ("5", 0.05), ("0.05", 0.05), ("12.5%", 0.125)])
 def test_max_regression_reads_percent_or_fraction(text, value):
     assert compare.parse_fraction(text) == pytest.approx(value)

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from loadtest.driver import CallFailed, Connection, Load, call_transport, measure
+from loadtest.driver import CallFailed, Connection, Load, call_transport, http_transport, measure
 
 
 def test_closed_loop_counts_only_the_calls_that_end_inside_the_window():
@@ -78,3 +78,23 @@ def test_bad_settings_are_refused_naming_the_rule():
         Load(call_transport(lambda: None), concurrency=0)
     with pytest.raises(ValueError, match="when_full must be wait or stop"):
         Load(call_transport(lambda: None), concurrency=1, rate=1.0, when_full="drop")
+
+
+def test_a_scheduled_load_over_a_callable_transport_calls_it_without_the_index():
+    # The open loop hands a scheduled send its request's index; a callable transport's call takes none
+    # (it used to be called with the index: every call was recorded as a TypeError).
+    calls = []
+    load = Load(call_transport(lambda: calls.append(1)), concurrency=2,
+                schedule=lambda i: 0.01 * i if i < 5 else None).start()
+    try:
+        assert load.wait_sent(timeout=10)
+    finally:
+        load.stop()
+    assert [r.error for r in load.records] == [None] * 5 and len(calls) == 5
+
+
+def test_a_rest_base_url_without_a_host_is_refused_when_the_transport_is_made():
+    # (it used to fail inside each worker's connect(), on the worker's thread, where the closed loop's
+    # start() then waited for that worker forever)
+    with pytest.raises(ValueError, match="names no host"):
+        http_transport("http://:8501", "/v1/models/digits:predict", b"{}")

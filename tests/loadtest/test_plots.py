@@ -1,6 +1,8 @@
 """The sweep PNG reads without a legend key: plain-number ticks at the measured levels, names a user says."""
 from __future__ import annotations
 
+import pytest
+
 from loadtest import plots, sweep
 
 
@@ -35,3 +37,12 @@ def test_series_are_named_by_model_and_api_and_batching_only_where_the_sweep_cho
     names = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert names == ["digits over gRPC", "digits over REST, batching on"]
     assert not any("batching-running" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+
+
+def test_the_tune_picture_draws_its_rows_and_refuses_a_gain_that_is_not_a_number(tmp_path):
+    row = {"setting": "max_batch_size (rows per batch)", "tuned": "32", "gain_pct": 12.0, "spread_pct": None,
+           "p50_before_ms": 2.0, "p50_after_ms": None}
+    total = {"is_default": False, "gain_pct": 10.0, "spread_pct": 3.0, "p50_before_ms": 2.0, "p50_after_ms": 1.5}
+    assert plots.plot_tune_rows([row], total, tmp_path / "tune.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="gain_pct is a number, not 'a lot'"):
+        plots.plot_tune_rows([{**row, "gain_pct": "a lot"}], total, tmp_path / "bad.png")

@@ -214,6 +214,21 @@ def test_importing_the_library_does_not_import_locust_or_gevent():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_rest_failure_without_a_message_is_named_by_its_status():
+    # An answer with an empty body (a proxy's 503) has no message and, not being a transport failure, no
+    # locust ``error`` attribute: naming it used to raise AttributeError inside the user's task.
+    # (a subprocess: loadtest.users imports locust, which monkey-patches the process with gevent)
+    code = ("import os\n"
+            "from loadtest.users import _rest_error\n"
+            "class Answer:\n"
+            "    status_code, content, text = 503, b'', ''\n"
+            "print(_rest_error(Answer()), flush=True)\n"
+            "os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "HTTP 503"
+
+
 def test_locustfiles_are_not_a_package():
     assert not (REPO_ROOT / "loadtest" / "locustfiles" / "__init__.py").exists()
     assert sorted(p.stem for p in (REPO_ROOT / "loadtest" / "locustfiles").glob("*.py")) == sorted(runner.SCENARIOS)
