@@ -216,14 +216,11 @@ def future_done(done: Done) -> Callable[[grpc.Future], None]:
     return callback
 
 
-def call_transport(call: Callable[[], object], start: Optional[Callable[[Done], None]] = None) -> Transport:
+def call_transport(call: Callable[..., object], start: Optional[Callable[[Done], None]] = None) -> Transport:
     """Any callable as a transport, shared by every worker (an SDK client, a stub, an in-process call);
-    ``start`` is its non-blocking form, if it has one (see ``Connection``). ``call`` takes no argument: under a
-    ``Load``'s ``schedule`` the request's index is dropped."""
-    def send(index: Optional[int] = None) -> object:
-        return call()
-
-    return lambda: Connection(send, start=start)
+    ``start`` is its non-blocking form, if it has one (see ``Connection``). ``call`` is called with no argument,
+    or, under a ``Load``'s ``schedule`` (a replay), with the index of the recorded request to send."""
+    return lambda: Connection(call, start=start)
 
 
 def transport_for(protocol: str, address: str, payload: Payload, timeout: float = 30.0,

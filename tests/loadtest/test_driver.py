@@ -80,17 +80,16 @@ def test_bad_settings_are_refused_naming_the_rule():
         Load(call_transport(lambda: None), concurrency=1, rate=1.0, when_full="drop")
 
 
-def test_a_scheduled_load_over_a_callable_transport_calls_it_without_the_index():
-    # The open loop hands a scheduled send its request's index; a callable transport's call takes none
-    # (it used to be called with the index: every call was recorded as a TypeError).
-    calls = []
-    load = Load(call_transport(lambda: calls.append(1)), concurrency=2,
+def test_a_scheduled_load_calls_a_callable_transport_with_each_requests_index():
+    # A replay's schedule names recorded requests by index; a callable transport gets that index.
+    calls: list[int] = []
+    load = Load(call_transport(calls.append), concurrency=2,
                 schedule=lambda i: 0.01 * i if i < 5 else None).start()
     try:
         assert load.wait_sent(timeout=10)
     finally:
         load.stop()
-    assert [r.error for r in load.records] == [None] * 5 and len(calls) == 5
+    assert [r.error for r in load.records] == [None] * 5 and sorted(calls) == [0, 1, 2, 3, 4]
 
 
 def test_a_rest_base_url_without_a_host_is_refused_when_the_transport_is_made():

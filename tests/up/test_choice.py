@@ -49,7 +49,8 @@ def test_missing_docker_command_means_embedded():
 
 
 def test_make_up_says_what_it_chose_and_why(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "serving.stack", "--dry-run", "--docker", fake_docker(tmp_path, CPU_ENGINE)],
+    proc = subprocess.run([sys.executable, "-m", "serving.stack", "--dry-run", "--docker", fake_docker(tmp_path, CPU_ENGINE),
+                           "--work-dir", str(tmp_path / "work")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("make up: compose-cpu: a Docker engine answers without the nvidia runtime")
@@ -57,7 +58,8 @@ def test_make_up_says_what_it_chose_and_why(tmp_path):
 
 def test_compose_backend_refuses_to_start_without_a_grafana_password(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
-    proc = subprocess.run([sys.executable, "-m", "serving.stack", "--backend", "compose-gpu"], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, "-m", "serving.stack", "--backend", "compose-gpu", "--work-dir", str(tmp_path / "work")],
+                          cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2
     assert "GRAFANA_ADMIN_PASSWORD is not set" in proc.stderr

@@ -164,9 +164,11 @@ def test_a_service_is_local_by_its_image_name_or_its_local_base_images():
 
 # --- the command line ----------------------------------------------------------------------------------
 
-def run_up(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "serving.stack", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, env=env)
+def run_up(*args: str, env: dict[str, str], work_dir: Path) -> subprocess.CompletedProcess:
+    """``make up`` in the checkout with a work dir of the test's own: a real ``make up`` that an engine test runs
+    at the same time holds the checkout's (``make up: another make up ... holds``)."""
+    return subprocess.run([sys.executable, "-m", "serving.stack", *args, "--work-dir", str(work_dir)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("exported, ids", [
@@ -180,7 +182,7 @@ def test_dry_run_prints_the_compose_command_and_the_ids(tmp_path, exported, ids)
         (secrets / name).write_text("test\n")
     before = {p: p.stat().st_uid for p in [*secrets.iterdir(), REPO_ROOT / "models"]}
     proc = run_up("--dry-run", "--backend", "compose-cpu", "--images", "local",
-                  env=environ(GATEWAY_SECRETS_HOST_DIR=str(secrets), **exported))
+                  env=environ(GATEWAY_SECRETS_HOST_DIR=str(secrets), **exported), work_dir=tmp_path / "work")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "make up: compose-cpu: --backend compose-cpu"
@@ -289,7 +291,7 @@ def test_local_images_without_an_engine_are_refused_not_embedded(tmp_path):
     docker = tmp_path / "docker"
     docker.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2; exit 1\n")
     docker.chmod(0o755)
-    proc = run_up("--dry-run", "--images", "local", "--docker", str(docker), env=environ())
+    proc = run_up("--dry-run", "--images", "local", "--docker", str(docker), env=environ(), work_dir=tmp_path / "work")
     assert proc.returncode == 2
     assert proc.stdout.startswith("make up: embedded: ") and "needs a Docker engine" in proc.stderr
 
