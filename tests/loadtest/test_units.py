@@ -204,14 +204,19 @@ def test_library_modules_declare_all(module):
     assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
 
 
+def _python(code: str) -> str:
+    """What ``python -c code`` prints, run in the checkout; it must exit 0."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_importing_the_library_does_not_import_locust_or_gevent():
     code = ("import sys, loadtest, loadtest.__main__, loadtest.runner, loadtest.sweep, loadtest.tune, "
             "loadtest.payloads, loadtest.driver, loadtest.servers, loadtest.plots, loadtest.metrics, "
             "loadtest.options\n"
             "print(sorted(m for m in ('locust', 'gevent', 'tensorflow') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _python(code) == "[]"
 
 
 def test_a_rest_failure_without_a_message_is_named_by_its_status():
@@ -224,9 +229,7 @@ def test_a_rest_failure_without_a_message_is_named_by_its_status():
             "    status_code, content, text = 503, b'', ''\n"
             "print(_rest_error(Answer()), flush=True)\n"
             "os._exit(0)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "HTTP 503"
+    assert _python(code) == "HTTP 503"
 
 
 def test_locustfiles_are_not_a_package():
