@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from exporter.capture_source import CaptureSourceError, Window, is_capture_source, read_source, signature_problems
 from exporter.manifest import Manifest, load_manifest  # numpy only: the manifest reader imports no TensorFlow
@@ -50,49 +51,16 @@ def _tfrecords(data: bytes) -> Iterable[bytes]:
         offset = start + length + 4
 
 
-def _fields(message: bytes) -> Iterable[tuple[int, bytes]]:
-    """The length-delimited fields (number, bytes) of a protobuf message; other wire types are skipped."""
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = result = 0
-        while True:
-            byte = message[i]
-            i += 1
-            result |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return result
-            shift += 7
-
-    while i < len(message):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 2:
-            length = varint()
-            yield number, message[i:i + length]
-            i += length
-        elif wire == 0:
-            varint()
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            raise status.InvalidArgument(f"unsupported protobuf wire type {wire}")
-
-
-PREDICT_LOG, PREDICT_LOG_REQUEST = 6, 1  # PredictionLog.predict_log, PredictLog.request (prediction_log.proto)
-
-
 def _prediction_log_inputs(data: bytes) -> list[dict[str, np.ndarray]]:
     batches = []
     for record in _tfrecords(data):
-        for number, predict_log in _fields(record):
-            if number != PREDICT_LOG:
-                continue
-            for inner, request in _fields(predict_log):
-                if inner == PREDICT_LOG_REQUEST:
-                    parsed = apis.PredictRequest.FromString(request)
-                    batches.append({k: codec.tensor_proto_to_ndarray(v) for k, v in parsed.inputs.items()})
+        log = apis.PredictionLog()
+        try:
+            log.ParseFromString(record)
+        except DecodeError as exc:
+            raise status.InvalidArgument(f"a TFRecord record is not a PredictionLog: {exc}") from None
+        if log.WhichOneof("log_type") == "predict_log" and log.predict_log.HasField("request"):
+            batches.append({k: codec.tensor_proto_to_ndarray(v) for k, v in log.predict_log.request.inputs.items()})
     if not batches:
         raise status.InvalidArgument("no PredictionLog record with a predict_log request (only Predict is replayed)")
     return batches

@@ -98,6 +98,24 @@ def test_a_rest_body_and_an_npz_are_inputs(tmp_path):
     assert [b["images"].shape for b in load_inputs(str(tmp_path / "x.npz"), None)] == [(1, 2)] * 3
 
 
+def test_a_file_of_prediction_logs_gives_its_predict_requests_and_refuses_other_records(tmp_path):
+    import numpy as np
+
+    from serving import codec, status
+    from serving.capture._tfrecord import frame
+    from serving.wire import serving_apis_pb2 as apis
+
+    predict, classify = apis.PredictionLog(), apis.PredictionLog()
+    codec.ndarray_to_tensor_proto(np.arange(6.0).reshape(2, 3), predict.predict_log.request.inputs["x"])
+    classify.classify_log.request.model_spec.name = "m"
+    (tmp_path / "logs").write_bytes(frame(classify.SerializeToString()) + frame(predict.SerializeToString()))
+    (batch,) = load_inputs(str(tmp_path / "logs"), None)
+    assert batch["x"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    (tmp_path / "garbage").write_bytes(frame(b"\xff\xff\xff"))
+    with pytest.raises(status.InvalidArgument, match="not a PredictionLog"):
+        load_inputs(str(tmp_path / "garbage"), None)
+
+
 @pytest.mark.slow
 def test_the_exporters_warmup_records_are_inputs(model_repo):
     from exporter.manifest import load_manifest
