@@ -15,7 +15,6 @@ process (``serving.rollout.cli.main``).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
@@ -29,11 +28,10 @@ import pytest
 from exporter.manifest import load_manifest
 from serving.checkout import REPO_ROOT
 from serving.config import load_model_server_config
-from serving.rollout.cli import main
 from serving.rollout.plan import find_model, served_versions
 from serving.rollout.publish import publish_saved_model
 from tests.rollout.v2_models import build_wrapped
-from tests.support.canary_stack import MODEL, canary_gateway, canary_server, send_resending_once
+from tests.support.canary_stack import MODEL, RolloutOnGateway, canary_gateway, canary_server, send_resending_once
 
 pytestmark = pytest.mark.slow
 VERSIONS = {"shuffled": 2, "slow": 3, "retrain": 4}
@@ -76,24 +74,7 @@ def v2_models(model_repo, tmp_path_factory):
     models.close()
 
 
-class Stack:
-    def __init__(self, repo, work, server, gateway, nginx):
-        self.repo, self.work, self.server, self.gateway, self.nginx = repo, work, server, gateway, nginx
-        self.config = work / "models.config"
-
-    def rollout(self, command: str, *args: str, analysis: bool = False) -> tuple[int, str]:
-        where = ["--grpc", self.server.grpc_target, "--config-file", str(self.config), "--model-repo", str(self.repo)]
-        if command in ("canary", "promote", "rollback", "auto"):
-            where += ["--gateway", "nginx", "--nginx-conf", str(self.gateway.conf_dir / "nginx.conf"),
-                      "--nginx", self.nginx]
-        if command in ("analyze", "auto"):
-            where += ["--rest", self.gateway.rest_url, "--root-certificates", str(self.gateway.secrets.ca_cert),
-                      "--api-key", self.gateway.key()]
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = main([command, *args, *where])
-        return code, out.getvalue()
-
+class Stack(RolloutOnGateway):
     def labels(self) -> tuple[list[int], dict[str, int]]:
         entry = find_model(load_model_server_config(self.config), MODEL)
         return served_versions(entry), dict(entry.version_labels)

@@ -13,9 +13,7 @@ records. The CLI's route changes go to the gateway's files (``--gateway nginx``)
 """
 from __future__ import annotations
 
-import contextlib
 import errno
-import io
 import json
 import os
 import re
@@ -38,7 +36,7 @@ from serving.rollout.publish import publish_saved_model
 from serving.wire import serving_apis_pb2 as apis
 from tests.rollout.test_shadow_live import prediction_log
 from tests.rollout.v2_models import build_wrapped
-from tests.support.canary_stack import MODEL, canary_gateway, canary_server, send_resending_once
+from tests.support.canary_stack import MODEL, RolloutOnGateway, canary_gateway, canary_server, send_resending_once
 
 pytestmark = pytest.mark.slow
 VERSIONS = {"same": 2, "shuffled": 3}
@@ -49,29 +47,14 @@ REQUESTS = 40  # over --min-requests 20 with room
 THRESHOLDS = ("--rounds", "3", "--max-p50-ratio", "20", "--max-p99-ratio", "50")
 
 
-class Stack:
+class Stack(RolloutOnGateway):
+    ANALYSIS_KEY = "loadtest"
+
     def __init__(self, root, repo, work, server, gateway, nginx):
-        self.root, self.repo, self.work = root, repo, work
-        self.server, self.gateway, self.nginx = server, gateway, nginx
-        self.config = work / "models.config"
+        super().__init__(repo, work, server, gateway, nginx)
+        self.root = root
         inputs = load_manifest(repo / MODEL / "1").golden_inputs()
         self.rows = [{k: v[i:i + 1] for k, v in inputs.items()} for i in range(len(next(iter(inputs.values()))))]
-
-    def where(self, command: str) -> list[str]:
-        where = ["--grpc", self.server.grpc_target, "--config-file", str(self.config), "--model-repo", str(self.repo)]
-        if command in ("canary", "promote", "rollback", "auto"):
-            where += ["--gateway", "nginx", "--nginx-conf", str(self.gateway.conf_dir / "nginx.conf"),
-                      "--nginx", self.nginx]
-        if command in ("analyze", "auto"):
-            where += ["--rest", self.gateway.rest_url, "--root-certificates", str(self.gateway.secrets.ca_cert),
-                      "--api-key", self.gateway.key("loadtest")]
-        return where
-
-    def rollout(self, command: str, *args: str) -> tuple[int, str]:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = main([command, *args, *self.where(command)])
-        return code, out.getvalue()
 
     def request_count(self) -> float:
         """The server's inference requests of digits so far (every label and version: TF Serving's metric)."""

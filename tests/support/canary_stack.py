@@ -9,6 +9,7 @@ rate no test reaches) in front of that server.
 from __future__ import annotations
 
 import contextlib
+import io
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
@@ -18,6 +19,7 @@ import httpx
 from gateway import NginxVersion
 from gateway.certs import Credentials
 from serving.launcher import ServerProcess, write_config_files
+from serving.rollout.cli import main as rollout_main
 from tests.support.gateway import Gateway, compose_values, running_gateway, upstream_values
 
 MODEL = "digits"
@@ -77,3 +79,33 @@ def send_resending_once(send: Callable[[], httpx.Response], resent: list) -> htt
     except httpx.RemoteProtocolError as exc:
         resent.append(str(exc))
         return send()
+
+
+class RolloutOnGateway:
+    """``python -m serving.rollout`` run in process on ``server`` behind the host's nginx ``gateway``: the label
+    commands push to the server and move the gateway's routes; analysis calls through the gateway with TLS and
+    the ``ANALYSIS_KEY`` credential."""
+
+    ANALYSIS_KEY = "client"
+
+    def __init__(self, repo: Path, work: Path, server: ServerProcess, gateway: Gateway, nginx: str) -> None:
+        self.repo, self.work, self.server, self.gateway, self.nginx = repo, work, server, gateway, nginx
+        self.config = work / "models.config"
+
+    def where(self, command: str) -> list[str]:
+        """The flags that point ``command`` at this server, its config, the gateway and its credentials."""
+        where = ["--grpc", self.server.grpc_target, "--config-file", str(self.config), "--model-repo", str(self.repo)]
+        if command in ("canary", "promote", "rollback", "auto"):
+            where += ["--gateway", "nginx", "--nginx-conf", str(self.gateway.conf_dir / "nginx.conf"),
+                      "--nginx", self.nginx]
+        if command in ("analyze", "auto"):
+            where += ["--rest", self.gateway.rest_url, "--root-certificates", str(self.gateway.secrets.ca_cert),
+                      "--api-key", self.gateway.key(self.ANALYSIS_KEY)]
+        return where
+
+    def rollout(self, command: str, *args: str) -> tuple[int, str]:
+        """``command`` with ``args`` and :meth:`where`'s flags: its exit code and what it printed."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = rollout_main([command, *args, *self.where(command)])
+        return code, out.getvalue()
